@@ -1,0 +1,119 @@
+"""Compaction planning: which items change view, merge or move to the archive.
+
+Pure: it reads items and returns the changes as journal ops plus a report. The Store applies
+the ops, so a compaction replayed from the journal is byte-for-byte the one that happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from . import constants as C
+from .dedup import jaccard
+from .models import CompactReport, Item
+from .scoring import retention
+
+Op = dict[str, object]
+
+
+@dataclass(slots=True)
+class CompactionInput:
+    active: list[Item]
+    used_tokens: int
+    target_tokens: int
+    now: float
+    protected: frozenset[str]
+    dedup_pending: list[str]
+    candidates: Callable[[str], set[str]]
+    terms: Callable[[str], frozenset[str]]
+    trigger: str = "manual"
+
+
+def _movable(item: Item, protected: frozenset[str]) -> bool:
+    return not item.pinned and item.id not in protected
+
+
+def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
+    report = CompactReport(
+        tokens_before=inp.used_tokens,
+        tokens_after=inp.used_tokens,
+        target_tokens=inp.target_tokens,
+        trigger="auto" if inp.trigger == "auto" else "manual",
+    )
+    ops: list[Op] = []
+    used = inp.used_tokens
+    by_id = {item.id: item for item in inp.active}
+    score = {item.id: retention(item, inp.now) for item in inp.active}
+
+    def lowest_first(items: Iterable[Item]) -> list[Item]:
+        # Deterministic: lowest retention first, then oldest first.
+        return sorted(items, key=lambda it: (score[it.id], it.seq))
+
+    # 1. Summary promotion: an item the agent already summarised costs only its summary.
+    if used > inp.target_tokens:
+        promotable = [
+            it
+            for it in by_id.values()
+            if _movable(it, inp.protected)
+            and it.view == "content"
+            and it.summary
+            and it.summary_tokens < it.content_tokens
+        ]
+        for it in lowest_first(promotable):
+            if used <= inp.target_tokens:
+                break
+            ops.append({"op": "patch", "id": it.id, "set": {"view": "summary"}})
+            used -= it.content_tokens - it.summary_tokens
+            report.promoted.append(it.id)
+
+    # 2. Deduplication: only items added or changed since the last pass need checking.
+    losers: set[str] = set()
+    gained: dict[str, list[str]] = {}
+    for item_id in inp.dedup_pending:
+        a = by_id.get(item_id)
+        if a is None or item_id in losers:
+            continue
+        a_terms = inp.terms(item_id)
+        for cand_id in sorted(inp.candidates(item_id)):
+            b = by_id.get(cand_id)
+            if b is None or cand_id in losers or cand_id == item_id:
+                continue
+            if jaccard(a_terms, inp.terms(cand_id)) <= C.DEDUP_JACCARD:
+                continue
+            # The lower-scoring one goes; on a tie the newer copy goes and the original stays.
+            pair = sorted((a, b), key=lambda it: (score[it.id], -it.seq))
+            loser, survivor = pair
+            if not _movable(loser, inp.protected):
+                loser, survivor = survivor, loser
+                if not _movable(loser, inp.protected):
+                    continue
+            losers.add(loser.id)
+            ops.append(
+                {"op": "patch", "id": loser.id, "set": {"tier": "archived", "merged_into": survivor.id}}
+            )
+            used -= loser.view_tokens if loser.id not in report.promoted else loser.summary_tokens
+            tags = gained.setdefault(survivor.id, list(survivor.tags))
+            for tag in loser.tags:
+                if tag not in tags and len(tags) < C.MAX_TAGS:
+                    tags.append(tag)
+            report.deduplicated.append((loser.id, survivor.id))
+            if loser.id == item_id:
+                break
+    for survivor_id, tags in gained.items():
+        if survivor_id not in losers and tuple(tags) != by_id[survivor_id].tags:
+            ops.append({"op": "patch", "id": survivor_id, "set": {"tags": tags}})
+
+    # 3. Eviction: the lowest-value items move to the archive until the target is met.
+    if used > inp.target_tokens:
+        promoted = set(report.promoted)
+        evictable = [it for it in by_id.values() if _movable(it, inp.protected) and it.id not in losers]
+        for it in lowest_first(evictable):
+            if used <= inp.target_tokens:
+                break
+            ops.append({"op": "patch", "id": it.id, "set": {"tier": "archived"}})
+            used -= it.summary_tokens if it.id in promoted else it.view_tokens
+            report.archived.append(it.id)
+
+    report.tokens_after = used
+    return ops, report

@@ -1,0 +1,92 @@
+"""Every number that tunes compactor's behaviour, each with where it comes from.
+
+Kept in one place so a reader can see the whole policy at once and a change to it is one diff.
+"""
+
+from typing import Final
+
+# --- budget -------------------------------------------------------------------------------
+# Claude Code warns at 10k tokens of tool output and its context is ~200k: 80k of working
+# memory leaves room for the conversation itself. Cursor's contexts are smaller still.
+BUDGET_CLAUDE: Final = 80_000
+BUDGET_CURSOR: Final = 60_000
+# Same default as the reference server, so instructions written for it keep working.
+BUDGET_DEFAULT: Final = 100_000
+BUDGET_MIN: Final = 1_000
+BUDGET_MAX: Final = 100_000_000
+
+# Auto-compaction starts above 90% and stops at 80%: the 10-point gap keeps a burst of stores
+# from compacting on every single call (hysteresis), as in the reference.
+AUTO_COMPACT_THRESHOLD: Final = 0.9
+AUTO_COMPACT_GAP: Final = 0.1
+MANUAL_COMPACT_TARGET: Final = 0.7
+
+# --- retention score: 0.4*importance + 0.3*recency + 0.2*access - 0.1*size, times type -------
+W_IMPORTANCE: Final = 0.4
+W_RECENCY: Final = 0.3
+W_ACCESS: Final = 0.2
+W_SIZE: Final = 0.1
+# Errors are what an agent most often trips over twice; tool output is the easiest to re-run.
+TYPE_MULTIPLIER: Final = {"error": 1.5, "decision": 1.3, "code": 1.2, "prose": 1.0, "tool_output": 0.7}
+# Real half-lives (recency = 0.5 ** (age / half_life)), in seconds. An error is hot while the
+# agent is fixing it (30 min); decisions and code stay relevant for a working day (6 h).
+HALF_LIFE_S: Final = {
+    "error": 30 * 60,
+    "decision": 6 * 3600,
+    "code": 6 * 3600,
+    "prose": 2 * 3600,
+    "tool_output": 15 * 60,
+}
+# access = min(ln(1 + n) / 5, 1): saturates at ~147 accesses, so a hot item cannot buy itself
+# immortality.
+ACCESS_LOG_DIVISOR: Final = 5.0
+# size = ln(1 + tokens) / ln(1 + SIZE_SATURATION_TOKENS), capped at 1. On a log scale a
+# 20-token note scores ~0.33 and a 4,000-token dump ~0.92, so the 0.1 weight is worth about one
+# importance point between them: it matters without drowning importance.
+SIZE_SATURATION_TOKENS: Final = 8_000
+# Highest possible retention (importance 10, fresh, saturated access, tiny, error type), used to
+# normalise retention into [0, 1] when it is mixed into search ranking.
+MAX_RETENTION: Final = (W_IMPORTANCE + W_RECENCY + W_ACCESS) * max(TYPE_MULTIPLIER.values())
+
+# --- ranking ------------------------------------------------------------------------------
+# Final score = bm25 * (1 + RETENTION_WEIGHT * retention01) * (PIN_BOOST if pinned). Relevance
+# leads: retention can lift a result by at most 25% (and a pin by 15% more), enough to break
+# near-ties toward fresher, more important items but never to bury the best text match.
+RETENTION_WEIGHT: Final = 0.25
+PIN_BOOST: Final = 1.15
+
+# --- near-duplicates ----------------------------------------------------------------------
+# Jaccard of word sets above 0.7, as in the reference.
+DEDUP_JACCARD: Final = 0.7
+# Candidates are items sharing one of their K smallest word hashes: for Jaccard J the chance
+# that a true pair shares none is (1 - J) ** K, i.e. < 0.8% at J = 0.7 with K = 4.
+DEDUP_SKETCH_K: Final = 4
+# A bucket larger than this is a hash of a ubiquitous word; checking it would be O(n).
+DEDUP_MAX_BUCKET: Final = 256
+
+# --- content ------------------------------------------------------------------------------
+MAX_CONTENT_BYTES: Final = 1024 * 1024
+MAX_SUMMARY_CHARS: Final = 20_000
+MAX_TAGS: Final = 32
+MAX_TAG_CHARS: Final = 64
+AUTO_TAG_LIMIT: Final = 5
+IMPORTANCE_DEFAULT: Final = 5
+
+# --- output bounds ------------------------------------------------------------------------
+# Claude Code warns above 10k tokens of tool output; stay well under it (~4 chars a token).
+MAX_OUTPUT_CHARS: Final = 24_000
+PREVIEW_CHARS: Final = 160
+RECALL_TOKENS_DEFAULT: Final = 2_000
+RECALL_TOKENS_MAX: Final = 20_000
+LIST_LIMIT_MAX: Final = 200
+QUERY_LIMIT_MAX: Final = 100
+NEEDS_SUMMARY_LIMIT: Final = 10
+EXPORT_PAGE_CHARS: Final = 60_000
+BULK_MAX_ITEMS: Final = 1_000
+
+# --- persistence --------------------------------------------------------------------------
+SNAPSHOT_INTERVAL_S: Final = 30.0
+SCHEMA_VERSION: Final = 1
+# Snapshot serialisation yields the GIL between chunks so a concurrent call waits at most one
+# chunk's worth of orjson work (~1-2 ms), not the whole store's.
+SNAPSHOT_CHUNK_ITEMS: Final = 500

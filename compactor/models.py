@@ -1,0 +1,103 @@
+"""The domain's records. Plain dataclasses: no MCP, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+ContentType = Literal["error", "code", "decision", "tool_output", "prose"]
+Tier = Literal["active", "archived"]
+View = Literal["content", "summary"]
+CONTENT_TYPES: tuple[ContentType, ...] = ("error", "code", "decision", "tool_output", "prose")
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One memory. Frozen: every change makes a new Item, so a snapshot can take a consistent
+    picture of the store by copying a dict of references, without locking the event loop."""
+
+    id: str
+    seq: int
+    content: str
+    summary: str | None
+    tags: tuple[str, ...]
+    importance: int
+    content_type: ContentType
+    pinned: bool
+    created_at: float
+    last_accessed_at: float
+    access_count: int
+    content_tokens: int
+    summary_tokens: int
+    tier: Tier = "active"
+    view: View = "content"
+    merged_into: str | None = None
+    # Summary-DAG lineage: depth 0 is a raw item; a summary node has depth >= 1 and children.
+    depth: int = 0
+    children: tuple[str, ...] = ()
+    parents: tuple[str, ...] = ()
+    quality: str | None = None
+    gone_children: tuple[str, ...] = ()
+    scope: str = ""
+
+    @property
+    def view_tokens(self) -> int:
+        """What this item costs the budget while active."""
+        return self.summary_tokens if self.view == "summary" and self.summary else self.content_tokens
+
+    @property
+    def view_text(self) -> str:
+        return self.summary if self.view == "summary" and self.summary else self.content
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Item:
+        known = _FIELD_NAMES
+        data = {k: v for k, v in record.items() if k in known}
+        for key in ("tags", "children", "parents", "gone_children"):
+            if key in data:
+                data[key] = tuple(data[key])
+        return cls(**data)
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(Item))
+
+
+@dataclass(slots=True)
+class Settings:
+    """Runtime-configurable settings. `budget_source` records who set the budget, so a later
+    client handshake never overrides a budget a person or the agent chose."""
+
+    token_budget: int
+    budget_source: Literal["default", "client", "cli", "configure"] = "default"
+    auto_compact: bool = True
+    auto_compact_threshold: float = 0.9
+    recall_tokens: int = 2_000
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "token_budget": self.token_budget,
+            "budget_source": self.budget_source,
+            "auto_compact": self.auto_compact,
+            "auto_compact_threshold": self.auto_compact_threshold,
+            "recall_tokens": self.recall_tokens,
+        }
+
+
+@dataclass(slots=True)
+class CompactReport:
+    tokens_before: int
+    tokens_after: int
+    target_tokens: int
+    promoted: list[str] = field(default_factory=list)
+    deduplicated: list[tuple[str, str]] = field(default_factory=list)  # (archived id, survivor id)
+    archived: list[str] = field(default_factory=list)
+    needs_summary: list[str] = field(default_factory=list)
+    condensed: list[str] = field(default_factory=list)
+    trigger: Literal["manual", "auto"] = "manual"
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.promoted or self.deduplicated or self.archived or self.condensed)

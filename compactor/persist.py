@@ -1,0 +1,393 @@
+"""The state dir: an fsynced journal of ops, atomic snapshots, and a lock shared by processes.
+
+Layout of DIR (0700; files 0600):
+    snapshot.json   {"schema", "gen", "prev_gen", "prev_offset", "settings", "items": [...]}
+    journal.jsonl   first line {"journal": 1, "gen": G}; then one line per call: {"ops": [...]}
+    lock            flock(2) target; LOCK_EX around every append and every snapshot rotation
+
+A call's ops are one line, so a crash mid-write tears at most that line, and the whole call
+(a bulk_store of 500 items included) is replayed or skipped as a unit.
+
+Generations make snapshot + truncate crash-safe: a snapshot of generation G says "I hold
+everything up to byte prev_offset of journal generation prev_gen". On load, a journal of
+generation G is replayed whole, one of generation prev_gen from prev_offset (the rotation
+after the snapshot did not finish), anything else is an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import constants as C
+from .errors import PersistenceError, StateCorruptError
+
+log = logging.getLogger(__name__)
+
+Op = dict[str, Any]
+SNAPSHOT = "snapshot.json"
+JOURNAL = "journal.jsonl"
+LOCK = "lock"
+RECOVER_HINT = (
+    "Nothing was changed. Run `compactor doctor --state-dir {dir}` for details; to start over "
+    "while keeping the damaged file, move it aside (e.g. `mv {path} {path}.bad`)."
+)
+
+
+@dataclass(slots=True)
+class Loaded:
+    """What startup (or a reload after another process rotated the journal) reads from disk."""
+
+    snapshot: dict[str, Any] | None
+    batches: list[list[Op]]
+    gen: int
+    offset: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _journal_header(gen: int) -> bytes:
+    return orjson.dumps({"journal": 1, "gen": gen}) + b"\n"
+
+
+class StateDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.snapshot_path = path / SNAPSHOT
+        self.journal_path = path / JOURNAL
+        self._lock_fd: int | None = None
+        self._lock_depth = 0
+        self.gen = 0
+        self.offset = 0  # bytes of the journal already applied to memory
+        self.last_snapshot_at: float | None = None
+        self.last_snapshot_seconds: float | None = None
+
+    # --- setup ----------------------------------------------------------------------------
+    def open(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(self.path, 0o700)
+            lock_path = self.path / LOCK
+            self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.chmod(lock_path, 0o600)
+        except OSError as exc:
+            raise PersistenceError(f"Cannot open state dir {self.path}: {exc.strerror or exc}") from exc
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    @contextlib.contextmanager
+    def locked(self, exclusive: bool = True) -> Iterator[None]:
+        """flock around a critical section; re-entrant within one process and thread."""
+        assert self._lock_fd is not None
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self._lock_depth = 1
+        try:
+            yield
+        finally:
+            self._lock_depth = 0
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    # --- loading --------------------------------------------------------------------------
+    def _hint(self, path: Path) -> str:
+        return RECOVER_HINT.format(dir=self.path, path=path)
+
+    def read_snapshot(self) -> dict[str, Any] | None:
+        try:
+            raw = self.snapshot_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StateCorruptError(f"Cannot read {self.snapshot_path}: {exc}. {self._hint(self.snapshot_path)}")
+        try:
+            snap = orjson.loads(raw)
+            if not isinstance(snap, dict) or not isinstance(snap.get("items"), list):
+                raise ValueError("not a compactor snapshot (no items list)")
+        except ValueError as exc:
+            raise StateCorruptError(
+                f"Snapshot {self.snapshot_path} is corrupt ({exc}). {self._hint(self.snapshot_path)}"
+            ) from exc
+        version = snap.get("schema")
+        if not isinstance(version, int) or version > C.SCHEMA_VERSION:
+            raise StateCorruptError(
+                f"Snapshot {self.snapshot_path} has schema version {version!r}; this compactor reads "
+                f"up to {C.SCHEMA_VERSION}. Upgrade compactor. {self._hint(self.snapshot_path)}"
+            )
+        return snap
+
+    def read_journal(self, start: int | None = None) -> tuple[int, list[list[Op]], int, list[str]]:
+        """Return (gen, batches from `start` (default: after the header), end offset, warnings).
+
+        A torn final line (a crash mid-write) is reported as a warning and not returned; a bad
+        line anywhere else raises StateCorruptError.
+        """
+        try:
+            with open(self.journal_path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return 0, [], 0, []
+        except OSError as exc:
+            raise StateCorruptError(f"Cannot read {self.journal_path}: {exc}. {self._hint(self.journal_path)}")
+        if not data:
+            return 0, [], 0, []
+        nl = data.find(b"\n")
+        try:
+            if nl < 0:
+                raise ValueError("no complete header line")
+            header = orjson.loads(data[:nl])
+            gen = int(header["gen"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StateCorruptError(
+                f"Journal {self.journal_path} has a bad header ({exc}). {self._hint(self.journal_path)}"
+            ) from exc
+        pos = nl + 1 if start is None else start
+        batches: list[list[Op]] = []
+        warnings: list[str] = []
+        lineno = data.count(b"\n", 0, pos) + 1
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            if end < 0:
+                warnings.append(
+                    f"{self.journal_path}: skipped a torn last line ({len(data) - pos} bytes) left by a crash"
+                )
+                return gen, batches, pos, warnings
+            try:
+                entry = orjson.loads(data[pos:end])
+                ops = entry["ops"]
+                if not isinstance(ops, list):
+                    raise TypeError("ops is not a list")
+            except (ValueError, KeyError, TypeError) as exc:
+                if data.find(b"\n", end + 1) < 0 and not data[end + 1 :].strip():
+                    warnings.append(f"{self.journal_path}: skipped a torn last line {lineno} left by a crash")
+                    return gen, batches, pos, warnings
+                raise StateCorruptError(
+                    f"Journal {self.journal_path} line {lineno} is corrupt ({exc}). "
+                    + self._hint(self.journal_path)
+                ) from exc
+            batches.append(ops)
+            pos = end + 1
+            lineno += 1
+        return gen, batches, pos, warnings
+
+    def load(self) -> Loaded:
+        """Read snapshot + journal. Call under the lock."""
+        snap = self.read_snapshot()
+        snap_gen = int(snap.get("gen", 1)) if snap else 1
+        prev_gen = int(snap.get("prev_gen", 0)) if snap else 0
+        prev_offset = int(snap.get("prev_offset", 0)) if snap else 0
+        jgen, _, _, _ = self.read_journal(start=0) if self.journal_path.exists() else (0, [], 0, [])
+        warnings: list[str] = []
+        if jgen == 0:
+            # No journal yet (fresh dir, or it was lost): start one at the snapshot's generation.
+            self._write_journal(snap_gen, b"")
+            batches: list[list[Op]] = []
+            end = len(_journal_header(snap_gen))
+        elif jgen == snap_gen:
+            _, batches, end, warnings = self.read_journal()
+        elif snap is not None and jgen == prev_gen:
+            # Crash between writing the snapshot and rotating the journal: finish the rotation.
+            _, batches, end, warnings = self.read_journal(start=prev_offset)
+            tail = self._journal_bytes(prev_offset, end)
+            self._write_journal(snap_gen, tail)
+            end = len(_journal_header(snap_gen)) + len(tail)
+        else:
+            raise StateCorruptError(
+                f"Journal {self.journal_path} is generation {jgen} but snapshot {self.snapshot_path} "
+                f"is generation {snap_gen}: they do not belong together. {self._hint(self.journal_path)}"
+            )
+        if warnings:
+            # Cut the torn tail so the next append starts on a clean line.
+            self._truncate_journal(end)
+        self.gen = snap_gen
+        self.offset = end
+        return Loaded(snapshot=snap, batches=batches, gen=snap_gen, offset=end, warnings=warnings)
+
+    def _journal_bytes(self, start: int, end: int) -> bytes:
+        with open(self.journal_path, "rb") as fh:
+            fh.seek(start)
+            return fh.read(max(0, end - start))
+
+    def _truncate_journal(self, size: int) -> None:
+        try:
+            with open(self.journal_path, "r+b") as fh:
+                fh.truncate(size)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            log.warning("could not cut the torn journal tail: %s", exc)
+
+    # --- catching up with other processes -------------------------------------------------
+    def journal_changed(self) -> bool:
+        """Cheap check (one stat) whether anything was appended or rotated since we last read."""
+        try:
+            st = os.stat(self.journal_path)
+        except FileNotFoundError:
+            return True
+        return st.st_size != self.offset or st.st_ino != getattr(self, "_ino", st.st_ino)
+
+    def read_new(self) -> list[list[Op]] | None:
+        """Batches other processes appended since our offset; None if the journal was rotated
+        (a new generation): the caller must reload from the snapshot."""
+        gen, batches, end, _ = self.read_journal(start=self.offset)
+        if gen != self.gen:
+            return None
+        self.offset = end
+        self._remember_inode()
+        return batches
+
+    def _remember_inode(self) -> None:
+        with contextlib.suppress(OSError):
+            self._ino = os.stat(self.journal_path).st_ino
+
+    # --- writing --------------------------------------------------------------------------
+    def append(self, ops: list[Op], *, sync: bool = True) -> None:
+        """Append one call's ops as one line; fsync before returning when `sync`."""
+        line = orjson.dumps({"ops": ops}) + b"\n"
+        try:
+            fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND)
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    # A short write leaves a torn line; cut it so the journal stays parseable.
+                    os.ftruncate(fd, self.offset)
+                    raise OSError(28, "short write (disk full?)")
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                if os.stat(self.journal_path).st_size > self.offset:
+                    os.truncate(self.journal_path, self.offset)
+            raise PersistenceError(
+                f"Could not write to the journal in {self.path}: {exc.strerror or exc}. "
+                "This call was not applied; free disk space or fix permissions and retry."
+            ) from exc
+        self.offset += len(line)
+        self._remember_inode()
+
+    def _write_atomic(self, path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb", closefd=True) as fh:
+                for chunk in chunks:
+                    fh.write(chunk)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+            _fsync_dir(self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _write_journal(self, gen: int, tail: bytes) -> None:
+        self._write_atomic(self.journal_path, [_journal_header(gen), tail])
+        self._remember_inode()
+
+    def write_snapshot(self, chunks: Iterator[bytes]) -> None:
+        """Write snapshot.json atomically from pre-serialised chunks (temp, fsync, rename, fsync dir)."""
+        started = time.perf_counter()
+        try:
+            self._write_atomic(self.snapshot_path, chunks)
+        except OSError as exc:
+            raise PersistenceError(f"Could not write the snapshot in {self.path}: {exc.strerror or exc}") from exc
+        self.last_snapshot_seconds = time.perf_counter() - started
+        self.last_snapshot_at = time.time()
+
+    def write_snapshot_tmp(self, chunks: Iterator[bytes]) -> None:
+        """First half of a background snapshot: the temp file, written and fsynced."""
+        started = time.perf_counter()
+        tmp = self._snapshot_tmp()
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb", closefd=True) as fh:
+                for chunk in chunks:
+                    fh.write(chunk)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise PersistenceError(f"Could not write the snapshot in {self.path}: {exc.strerror or exc}") from exc
+        self.last_snapshot_seconds = time.perf_counter() - started
+
+    def install_snapshot_tmp(self) -> None:
+        """Second half: rename the temp file into place and fsync the dir. Call under the lock."""
+        tmp = self._snapshot_tmp()
+        os.replace(tmp, self.snapshot_path)
+        _fsync_dir(self.path)
+        self.last_snapshot_at = time.time()
+
+    def discard_snapshot_tmp(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self._snapshot_tmp())
+
+    def _snapshot_tmp(self) -> Path:
+        # Per process: two servers snapshotting the same dir must not write one temp file.
+        return self.path / f"{SNAPSHOT}.{os.getpid()}.tmp"
+
+    def remove_temp_files(self) -> None:
+        """Delete every temp file, ours or another process's (whose install will then fail
+        harmlessly): after a forget no file may still hold the forgotten bytes."""
+        for tmp in self.path.glob("*.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def rotate(self, new_gen: int, from_offset: int) -> None:
+        """Start journal generation `new_gen`, keeping what was appended after `from_offset`."""
+        end = os.stat(self.journal_path).st_size
+        tail = self._journal_bytes(from_offset, end) if end > from_offset else b""
+        try:
+            self._write_journal(new_gen, tail)
+        except OSError as exc:
+            raise PersistenceError(f"Could not rotate the journal in {self.path}: {exc.strerror or exc}") from exc
+        self.gen = new_gen
+        self.offset = len(_journal_header(new_gen)) + len(tail)
+
+    def journal_size(self) -> int:
+        try:
+            return os.stat(self.journal_path).st_size
+        except OSError:
+            return 0
+
+
+def snapshot_chunks(header: dict[str, Any], items: list[dict[str, Any]] | list[Any]) -> Iterator[bytes]:
+    """Serialise a snapshot as a stream of chunks so a writer thread can yield between them."""
+    head = orjson.dumps(header)
+    yield head[:-1] + b',"items":['
+    first = True
+    for start in range(0, len(items), C.SNAPSHOT_CHUNK_ITEMS):
+        part = orjson.dumps(items[start : start + C.SNAPSHOT_CHUNK_ITEMS])[1:-1]
+        if not part:
+            continue
+        yield part if first else b"," + part
+        first = False
+    yield b"]}"

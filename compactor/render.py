@@ -1,0 +1,42 @@
+"""Text shown to a model or a person: budget lines, item lines, previews. No I/O."""
+
+from __future__ import annotations
+
+import re
+
+from . import constants as C
+from .models import Item
+
+_WS = re.compile(r"\s+")
+
+
+def preview(text: str | None, chars: int = C.PREVIEW_CHARS) -> str:
+    """First `chars` characters with whitespace folded; cut on characters, never bytes."""
+    if not text:
+        return ""
+    flat = _WS.sub(" ", text).strip()
+    return flat if len(flat) <= chars else flat[: chars - 1].rstrip() + "…"
+
+
+def budget_line(used: int, budget: int, active: int, archived: int) -> str:
+    pct = 100.0 * used / budget if budget else 0.0
+    return f"Budget: {used:,}/{budget:,} tokens ({pct:.1f}%) · {active:,} active · {archived:,} archived"
+
+
+def item_line(item: Item, *, score: float | None = None, extra: str = "") -> str:
+    flags = []
+    if item.pinned:
+        flags.append("pinned")
+    if item.tier == "archived":
+        flags.append("archived")
+    if item.view == "summary":
+        flags.append("summary view")
+    if item.depth:
+        flags.append(f"summary d{item.depth}")
+    flag = f" [{', '.join(flags)}]" if flags else ""
+    tags = f" #{' #'.join(item.tags)}" if item.tags else ""
+    head = f"- {item.id} ({item.content_type}, imp {item.importance}{flag})"
+    if score is not None:
+        head += f" score {score:.3f}"
+    body = preview(item.summary) if item.summary else preview(item.content)
+    return f"{head}{tags}: {body}{extra}"

@@ -1,0 +1,251 @@
+"""The tools' structured results: pydantic models that become each tool's outputSchema.
+
+Field names here are a public contract (scripts and other clients read them): add fields,
+never rename or remove them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from . import constants as C
+from .models import CompactReport, Item
+from .render import preview
+
+
+class Budget(BaseModel):
+    token_budget: int
+    tokens_used: int
+    usage: float = Field(description="tokens_used / token_budget")
+
+
+class CompactionSummary(BaseModel):
+    trigger: Literal["manual", "auto"]
+    promoted: int
+    deduplicated: int
+    archived: int
+    tokens_before: int
+    tokens_after: int
+
+
+class ItemBrief(BaseModel):
+    id: str
+    content_type: str
+    importance: int
+    tags: list[str]
+    tier: Literal["active", "archived"]
+    view: Literal["content", "summary"]
+    pinned: bool
+    tokens: int = Field(description="tokens of the current view")
+    preview: str = Field(description="the summary if any, else the start of the content")
+    depth: int = 0
+
+
+class ScoredItem(ItemBrief):
+    score: float
+    matched_terms: list[str] = Field(default_factory=list)
+    archived: bool = False
+
+
+class StoreResult(BaseModel):
+    id: str
+    tokens: int
+    content_type: str
+    tags: list[str]
+    importance: int
+    pinned: bool
+    budget: Budget
+    compaction: CompactionSummary | None = None
+
+
+class BulkStoreResult(BaseModel):
+    ids: list[str]
+    stored: int
+    tokens: int
+    budget: Budget
+    compaction: CompactionSummary | None = None
+
+
+class RecallResult(BaseModel):
+    budget: Budget
+    items: list[ScoredItem]
+    pinned: int
+    more: int = Field(description="active items not shown")
+    tokens: int = Field(description="tokens of the rendered recall text")
+    text: str
+
+
+class QueryResult(BaseModel):
+    items: list[ScoredItem]
+    count: int
+
+
+class GetResult(BaseModel):
+    id: str
+    content: str
+    summary: str | None
+    tier: Literal["active", "archived"]
+    view: Literal["content", "summary"]
+    tags: list[str]
+    importance: int
+    content_type: str
+    pinned: bool
+    created_at: float
+    last_accessed_at: float
+    access_count: int
+    content_tokens: int
+    summary_tokens: int
+    merged_into: str | None
+    depth: int
+    parents: list[str]
+    children: list[str]
+
+
+class StatusResult(BaseModel):
+    token_budget: int
+    tokens_used: int
+    usage_percent: float
+    active_items: int
+    archived_items: int
+    pinned_items: int
+    per_type: dict[str, dict[str, int]]
+    auto_compact: bool
+    auto_compact_threshold: float
+    auto_compact_target: float
+    recall_tokens: int
+    budget_source: str
+    token_counter: str
+    persistence: dict[str, Any]
+
+
+class NeedsSummary(BaseModel):
+    id: str
+    tokens: int
+    preview: str
+
+
+class CompactResult(BaseModel):
+    promoted: int
+    deduplicated: int
+    archived: int
+    tokens_before: int
+    tokens_after: int
+    target_tokens: int
+    needs_summary: list[NeedsSummary]
+    promoted_ids: list[str]
+    archived_ids: list[str]
+    merged: list[dict[str, str]] = Field(description="[{id, merged_into}] for deduplicated items")
+
+
+class ItemResult(BaseModel):
+    id: str
+    tier: Literal["active", "archived"]
+    view: Literal["content", "summary"]
+    pinned: bool
+    importance: int
+    tags: list[str]
+    tokens: int
+    budget: Budget
+    compaction: CompactionSummary | None = None
+
+
+class ForgetResult(BaseModel):
+    id: str
+    forgotten: bool
+    budget: Budget
+
+
+class ListResult(BaseModel):
+    items: list[ItemBrief]
+    total: int
+    offset: int
+    next_offset: int | None
+
+
+class ExportResult(BaseModel):
+    format: Literal["json", "markdown"]
+    items: list[dict[str, Any]] = Field(default_factory=list)
+    text: str = ""
+    count: int
+    total: int
+    next_cursor: str | None
+
+
+class ConfigureResult(BaseModel):
+    token_budget: int
+    auto_compact: bool
+    auto_compact_threshold: float
+    recall_tokens: int
+    budget: Budget
+    compaction: CompactionSummary | None = None
+
+
+# --- builders -----------------------------------------------------------------------------
+def budget(used: int, total: int) -> Budget:
+    return Budget(token_budget=total, tokens_used=used, usage=round(used / total, 4) if total else 0.0)
+
+
+def compaction_summary(report: CompactReport | None) -> CompactionSummary | None:
+    if report is None:
+        return None
+    return CompactionSummary(
+        trigger=report.trigger,
+        promoted=len(report.promoted),
+        deduplicated=len(report.deduplicated),
+        archived=len(report.archived),
+        tokens_before=report.tokens_before,
+        tokens_after=report.tokens_after,
+    )
+
+
+def brief(item: Item) -> ItemBrief:
+    return ItemBrief(**_brief_fields(item))
+
+
+def scored(item: Item, score: float, matched: tuple[str, ...] = ()) -> ScoredItem:
+    return ScoredItem(
+        **_brief_fields(item),
+        score=round(score, 6),
+        matched_terms=list(matched),
+        archived=item.tier == "archived",
+    )
+
+
+def _brief_fields(item: Item) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "content_type": item.content_type,
+        "importance": item.importance,
+        "tags": list(item.tags),
+        "tier": item.tier,
+        "view": item.view,
+        "pinned": item.pinned,
+        "tokens": item.view_tokens,
+        "preview": preview(item.summary or item.content, C.PREVIEW_CHARS),
+        "depth": item.depth,
+    }
+
+
+def full(item: Item) -> GetResult:
+    return GetResult(
+        id=item.id,
+        content=item.content,
+        summary=item.summary,
+        tier=item.tier,
+        view=item.view,
+        tags=list(item.tags),
+        importance=item.importance,
+        content_type=item.content_type,
+        pinned=item.pinned,
+        created_at=item.created_at,
+        last_accessed_at=item.last_accessed_at,
+        access_count=item.access_count,
+        content_tokens=item.content_tokens,
+        summary_tokens=item.summary_tokens,
+        merged_into=item.merged_into,
+        depth=item.depth,
+        parents=list(item.parents),
+        children=list(item.children),
+    )

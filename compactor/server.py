@@ -1,0 +1,683 @@
+"""The MCP adapter: tool definitions over the Store. No domain logic lives here.
+
+Each tool validates its arguments (pydantic, via the SDK), calls one Store method, and returns
+concise text plus structured content matching its outputSchema. Domain errors become tool
+errors (isError) with the Store's message, and the Store guarantees nothing changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from . import constants as C
+from . import schemas as S
+from .errors import CompactorError
+from .models import CompactReport
+from .render import budget_line, item_line, preview
+from .store import Store, StoreInput
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = """\
+compactor is your working memory across this session and the next ones. It keeps what you
+store inside a token budget and never loses it: compaction only moves items to a summary view
+or to the archive, and `get(id)` always returns the original.
+
+Workflow:
+1. Call `recall` first in every session (pass `query` when you know the task) to see pinned
+   items and the most valuable memories.
+2. `store` what you will want again: decisions (with the reason), errors and their fixes,
+   key code, and conclusions from long tool output. Give a one-line `summary` for anything
+   long: compaction then shows the summary instead of evicting the item.
+3. Before re-reading a file, re-running a command or debugging a familiar error, `query`
+   memory first; `get(id)` returns the full original.
+4. When a reply says the budget is high or compaction needs summaries, call `compact`, then
+   `update(id, summary=...)` for the items it lists.
+5. `pin` what must never fade (requirements, user preferences); `forget` only what must be
+   deleted for good (it is permanent).
+"""
+
+T = TypeVar("T", bound=BaseModel)
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+WRITE_IDEMPOTENT = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+
+TagsArg = Annotated[
+    list[str] | str | None,
+    Field(description="Tags: a list, or one comma-separated string ('auth,bug')."),
+]
+IdArg = Annotated[str, Field(description="An item id as returned by store, query, recall or list.", min_length=1, max_length=64)]
+
+
+class BulkItem(BaseModel):
+    content: str = Field(min_length=1, max_length=C.MAX_CONTENT_BYTES)
+    summary: str | None = Field(default=None, max_length=C.MAX_SUMMARY_CHARS)
+    tags: list[str] | str | None = None
+    importance: int = Field(default=C.IMPORTANCE_DEFAULT, ge=1, le=10)
+    pinned: bool = False
+
+    model_config = {"extra": "forbid"}
+
+
+_BULK = TypeAdapter(list[BulkItem])
+
+
+def _result(text: str, model: BaseModel) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=model.model_dump(mode="json"),
+    )
+
+
+def _compaction_text(report: CompactReport | None) -> str:
+    if report is None or not report.changed:
+        return ""
+    parts = []
+    if report.promoted:
+        parts.append(f"{len(report.promoted)} switched to their summary")
+    if report.deduplicated:
+        parts.append(f"{len(report.deduplicated)} near-duplicates merged")
+    if report.archived:
+        parts.append(f"{len(report.archived)} archived")
+    text = (
+        f"\nAuto-compaction ran ({report.tokens_before:,} -> {report.tokens_after:,} tokens): "
+        + ", ".join(parts)
+        + ". Nothing was deleted: `get(id)` returns any original, `restore(id)` brings one back."
+    )
+    if report.needs_summary:
+        text += f" {len(report.needs_summary)} large items have no summary; `compact` lists them."
+    return text
+
+
+def _tool_error(exc: CompactorError) -> ToolError:
+    return ToolError(str(exc))
+
+
+def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
+    mcp: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version=_version())
+
+    def adopt_client(ctx: Context | None) -> None:
+        if ctx is None:
+            return
+        try:
+            params = ctx.session.client_params
+            client = params.client_info.name if params is not None else None
+        except (AttributeError, RuntimeError, ValueError):
+            return
+        store.adopt_client_budget(client)
+
+    def run(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
+        adopt_client(ctx)
+        try:
+            return fn()
+        except CompactorError as exc:
+            raise _tool_error(exc) from exc
+
+    def current_budget() -> S.Budget:
+        return S.budget(store.tokens_used, store.budget)
+
+    def line() -> str:
+        return budget_line(store.tokens_used, store.budget, store.count("active"), store.count("archived"))
+
+    # --- tools -----------------------------------------------------------------------------
+    @mcp.tool(
+        name="recall",
+        annotations=READ_ONLY,
+        description=(
+            "Call this FIRST in every session. Returns the budget line, pinned items, and the most "
+            "valuable active memories (by retention, or by relevance to `query` plus retention), each "
+            "with id, type, importance, tags and summary or preview. Output is capped by tokens "
+            "(configure recall_tokens) and says how many more items exist; use query/get for those."
+        ),
+    )
+    async def recall(
+        ctx: Context,
+        limit: Annotated[int, Field(ge=1, le=C.LIST_LIMIT_MAX, description="Most items to show.")] = 20,
+        query: Annotated[str | None, Field(max_length=2_000, description="What you are working on.")] = None,
+    ) -> Annotated[CallToolResult, S.RecallResult]:
+        def go() -> CallToolResult:
+            r = store.recall(limit=limit, query=query)
+            head = line()
+            body = []
+            if r.pinned:
+                body.append(f"Pinned ({len(r.pinned)}):")
+                body.extend(r.lines[: len(r.pinned)])
+            if r.items:
+                body.append("Relevant:" if query else "Most valuable:")
+                body.extend(r.lines[len(r.pinned) :])
+            if not r.pinned and not r.items:
+                body.append("Memory is empty." if len(store) == 0 else "No active items match.")
+            if r.more:
+                body.append(f"({r.more:,} more active items not shown: use query(...) or list(...).)")
+            text = "\n".join([head, *body])
+            model = S.RecallResult(
+                budget=current_budget(),
+                items=[S.scored(it, 0.0) for it in r.pinned] + [S.scored(it, sc) for it, sc in r.items],
+                pinned=len(r.pinned),
+                more=r.more,
+                tokens=r.tokens,
+                text=text,
+            )
+            return _result(text, model)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="store",
+        annotations=WRITE,
+        description=(
+            "Store something worth remembering: a decision and its reason, an error and its fix, key "
+            "code, a conclusion from tool output. Give a one-line `summary` for long content so "
+            "compaction can show the summary instead of archiving it. Returns the new id, its tokens, "
+            "the detected type and tags. Content over 1 MiB or empty is rejected."
+        ),
+    )
+    async def store_tool(
+        ctx: Context,
+        content: Annotated[str, Field(description="The text to remember (up to 1 MiB).")],
+        summary: Annotated[
+            str | None, Field(max_length=C.MAX_SUMMARY_CHARS, description="One-line summary.")
+        ] = None,
+        tags: TagsArg = None,
+        importance: Annotated[int, Field(ge=1, le=10, description="1 (trivia) to 10 (critical).")] = 5,
+        pinned: Annotated[bool, Field(description="Never compact this item.")] = False,
+    ) -> Annotated[CallToolResult, S.StoreResult]:
+        def go() -> CallToolResult:
+            res = store.store(content, summary=summary, tags=tags, importance=importance, pinned=pinned)
+            it = res.item
+            text = (
+                f"Stored {it.id} ({it.content_type}, {it.content_tokens:,} tokens, "
+                f"tags: {', '.join(it.tags) or '-'}).\n{line()}{_compaction_text(res.compaction)}"
+            )
+            model = S.StoreResult(
+                id=it.id,
+                tokens=it.content_tokens,
+                content_type=it.content_type,
+                tags=list(it.tags),
+                importance=it.importance,
+                pinned=it.pinned,
+                budget=current_budget(),
+                compaction=S.compaction_summary(res.compaction),
+            )
+            return _result(text, model)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="bulk_store",
+        annotations=WRITE,
+        description=(
+            "Store many items in one call, all or nothing. `items` is a JSON array of objects with the "
+            "store arguments (content, summary, tags, importance, pinned); a JSON string holding such "
+            "an array is accepted too. If any item is invalid nothing is stored and the error names "
+            "the item's index and field."
+        ),
+    )
+    async def bulk_store(
+        ctx: Context,
+        items: Annotated[
+            list[dict[str, Any]] | str,
+            Field(description="Array of {content, summary?, tags?, importance?, pinned?}."),
+        ],
+    ) -> Annotated[CallToolResult, S.BulkStoreResult]:
+        def go() -> CallToolResult:
+            raw: Any = items
+            if isinstance(raw, str):
+                try:
+                    raw = json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise ToolError(f"items is a string but not valid JSON ({exc.msg} at {exc.pos}).") from exc
+            if not isinstance(raw, list):
+                raise ToolError("items must be a JSON array of objects.")
+            if len(raw) > C.BULK_MAX_ITEMS:
+                raise ToolError(f"items has {len(raw):,} entries; send at most {C.BULK_MAX_ITEMS:,} per call.")
+            try:
+                parsed = _BULK.validate_python(raw)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = err["loc"]
+                where = f"items[{loc[0]}]" + "".join(f".{p}" for p in loc[1:])
+                raise ToolError(f"{where}: {err['msg']}. Nothing was stored.") from exc
+            res = store.bulk_store(
+                [StoreInput(p.content, p.summary, p.tags, p.importance, p.pinned) for p in parsed]
+            )
+            tokens = sum(it.content_tokens for it in res.items)
+            text = (
+                f"Stored {len(res.items)} items ({tokens:,} tokens): "
+                f"{', '.join(it.id for it in res.items[:50])}{' ...' if len(res.items) > 50 else ''}\n"
+                f"{line()}{_compaction_text(res.compaction)}"
+            )
+            model = S.BulkStoreResult(
+                ids=[it.id for it in res.items],
+                stored=len(res.items),
+                tokens=tokens,
+                budget=current_budget(),
+                compaction=S.compaction_summary(res.compaction),
+            )
+            return _result(text, model)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="query",
+        annotations=WRITE_IDEMPOTENT,
+        description=(
+            "Search memory before re-reading a file, re-running a command or debugging a familiar "
+            "error. BM25 over content, summary and tags (tag matches boosted), combined with "
+            "retention. `tags` keeps items having any of them. Archived items are searched with "
+            "include_archived=true and are marked. Each result has its score and matched terms; "
+            "`get(id)` returns the full item. Counts as an access (keeps results fresh)."
+        ),
+    )
+    async def query(
+        ctx: Context,
+        query: Annotated[str | None, Field(max_length=10_000, description="Words, identifiers, paths, error text.")] = None,
+        tags: TagsArg = None,
+        limit: Annotated[int, Field(ge=1, le=C.QUERY_LIMIT_MAX)] = 10,
+        include_archived: bool = False,
+    ) -> Annotated[CallToolResult, S.QueryResult]:
+        def go() -> CallToolResult:
+            hits = store.query(query=query, tags=tags, limit=limit, include_archived=include_archived)
+            lines = [
+                item_line(h.item, score=h.score, extra=f"  (matched: {', '.join(h.matched)})" if h.matched else "")
+                for h in hits
+            ]
+            text = "\n".join(lines) if lines else "No matches. Try other words, or include_archived=true."
+            model = S.QueryResult(items=[S.scored(h.item, h.score, h.matched) for h in hits], count=len(hits))
+            return _result(text, model)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="get",
+        annotations=READ_ONLY,
+        description=(
+            "Return one item in full (content, summary, tags, tier, view, lineage) whatever its tier "
+            "or view. This is the way back to every original after compaction."
+        ),
+    )
+    async def get(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.GetResult]:
+        def go() -> CallToolResult:
+            it = store.get(id)
+            head = (
+                f"{it.id} ({it.content_type}, importance {it.importance}, {it.tier}, view: {it.view}"
+                f"{', pinned' if it.pinned else ''}{', merged into ' + it.merged_into if it.merged_into else ''})"
+            )
+            parts = [head]
+            if it.tags:
+                parts.append("tags: " + ", ".join(it.tags))
+            if it.summary:
+                parts.append("summary: " + it.summary)
+            parts.append(it.content)
+            return _result("\n".join(parts), S.full(it))
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="status",
+        annotations=READ_ONLY,
+        description=(
+            "Budget, tokens used and percentage; counts per tier and per type; auto-compact settings; "
+            "the token counter in use; persistence state (state dir, last snapshot, journal size)."
+        ),
+    )
+    async def status(ctx: Context) -> Annotated[CallToolResult, S.StatusResult]:
+        def go() -> CallToolResult:
+            st = store.status()
+            pct = 100.0 * st.tokens_used / st.token_budget if st.token_budget else 0.0
+            types = ", ".join(
+                f"{t} {c['active']}/{c['archived']}" for t, c in st.per_type.items() if c["active"] or c["archived"]
+            )
+            p = st.persistence
+            persist = (
+                f"state dir {p['state_dir']}, journal {p['journal_bytes']:,} bytes, last snapshot "
+                f"{'never' if not p.get('last_snapshot_at') else p['last_snapshot_at']}"
+                if p.get("enabled")
+                else "in memory only (no --state-dir)"
+            )
+            text = "\n".join(
+                [
+                    line(),
+                    f"Per type (active/archived): {types or 'none'}",
+                    f"Auto-compact: {'on' if st.settings.auto_compact else 'off'} above "
+                    f"{st.settings.auto_compact_threshold:.0%}, down to "
+                    f"{st.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP:.0%}",
+                    f"Token counter: {st.token_counter}",
+                    f"Persistence: {persist}",
+                ]
+            )
+            model = S.StatusResult(
+                token_budget=st.token_budget,
+                tokens_used=st.tokens_used,
+                usage_percent=round(pct, 2),
+                active_items=st.active_items,
+                archived_items=st.archived_items,
+                pinned_items=st.pinned_items,
+                per_type=st.per_type,
+                auto_compact=st.settings.auto_compact,
+                auto_compact_threshold=st.settings.auto_compact_threshold,
+                auto_compact_target=round(st.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP, 4),
+                recall_tokens=st.settings.recall_tokens,
+                budget_source=st.settings.budget_source,
+                token_counter=st.token_counter,
+                persistence=st.persistence,
+            )
+            return _result(text, model)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="compact",
+        annotations=WRITE_IDEMPOTENT,
+        description=(
+            "Bring usage down to target_usage of the budget (default 0.7) in three phases: switch "
+            "low-value items that have a summary to their summary; merge near-duplicates; move the "
+            "lowest-value unpinned items to the archive. Nothing is deleted. Lists items that need a "
+            "summary: write one with update(id, summary=...) so they cost less next time."
+        ),
+    )
+    async def compact(
+        ctx: Context,
+        target_usage: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = C.MANUAL_COMPACT_TARGET,
+    ) -> Annotated[CallToolResult, S.CompactResult]:
+        def go() -> CallToolResult:
+            r = store.compact(target_usage)
+            needs = []
+            for item_id in r.needs_summary[: C.NEEDS_SUMMARY_LIMIT]:
+                it = store.get(item_id)
+                needs.append(S.NeedsSummary(id=it.id, tokens=it.content_tokens, preview=preview(it.content, 120)))
+            lines = [
+                f"Compacted {r.tokens_before:,} -> {r.tokens_after:,} tokens (target {r.target_tokens:,}).",
+                f"1. summary view: {len(r.promoted)}; 2. near-duplicates merged: {len(r.deduplicated)}; "
+                f"3. archived: {len(r.archived)}. Nothing was deleted.",
+            ]
+            if needs:
+                lines.append("Write a summary for these (update(id, summary=...)):")
+                lines.extend(f"- {n.id} ({n.tokens:,} tokens): {n.preview}" for n in needs)
+            lines.append(line())
+            model = S.CompactResult(
+                promoted=len(r.promoted),
+                deduplicated=len(r.deduplicated),
+                archived=len(r.archived),
+                tokens_before=r.tokens_before,
+                tokens_after=r.tokens_after,
+                target_tokens=r.target_tokens,
+                needs_summary=needs,
+                promoted_ids=r.promoted[:100],
+                archived_ids=r.archived[:100],
+                merged=[{"id": a, "merged_into": b} for a, b in r.deduplicated[:100]],
+            )
+            return _result("\n".join(lines), model)
+
+        return run(ctx, go)
+
+    def item_result(it_id: str, verb: str, report: CompactReport | None = None) -> CallToolResult:
+        it = store.get(it_id)
+        model = S.ItemResult(
+            id=it.id,
+            tier=it.tier,
+            view=it.view,
+            pinned=it.pinned,
+            importance=it.importance,
+            tags=list(it.tags),
+            tokens=it.view_tokens,
+            budget=current_budget(),
+            compaction=S.compaction_summary(report),
+        )
+        return _result(f"{verb} {it.id}.\n{line()}{_compaction_text(report)}", model)
+
+    @mcp.tool(
+        name="update",
+        annotations=WRITE_IDEMPOTENT,
+        description=(
+            "Change an item's summary, content, tags or importance (at least one). Re-indexes it and "
+            "recounts its tokens. Use it to add the summaries compaction asks for."
+        ),
+    )
+    async def update(
+        ctx: Context,
+        id: IdArg,
+        summary: Annotated[str | None, Field(max_length=C.MAX_SUMMARY_CHARS)] = None,
+        content: str | None = None,
+        tags: TagsArg = None,
+        importance: Annotated[int | None, Field(ge=1, le=10)] = None,
+    ) -> Annotated[CallToolResult, S.ItemResult]:
+        def go() -> CallToolResult:
+            store.update(id, summary=summary, content=content, tags=tags, importance=importance)
+            return item_result(id, "Updated")
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="pin",
+        annotations=WRITE_IDEMPOTENT,
+        description="Pin an item: compaction never switches it to its summary or archives it.",
+    )
+    async def pin(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
+        return run(ctx, lambda: (store.pin(id), item_result(id, "Pinned"))[1])
+
+    @mcp.tool(name="unpin", annotations=WRITE_IDEMPOTENT, description="Unpin an item so compaction may move it again.")
+    async def unpin(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
+        return run(ctx, lambda: (store.unpin(id), item_result(id, "Unpinned"))[1])
+
+    @mcp.tool(
+        name="restore",
+        annotations=WRITE_IDEMPOTENT,
+        description=(
+            "Bring an archived item back to the active tier. Auto-compaction may follow to stay in "
+            "budget, but it never archives the item you restored."
+        ),
+    )
+    async def restore(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
+        def go() -> CallToolResult:
+            _, report = store.restore(id)
+            return item_result(id, "Restored", report)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="forget",
+        annotations=DESTRUCTIVE,
+        description=(
+            "Delete an item permanently, from memory and from disk (the only tool that destroys "
+            "anything). Use it for secrets or content that is wrong and harmful to keep."
+        ),
+    )
+    async def forget(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ForgetResult]:
+        def go() -> CallToolResult:
+            store.forget(id)
+            return _result(f"Forgot {id} permanently.\n{line()}", S.ForgetResult(id=id, forgotten=True, budget=current_budget()))
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="list",
+        annotations=READ_ONLY,
+        description="List items newest first, paged with offset/limit, from the active tier, the archive, or all.",
+    )
+    async def list_tool(
+        ctx: Context,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        limit: Annotated[int, Field(ge=1, le=C.LIST_LIMIT_MAX)] = 20,
+        tier: Literal["active", "archived", "all"] = "active",
+    ) -> Annotated[CallToolResult, S.ListResult]:
+        def go() -> CallToolResult:
+            page = store.list(offset=offset, limit=limit, tier=tier)
+            nxt = offset + len(page.items)
+            next_offset = nxt if nxt < page.total else None
+            lines = [f"{tier}: items {offset + 1 if page.items else 0}-{nxt} of {page.total:,} (newest first)"]
+            lines.extend(item_line(it) for it in page.items)
+            if next_offset is not None:
+                lines.append(f"(more: list(offset={next_offset}))")
+            model = S.ListResult(
+                items=[S.brief(it) for it in page.items], total=page.total, offset=offset, next_offset=next_offset
+            )
+            return _result(_bounded("\n".join(lines)), model)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="export",
+        annotations=READ_ONLY,
+        description=(
+            "Export memory as JSON or Markdown, oldest first, in bounded pages: pass the returned "
+            "next_cursor to get the next page. summaries_only=true exports summaries (or previews) "
+            "instead of full content."
+        ),
+    )
+    async def export(
+        ctx: Context,
+        summaries_only: bool = False,
+        tier: Literal["active", "archived", "all"] = "all",
+        format: Literal["json", "markdown"] = "json",
+        cursor: Annotated[str | None, Field(max_length=64)] = None,
+    ) -> Annotated[CallToolResult, S.ExportResult]:
+        def go() -> CallToolResult:
+            page = store.export(tier=tier, cursor=cursor, page_chars=C.EXPORT_PAGE_CHARS // 3)
+            records: list[dict[str, Any]] = []
+            md: list[str] = []
+            for it in page.items:
+                body = (it.summary or preview(it.content, 300)) if summaries_only else it.content
+                rec = {
+                    "id": it.id,
+                    "content_type": it.content_type,
+                    "importance": it.importance,
+                    "tags": list(it.tags),
+                    "tier": it.tier,
+                    "view": it.view,
+                    "pinned": it.pinned,
+                    "created_at": it.created_at,
+                    "summary": it.summary,
+                }
+                if not summaries_only:
+                    rec["content"] = it.content
+                else:
+                    rec["text"] = body
+                records.append(rec)
+                md.append(
+                    f"## {it.id} · {it.content_type} · importance {it.importance} · {it.tier}"
+                    + (" · pinned" if it.pinned else "")
+                    + (f"\n\nTags: {', '.join(it.tags)}" if it.tags else "")
+                    + (f"\n\n**Summary:** {it.summary}" if it.summary and not summaries_only else "")
+                    + f"\n\n{body}\n"
+                )
+            more = f"\n\n(next page: export(cursor={page.next_cursor!r}))" if page.next_cursor else ""
+            if format == "markdown":
+                text = "\n".join(md) + more
+                model = S.ExportResult(
+                    format="markdown", text=text, count=len(records), total=page.total, next_cursor=page.next_cursor
+                )
+            else:
+                text = json.dumps(records, ensure_ascii=False) + more
+                model = S.ExportResult(
+                    format="json", items=records, count=len(records), total=page.total, next_cursor=page.next_cursor
+                )
+            return _result(text, model)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="configure",
+        annotations=WRITE_IDEMPOTENT,
+        description=(
+            "Change settings: token_budget, auto_compact (on/off), auto_compact_threshold (compact "
+            "above this share of the budget, down to 0.1 below it), recall_tokens (cap of recall's "
+            "output). A budget lowered below current usage compacts at once when auto-compact is on. "
+            "A budget set here is kept over any client default."
+        ),
+    )
+    async def configure(
+        ctx: Context,
+        token_budget: Annotated[int | None, Field(ge=C.BUDGET_MIN, le=C.BUDGET_MAX)] = None,
+        auto_compact: bool | None = None,
+        auto_compact_threshold: Annotated[float | None, Field(ge=0.2, le=1.0, allow_inf_nan=False)] = None,
+        recall_tokens: Annotated[int | None, Field(ge=100, le=C.RECALL_TOKENS_MAX)] = None,
+    ) -> Annotated[CallToolResult, S.ConfigureResult]:
+        def go() -> CallToolResult:
+            st, report = store.configure(
+                token_budget=token_budget,
+                auto_compact=auto_compact,
+                auto_compact_threshold=auto_compact_threshold,
+                recall_tokens=recall_tokens,
+            )
+            text = (
+                f"Settings: budget {st.token_budget:,}, auto-compact {'on' if st.auto_compact else 'off'} "
+                f"above {st.auto_compact_threshold:.0%}, recall_tokens {st.recall_tokens:,}.\n{line()}"
+                f"{_compaction_text(report)}"
+            )
+            model = S.ConfigureResult(
+                token_budget=st.token_budget,
+                auto_compact=st.auto_compact,
+                auto_compact_threshold=st.auto_compact_threshold,
+                recall_tokens=st.recall_tokens,
+                budget=current_budget(),
+                compaction=S.compaction_summary(report),
+            )
+            return _result(text, model)
+
+        return run(ctx, go)
+
+    return mcp
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= C.MAX_OUTPUT_CHARS:
+        return text
+    return text[: C.MAX_OUTPUT_CHARS - 40] + "\n… (output cut; page with offset/limit)"
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S) -> None:
+    """Run the stdio server until stdin closes or SIGTERM/SIGINT, snapshotting in the background
+    and once more on the way out."""
+    mcp = build_server(store)
+
+    async def snapshot_loop() -> None:
+        while True:
+            await anyio.sleep(snapshot_interval)
+            if store.dirty:
+                try:
+                    await store.snapshot_async()
+                except Exception:
+                    log.exception("background snapshot failed; the journal still holds every change")
+
+    async def on_signal(scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for sig in signals:
+                log.info("received %s, shutting down", signal.Signals(sig).name)
+                scope.cancel()
+                return
+
+    try:
+        async with anyio.create_task_group() as tg:
+            if store.persistent:
+                tg.start_soon(snapshot_loop)
+            tg.start_soon(on_signal, tg.cancel_scope)
+            await mcp.run_stdio_async()
+            tg.cancel_scope.cancel()
+    finally:
+        if store.persistent and store.dirty:
+            try:
+                store.snapshot()
+            except Exception:
+                log.exception("final snapshot failed; the journal still holds every change")
+        store.close()
