@@ -66,9 +66,7 @@ def serve_parser() -> argparse.ArgumentParser:
 
 
 def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def run_server(argv: Sequence[str]) -> int:

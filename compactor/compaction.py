@@ -89,9 +89,7 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
                 if not _movable(loser, inp.protected):
                     continue
             losers.add(loser.id)
-            ops.append(
-                {"op": "patch", "id": loser.id, "set": {"tier": "archived", "merged_into": survivor.id}}
-            )
+            ops.append({"op": "patch", "id": loser.id, "set": {"tier": "archived", "merged_into": survivor.id}})
             used -= loser.view_tokens if loser.id not in report.promoted else loser.summary_tokens
             tags = gained.setdefault(survivor.id, list(survivor.tags))
             for tag in loser.tags:

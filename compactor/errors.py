@@ -26,10 +26,7 @@ class NotFoundError(CompactorError, KeyError):
         self.item_id = item_id
 
     def __str__(self) -> str:
-        return (
-            f"No item with id {self.item_id!r}. Ids are case-sensitive; use `query` or `list` "
-            "to find the right one."
-        )
+        return f"No item with id {self.item_id!r}. Ids are case-sensitive; use `query` or `list` to find the right one."
 
 
 class PersistenceError(CompactorError):

@@ -123,7 +123,9 @@ class StateDir:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StateCorruptError(f"Cannot read {self.snapshot_path}: {exc}. {self._hint(self.snapshot_path)}")
+            raise StateCorruptError(
+                f"Cannot read {self.snapshot_path}: {exc}. {self._hint(self.snapshot_path)}"
+            ) from exc
         try:
             snap = orjson.loads(raw)
             if not isinstance(snap, dict) or not isinstance(snap.get("items"), list):
@@ -152,7 +154,7 @@ class StateDir:
         except FileNotFoundError:
             return 0, [], 0, []
         except OSError as exc:
-            raise StateCorruptError(f"Cannot read {self.journal_path}: {exc}. {self._hint(self.journal_path)}")
+            raise StateCorruptError(f"Cannot read {self.journal_path}: {exc}. {self._hint(self.journal_path)}") from exc
         if not data:
             return 0, [], 0, []
         nl = data.find(b"\n")
@@ -186,13 +188,28 @@ class StateDir:
                     warnings.append(f"{self.journal_path}: skipped a torn last line {lineno} left by a crash")
                     return gen, batches, pos, warnings
                 raise StateCorruptError(
-                    f"Journal {self.journal_path} line {lineno} is corrupt ({exc}). "
-                    + self._hint(self.journal_path)
+                    f"Journal {self.journal_path} line {lineno} is corrupt ({exc}). " + self._hint(self.journal_path)
                 ) from exc
             batches.append(ops)
             pos = end + 1
             lineno += 1
         return gen, batches, pos, warnings
+
+    def journal_gen(self) -> int:
+        """The journal's generation from its header; 0 if there is no journal yet."""
+        try:
+            with open(self.journal_path, "rb") as fh:
+                first = fh.readline()
+        except FileNotFoundError:
+            return 0
+        if not first:
+            return 0
+        try:
+            return int(orjson.loads(first)["gen"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StateCorruptError(
+                f"Journal {self.journal_path} has a bad header ({exc}). {self._hint(self.journal_path)}"
+            ) from exc
 
     def load(self) -> Loaded:
         """Read snapshot + journal. Call under the lock."""
@@ -200,7 +217,7 @@ class StateDir:
         snap_gen = int(snap.get("gen", 1)) if snap else 1
         prev_gen = int(snap.get("prev_gen", 0)) if snap else 0
         prev_offset = int(snap.get("prev_offset", 0)) if snap else 0
-        jgen, _, _, _ = self.read_journal(start=0) if self.journal_path.exists() else (0, [], 0, [])
+        jgen = self.journal_gen()
         warnings: list[str] = []
         if jgen == 0:
             # No journal yet (fresh dir, or it was lost): start one at the snapshot's generation.

@@ -13,7 +13,7 @@ _LOG_SIZE_CAP = math.log1p(C.SIZE_SATURATION_TOKENS)
 def recency(item: Item, now: float) -> float:
     """0.5 ** (age / half-life), age counted from the last access."""
     age = max(0.0, now - item.last_accessed_at)
-    return 0.5 ** (age / C.HALF_LIFE_S[item.content_type])
+    return float(0.5 ** (age / C.HALF_LIFE_S[item.content_type]))
 
 
 def access(count: int) -> float:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -60,7 +62,9 @@ TagsArg = Annotated[
     list[str] | str | None,
     Field(description="Tags: a list, or one comma-separated string ('auth,bug')."),
 ]
-IdArg = Annotated[str, Field(description="An item id as returned by store, query, recall or list.", min_length=1, max_length=64)]
+IdArg = Annotated[
+    str, Field(description="An item id as returned by store, query, recall or list.", min_length=1, max_length=64)
+]
 
 
 class BulkItem(BaseModel):
@@ -189,9 +193,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
     async def store_tool(
         ctx: Context,
         content: Annotated[str, Field(description="The text to remember (up to 1 MiB).")],
-        summary: Annotated[
-            str | None, Field(max_length=C.MAX_SUMMARY_CHARS, description="One-line summary.")
-        ] = None,
+        summary: Annotated[str | None, Field(max_length=C.MAX_SUMMARY_CHARS, description="One-line summary.")] = None,
         tags: TagsArg = None,
         importance: Annotated[int, Field(ge=1, le=10, description="1 (trivia) to 10 (critical).")] = 5,
         pinned: Annotated[bool, Field(description="Never compact this item.")] = False,
@@ -252,9 +254,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
                 loc = err["loc"]
                 where = f"items[{loc[0]}]" + "".join(f".{p}" for p in loc[1:])
                 raise ToolError(f"{where}: {err['msg']}. Nothing was stored.") from exc
-            res = store.bulk_store(
-                [StoreInput(p.content, p.summary, p.tags, p.importance, p.pinned) for p in parsed]
-            )
+            res = store.bulk_store([StoreInput(p.content, p.summary, p.tags, p.importance, p.pinned) for p in parsed])
             tokens = sum(it.content_tokens for it in res.items)
             text = (
                 f"Stored {len(res.items)} items ({tokens:,} tokens): "
@@ -285,7 +285,9 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
     )
     async def query(
         ctx: Context,
-        query: Annotated[str | None, Field(max_length=10_000, description="Words, identifiers, paths, error text.")] = None,
+        query: Annotated[
+            str | None, Field(max_length=10_000, description="Words, identifiers, paths, error text.")
+        ] = None,
         tags: TagsArg = None,
         limit: Annotated[int, Field(ge=1, le=C.QUERY_LIMIT_MAX)] = 10,
         include_archived: bool = False,
@@ -500,7 +502,9 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
     async def forget(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ForgetResult]:
         def go() -> CallToolResult:
             store.forget(id)
-            return _result(f"Forgot {id} permanently.\n{line()}", S.ForgetResult(id=id, forgotten=True, budget=current_budget()))
+            return _result(
+                f"Forgot {id} permanently.\n{line()}", S.ForgetResult(id=id, forgotten=True, budget=current_budget())
+            )
 
         return run(ctx, go)
 
@@ -516,7 +520,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         tier: Literal["active", "archived", "all"] = "active",
     ) -> Annotated[CallToolResult, S.ListResult]:
         def go() -> CallToolResult:
-            page = store.list(offset=offset, limit=limit, tier=tier)
+            page = store.list_items(offset=offset, limit=limit, tier=tier)
             nxt = offset + len(page.items)
             next_offset = nxt if nxt < page.total else None
             lines = [f"{tier}: items {offset + 1 if page.items else 0}-{nxt} of {page.total:,} (newest first)"]
@@ -660,24 +664,30 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
                 except Exception:
                     log.exception("background snapshot failed; the journal still holds every change")
 
-    async def on_signal(scope: anyio.CancelScope) -> None:
+    async def on_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for sig in signals:
                 log.info("received %s, shutting down", signal.Signals(sig).name)
-                scope.cancel()
-                return
+                final_snapshot()
+                # The stdin reader is a worker thread blocked in read(2) that no cancellation
+                # can interrupt; every acknowledged call is already fsynced, so leave now.
+                sys.stdout.flush()
+                os._exit(0)
 
-    try:
-        async with anyio.create_task_group() as tg:
-            if store.persistent:
-                tg.start_soon(snapshot_loop)
-            tg.start_soon(on_signal, tg.cancel_scope)
-            await mcp.run_stdio_async()
-            tg.cancel_scope.cancel()
-    finally:
+    def final_snapshot() -> None:
         if store.persistent and store.dirty:
             try:
                 store.snapshot()
             except Exception:
                 log.exception("final snapshot failed; the journal still holds every change")
         store.close()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            if store.persistent:
+                tg.start_soon(snapshot_loop)
+            tg.start_soon(on_signal)
+            await mcp.run_stdio_async()
+            tg.cancel_scope.cancel()
+    finally:
+        final_snapshot()

@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import anyio.to_thread
 
-from . import constants as C
 from . import compaction, scoring
+from . import constants as C
 from .classify import auto_tags, detect_type, merge_tags, parse_tags
 from .dedup import DedupIndex
 from .errors import InvalidArgumentError, NotFoundError, PersistenceError
@@ -153,11 +153,10 @@ class Store:
             self._dir.open()
             with self._dir.locked():
                 self._reload()
-        if budget is not None:
-            # An explicit --budget is the person's choice: it wins over a client default but
-            # not over a budget set later with `configure` (that one is newer).
-            if self.settings.budget_source in ("default", "client", "cli"):
-                self._commit([{"op": "config", "set": {"token_budget": budget, "budget_source": "cli"}}])
+        # An explicit --budget is the person's choice: it wins over a client default but not
+        # over a budget the agent or person set with `configure` and that was saved.
+        if budget is not None and self.settings.budget_source in ("default", "client", "cli"):
+            self._commit([{"op": "config", "set": {"token_budget": budget, "budget_source": "cli"}}])
 
     # --- state plumbing -------------------------------------------------------------------
     def _reload(self) -> None:
@@ -369,7 +368,7 @@ class Store:
             user_tags = parse_tags(inp.tags)
         except ValueError as exc:
             raise InvalidArgumentError(str(exc)) from exc
-        ctype: ContentType = detect_type(content).value  # type: ignore[assignment]
+        ctype = cast(ContentType, str(detect_type(content)))
         tags = merge_tags(user_tags, auto_tags(content, ctype))[: C.MAX_TAGS]
         item_id = _new_id()
         while item_id in self._s.items:
@@ -501,24 +500,21 @@ class Store:
             trigger=trigger,
         )
         ops, report = compaction.plan(inp)
-        report.needs_summary = self._needs_summary(ops, active)
+        report.needs_summary = self._needs_summary(active)
         # The dedup pass covered everything pending; the journal need not remember that.
         s.dedup_pending.clear()
         return ops, report
 
-    def _needs_summary(self, ops: list[Op], active: list[Item]) -> list[str]:
-        archived = {str(op["id"]) for op in ops if op["op"] == "patch" and op["set"].get("tier") == "archived"}  # type: ignore[attr-defined]
-        cands = [
-            it for it in active if it.id not in archived and not it.summary and not it.pinned and not it.depth
-        ]
+    def _needs_summary(self, active: list[Item]) -> list[str]:
+        """The largest unsummarised items that were active when compaction started: a summary
+        lets phase 1 keep them visible next time instead of archiving them."""
+        cands = [it for it in active if not it.summary and not it.pinned and not it.depth]
         biggest = heapq.nlargest(C.NEEDS_SUMMARY_LIMIT, cands, key=lambda it: (it.content_tokens, it.seq))
         return [it.id for it in biggest if it.content_tokens > 40]
 
     def compact(self, target_usage: float = C.MANUAL_COMPACT_TARGET) -> CompactReport:
         if not isinstance(target_usage, (int, float)) or not 0.0 <= float(target_usage) <= 1.0:
             raise InvalidArgumentError(f"target_usage must be between 0.0 and 1.0, got {target_usage!r}.")
-        if target_usage != target_usage:  # NaN
-            raise InvalidArgumentError("target_usage must be a number between 0.0 and 1.0.")
         with self._locked():
             self._sync()
             target = int(float(target_usage) * self.settings.token_budget)
@@ -536,9 +532,7 @@ class Store:
         importance: int | None = None,
     ) -> Item:
         if summary is None and content is None and tags is None and importance is None:
-            raise InvalidArgumentError(
-                "Nothing to update: give at least one of summary, content, tags, importance."
-            )
+            raise InvalidArgumentError("Nothing to update: give at least one of summary, content, tags, importance.")
         with self._locked():
             self._sync()
             old = self._get(item_id)
@@ -551,7 +545,7 @@ class Store:
                     raise InvalidArgumentError(f"content is {size:,} bytes; the limit is 1 MiB.")
                 changes["content"] = content
                 changes["content_tokens"] = self.counter.count(content)
-                changes["content_type"] = detect_type(content).value
+                changes["content_type"] = str(detect_type(content))
             if summary is not None:
                 new_summary = self._check_summary(summary)
                 changes["summary"] = new_summary
@@ -714,9 +708,7 @@ class Store:
 
         if not text:
             pool = [s.items[i] for i in (allowed or ()) if accept(i)]
-            best = heapq.nlargest(
-                limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now), it.seq)
-            )
+            best = heapq.nlargest(limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now), it.seq))
             return [Hit(it, scoring.rank_score(1.0, it, now), ()) for it in best]
 
         # Retention can lift a BM25 score by at most MAX_RANK_FACTOR, so once the weakest of
@@ -807,7 +799,7 @@ class Store:
             more = self.count("active") - len(shown) - len(shown_pinned)
             return Recall(pinned=shown_pinned, items=shown, lines=lines, more=max(more, 0), tokens=tokens)
 
-    def list(self, offset: int = 0, limit: int = 20, tier: TierFilter = "active") -> Page:
+    def list_items(self, offset: int = 0, limit: int = 20, tier: TierFilter = "active") -> Page:
         if offset < 0:
             raise InvalidArgumentError("offset must be 0 or more.")
         if not 1 <= limit <= C.LIST_LIMIT_MAX:

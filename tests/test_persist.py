@@ -1,0 +1,191 @@
+import os
+import stat
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from compactor.errors import StateCorruptError
+from compactor.store import Store, StoreInput
+from tests.conftest import FakeClock
+
+
+def test_state_survives_restart(state_dir: Path, clock: FakeClock):
+    s = Store(state_dir=state_dir, clock=clock)
+    a = s.store("remember the alamo", tags="history", importance=8).item
+    b = s.store("second thing", pinned=True).item
+    s.configure(token_budget=50_000)
+    s.update(a.id, summary="alamo")
+    s.close()
+    s2 = Store(state_dir=state_dir, clock=clock)
+    got = s2.get(a.id)
+    assert got.content == "remember the alamo" and got.summary == "alamo" and got.importance == 8
+    assert s2.get(b.id).pinned
+    assert s2.budget == 50_000
+    assert [h.item.id for h in s2.query("alamo")] == [a.id]
+
+
+def test_snapshot_truncates_journal_and_restart_reads_it(state_dir: Path, clock: FakeClock):
+    s = Store(state_dir=state_dir, clock=clock)
+    ids = [s.store(f"item {i}").item.id for i in range(10)]
+    size_before = (state_dir / "journal.jsonl").stat().st_size
+    s.snapshot()
+    size_after = (state_dir / "journal.jsonl").stat().st_size
+    assert size_after < size_before and size_after < 40  # just the header
+    late = s.store("after the snapshot").item.id
+    s.close()
+    s2 = Store(state_dir=state_dir, clock=clock)
+    assert set(s2.ids()) == {*ids, late}
+
+
+def test_background_snapshot_keeps_writes_made_while_it_ran(state_dir: Path, clock: FakeClock):
+    s = Store(state_dir=state_dir, clock=clock)
+    s.bulk_store([StoreInput(f"bulk {i}") for i in range(200)])
+
+    async def run() -> str:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(s.snapshot_async)
+            return s.store("written during the snapshot").item.id
+
+    during = anyio.run(run)
+    s.close()
+    s2 = Store(state_dir=state_dir, clock=clock)
+    assert len(s2) == 201 and s2.get(during).content == "written during the snapshot"
+
+
+def test_permissions(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    s.store("x")
+    s.snapshot()
+    assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+    for f in state_dir.iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+
+
+def test_torn_last_line_is_skipped_with_a_warning(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    keep = s.store("acknowledged").item.id
+    s.close()
+    with open(state_dir / "journal.jsonl", "ab") as fh:
+        fh.write(b'{"ops":[{"op":"put","item":{"id":"half')
+    s2 = Store(state_dir=state_dir)
+    assert s2.ids() == [keep]
+    assert any("torn" in w for w in s2.load_warnings)
+    s2.store("next write lands on a clean line")
+    s2.close()
+    assert len(Store(state_dir=state_dir)) == 2
+
+
+def test_corrupt_snapshot_stops_startup_and_is_not_overwritten(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    s.store("x")
+    s.snapshot()
+    s.close()
+    snap = state_dir / "snapshot.json"
+    snap.write_bytes(b"{not json")
+    with pytest.raises(StateCorruptError) as err:
+        Store(state_dir=state_dir)
+    assert "snapshot.json" in str(err.value) and "doctor" in str(err.value)
+    assert snap.read_bytes() == b"{not json"
+
+
+def test_corrupt_journal_line_in_the_middle_names_the_line(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    s.store("one")
+    s.store("two")
+    s.close()
+    journal = state_dir / "journal.jsonl"
+    lines = journal.read_bytes().split(b"\n")
+    lines[1] = b"garbage"
+    journal.write_bytes(b"\n".join(lines))
+    with pytest.raises(StateCorruptError, match="line 2"):
+        Store(state_dir=state_dir)
+    assert b"garbage" in journal.read_bytes()
+
+
+def test_newer_schema_is_refused(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    s.store("x")
+    s.snapshot()
+    s.close()
+    snap = state_dir / "snapshot.json"
+    data = orjson.loads(snap.read_bytes())
+    data["schema"] = 999
+    snap.write_bytes(orjson.dumps(data))
+    with pytest.raises(StateCorruptError, match="schema version 999"):
+        Store(state_dir=state_dir)
+
+
+def test_crash_between_snapshot_and_rotation_loses_nothing(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    a = s.store("before").item.id
+    sd = s._dir
+    assert sd is not None
+    # Write the snapshot but "crash" before the journal rotation.
+    header = s._snapshot_header(sd.gen + 1, sd.gen, sd.offset)
+    from compactor.persist import snapshot_chunks
+
+    sd.write_snapshot(snapshot_chunks(header, list(s.iter_items())))
+    # The old-generation journal gets one more acknowledged write after the snapshot offset.
+    b = s.store("after").item.id
+    s.close()
+    s2 = Store(state_dir=state_dir)
+    assert set(s2.ids()) == {a, b}
+
+
+def test_forget_purges_bytes_from_every_file(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    secret = "hunter2-very-secret-token-zq81"
+    keep = s.store("public note").item.id
+    gone = s.store(f"the password is {secret}").item.id
+    s.snapshot()
+    s.update(keep, summary="mentions nothing")
+    s.forget(gone)
+    for f in state_dir.iterdir():
+        assert secret.encode() not in f.read_bytes(), f
+    s.close()
+    s2 = Store(state_dir=state_dir)
+    assert s2.ids() == [keep]
+
+
+def test_access_data_persists(state_dir: Path, clock: FakeClock):
+    s = Store(state_dir=state_dir, clock=clock)
+    it = s.store("findable walrus").item
+    clock.advance(500)
+    s.query("walrus")
+    s.close()
+    s2 = Store(state_dir=state_dir, clock=clock)
+    got = s2.get(it.id)
+    assert got.access_count == 1 and got.last_accessed_at == clock.now
+
+
+def test_budget_from_configure_survives_restart_and_client(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    s.configure(token_budget=7_000)
+    s.close()
+    s2 = Store(state_dir=state_dir)
+    s2.adopt_client_budget("claude-code")
+    assert s2.budget == 7_000
+
+
+def test_failed_write_changes_nothing(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    s = Store(state_dir=state_dir)
+    s.store("ok")
+    before = (s.ids(), s.tokens_used)
+
+    def boom(*a: object, **k: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", boom)
+    from compactor.errors import PersistenceError
+
+    with pytest.raises(PersistenceError, match="not applied"):
+        s.store("will fail")
+    with pytest.raises(PersistenceError):
+        s.bulk_store([StoreInput("a"), StoreInput("b")])
+    monkeypatch.undo()
+    assert (s.ids(), s.tokens_used) == before
+    s.store("disk is back")
+    s.close()
+    assert len(Store(state_dir=state_dir)) == 2

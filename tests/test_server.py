@@ -1,0 +1,282 @@
+"""Every tool through the SDK's in-process client, including its error paths."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_types import Implementation
+
+from compactor.server import INSTRUCTIONS, build_server
+from compactor.store import Store
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def connect(store: Store, client_name: str = "pytest") -> AsyncIterator[Client]:
+    server = build_server(store)
+    async with Client(server, mode="legacy", client_info=Implementation(name=client_name, version="1")) as c:
+        yield c
+
+
+async def call(c: Client, tool: str, **args: Any) -> dict[str, Any]:
+    with anyio.fail_after(10):
+        res = await c.call_tool(tool, args)
+    assert not res.is_error, res.content[0].text  # type: ignore[union-attr]
+    assert res.structured_content is not None
+    assert res.content and res.content[0].text  # type: ignore[union-attr]
+    return res.structured_content
+
+
+async def error(c: Client, tool: str, **args: Any) -> str:
+    with anyio.fail_after(10):
+        res = await c.call_tool(tool, args)
+    assert res.is_error
+    return res.content[0].text  # type: ignore[union-attr]
+
+
+def snapshot_of(store: Store) -> list[tuple[Any, ...]]:
+    items = sorted(
+        (i.id, i.content, i.summary, i.tags, i.tier, i.view, i.pinned, i.importance) for i in store.iter_items()
+    )
+    return [*items, (store.tokens_used, store.budget)]
+
+
+async def assert_unchanged(store: Store, fn: Callable[[], Any]) -> str:
+    before = snapshot_of(store)
+    msg = await fn()
+    assert snapshot_of(store) == before
+    return msg
+
+
+async def test_tools_are_listed_with_schemas_and_true_annotations(store: Store):
+    async with connect(store) as c:
+        assert c.instructions == INSTRUCTIONS
+        assert "recall" in INSTRUCTIONS and "pin" in INSTRUCTIONS
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        assert set(tools) == {
+            "recall",
+            "store",
+            "bulk_store",
+            "query",
+            "get",
+            "status",
+            "compact",
+            "update",
+            "pin",
+            "unpin",
+            "restore",
+            "forget",
+            "list",
+            "export",
+            "configure",
+        }
+        for t in tools.values():
+            assert t.description and len(t.description) > 40
+            assert t.output_schema is not None
+            assert t.annotations is not None
+        for name in ("get", "status", "list", "export", "recall"):
+            assert tools[name].annotations.read_only_hint is True
+        assert tools["forget"].annotations.destructive_hint is True
+        for name in ("store", "bulk_store", "compact", "update", "pin", "configure", "restore"):
+            assert tools[name].annotations.read_only_hint is False
+            assert tools[name].annotations.destructive_hint is False
+        assert tools["store"].annotations.idempotent_hint is False
+        props = tools["store"].input_schema["properties"]
+        assert {"content", "summary", "tags", "importance", "pinned"} <= set(props)
+
+
+async def test_store_get_query_recall_list(store: Store):
+    async with connect(store) as c:
+        r = await call(
+            c,
+            "store",
+            content="We decided to use Redis for sessions because of TTLs.",
+            summary="redis for sessions",
+            tags="infra,cache",
+            importance=8,
+        )
+        item_id = r["id"]
+        assert r["content_type"] == "decision" and r["tags"][:2] == ["infra", "cache"]
+        assert r["budget"]["tokens_used"] > 0
+        g = await call(c, "get", id=item_id)
+        assert {"id", "content", "summary", "tier", "view"} <= set(g)
+        assert g["tier"] == "active" and g["view"] == "content" and g["summary"] == "redis for sessions"
+        q = await call(c, "query", query="redis sessions")
+        assert q["items"][0]["id"] == item_id
+        assert q["items"][0]["score"] > 0 and "redis" in q["items"][0]["matched_terms"]
+        rc = await call(c, "recall")
+        assert rc["items"][0]["id"] == item_id and "Budget:" in rc["text"]
+        rq = await call(c, "recall", query="sessions", limit=5)
+        assert rq["items"][0]["id"] == item_id
+        lst = await call(c, "list", tier="all")
+        assert [i["id"] for i in lst["items"]] == [item_id] and lst["total"] == 1
+
+
+async def test_store_errors_leave_store_unchanged(store: Store):
+    async with connect(store) as c:
+        await call(c, "store", content="keep me")
+        assert "non-empty" in await assert_unchanged(store, lambda: error(c, "store", content="   "))
+        assert "1 MiB" in await assert_unchanged(store, lambda: error(c, "store", content="x" * (1024 * 1024 + 5)))
+        assert "importance" in await assert_unchanged(store, lambda: error(c, "store", content="x", importance=11))
+        assert "content" in await assert_unchanged(store, lambda: error(c, "store"))
+        await assert_unchanged(store, lambda: error(c, "store", content=["not", "a", "string"]))
+
+
+async def test_bulk_store_json_string_and_all_or_nothing(store: Store):
+    async with connect(store) as c:
+        r = await call(
+            c, "bulk_store", items=json.dumps([{"content": "a1 alpha"}, {"content": "b2 beta", "tags": ["x"]}])
+        )
+        assert len(r["ids"]) == 2 and r["stored"] == 2
+        r2 = await call(c, "bulk_store", items=[{"content": "c3 gamma", "importance": 9}])
+        assert len(r2["ids"]) == 1
+        msg = await assert_unchanged(
+            store,
+            lambda: error(
+                c, "bulk_store", items=[{"content": "ok"}, {"content": "ok2"}, {"content": "x", "importance": 0}]
+            ),
+        )
+        assert "items[2].importance" in msg and "Nothing was stored" in msg
+        msg = await assert_unchanged(store, lambda: error(c, "bulk_store", items="[{bad json"))
+        assert "not valid JSON" in msg
+        msg = await assert_unchanged(store, lambda: error(c, "bulk_store", items=[{"content": "a", "bogus": 1}]))
+        assert "items[0].bogus" in msg
+        msg = await assert_unchanged(store, lambda: error(c, "bulk_store", items=[{"content": "  "}]))
+        assert "non-empty" in msg
+
+
+async def test_get_update_pin_unpin_restore_forget_errors_on_unknown_id(store: Store):
+    async with connect(store) as c:
+        for tool in ("get", "pin", "unpin", "restore", "forget"):
+            msg = await assert_unchanged(store, lambda tool=tool: error(c, tool, id="nosuchid"))
+            assert "No item with id 'nosuchid'" in msg
+        msg = await assert_unchanged(store, lambda: error(c, "update", id="nosuchid", summary="s"))
+        assert "No item" in msg
+
+
+async def test_update_pin_unpin_forget(store: Store):
+    async with connect(store) as c:
+        item_id = (await call(c, "store", content="content about sockets"))["id"]
+        msg = await assert_unchanged(store, lambda: error(c, "update", id=item_id))
+        assert "at least one" in msg
+        u = await call(c, "update", id=item_id, summary="sockets", tags=["net"], importance=9)
+        assert u["importance"] == 9 and u["tags"][0] == "net"
+        assert (await call(c, "pin", id=item_id))["pinned"] is True
+        assert (await call(c, "unpin", id=item_id))["pinned"] is False
+        f = await call(c, "forget", id=item_id)
+        assert f["forgotten"] is True and f["budget"]["tokens_used"] == 0
+        assert "No item" in await error(c, "get", id=item_id)
+
+
+async def test_compact_restore_status_configure(store: Store):
+    async with connect(store) as c:
+        await call(c, "configure", token_budget=1_000, auto_compact=False)
+        ids = []
+        for i in range(6):
+            ids.append((await call(c, "store", content=" ".join(f"t{i}x{j}" for j in range(150))))["id"])
+        s = await call(c, "status")
+        assert {"token_budget", "tokens_used", "active_items", "archived_items"} <= set(s)
+        assert s["tokens_used"] > 1_000 and s["active_items"] == 6
+        assert s["token_counter"].startswith("tiktoken")
+        assert s["persistence"]["enabled"] is False
+        r = await call(c, "compact", target_usage=0.5)
+        assert {"promoted", "deduplicated", "archived", "tokens_before", "tokens_after", "needs_summary"} <= set(r)
+        assert r["tokens_after"] <= 500 and r["archived"] >= 1
+        assert r["needs_summary"] and len(r["needs_summary"]) <= 10
+        archived_id = r["archived_ids"][0]
+        g = await call(c, "get", id=archived_id)
+        assert g["tier"] == "archived" and g["content"].startswith("t")
+        back = await call(c, "restore", id=archived_id)
+        assert back["tier"] == "active"
+        assert "target_usage" in await assert_unchanged(store, lambda: error(c, "compact", target_usage=1.5))
+        await assert_unchanged(store, lambda: error(c, "configure", token_budget=5))
+        await assert_unchanged(store, lambda: error(c, "configure", auto_compact_threshold=0.05))
+        cfg = await call(c, "configure", recall_tokens=500)
+        assert cfg["recall_tokens"] == 500
+
+
+async def test_configure_lower_budget_compacts_at_once(store: Store):
+    async with connect(store) as c:
+        for i in range(10):
+            await call(c, "store", content=" ".join(f"q{i}z{j}" for j in range(100)))
+        used = (await call(c, "status"))["tokens_used"]
+        r = await call(c, "configure", token_budget=max(1_000, used // 2))
+        assert r["compaction"] is not None and r["compaction"]["archived"] > 0
+        assert r["budget"]["tokens_used"] <= 0.8 * r["token_budget"]
+
+
+async def test_list_and_export_paging_is_bounded(store: Store):
+    async with connect(store) as c:
+        for i in range(40):
+            await call(c, "store", content=f"entry {i} " + ("lorem ipsum dolor " * 300))
+        lst = await call(c, "list", limit=15)
+        assert len(lst["items"]) == 15 and lst["next_offset"] == 15 and lst["total"] == 40
+        await assert_unchanged(store, lambda: error(c, "list", limit=0))
+        await assert_unchanged(store, lambda: error(c, "list", tier="bogus"))
+        seen, cursor, pages = [], None, 0
+        while True:
+            args: dict[str, Any] = {"format": "json"}
+            if cursor:
+                args["cursor"] = cursor
+            res = await c.call_tool("export", args)
+            assert len(res.content[0].text) < 40_000  # type: ignore[union-attr]
+            page = res.structured_content
+            assert page is not None
+            seen.extend(r["id"] for r in page["items"])
+            pages += 1
+            cursor = page["next_cursor"]
+            if not cursor:
+                break
+        assert len(seen) == 40 and len(set(seen)) == 40 and pages > 1
+        md = await call(c, "export", format="markdown", summaries_only=True)
+        assert md["text"].startswith("## ") and md["count"] > 0
+
+
+async def test_tags_only_word_found_over_protocol(store: Store):
+    async with connect(store) as c:
+        item_id = (await call(c, "store", content="plain words", tags=["okapi"]))["id"]
+        q = await call(c, "query", query="okapi")
+        assert [i["id"] for i in q["items"]] == [item_id]
+
+
+async def test_client_name_sets_budget_but_configure_wins(store: Store):
+    async with connect(store, "claude-code") as c:
+        assert (await call(c, "status"))["token_budget"] == 80_000
+        await call(c, "configure", token_budget=33_000)
+    # A later initialize (new session, another client) never overwrites it.
+    async with connect(store, "cursor-vscode") as c:
+        assert (await call(c, "status"))["token_budget"] == 33_000
+
+
+async def test_cursor_budget(store: Store):
+    async with connect(store, "cursor-vscode") as c:
+        assert (await call(c, "status"))["token_budget"] == 60_000
+
+
+async def test_store_reply_reports_auto_compaction(store: Store):
+    async with connect(store) as c:
+        await call(c, "configure", token_budget=1_000)
+        seen = None
+        for i in range(20):
+            res = await c.call_tool("store", {"content": " ".join(f"a{i}b{j}" for j in range(80))})
+            sc = res.structured_content
+            assert sc is not None
+            if sc["compaction"]:
+                seen = (sc, res.content[0].text)  # type: ignore[union-attr]
+                archived_now = store.get(sc["id"]).tier
+                assert archived_now == "active"
+                break
+        assert seen is not None
+        assert "Auto-compaction ran" in seen[1] and seen[0]["compaction"]["archived"] >= 1

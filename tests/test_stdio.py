@@ -1,0 +1,93 @@
+"""The real thing: `python -m compactor` as a subprocess over stdio."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+from tests.conftest import server_command, server_env
+from tests.stdio_client import StdioServer
+
+
+def test_kill9_loses_no_acknowledged_store(state_dir: Path):
+    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600")
+    ids = {}
+    for i in range(30):
+        ids[srv.ok("store", content=f"fact number {i} about kangaroo{i}", tags=["t"])["id"]] = i
+    bulk = srv.ok("bulk_store", items=[{"content": f"bulk {j} wombat"} for j in range(20)])["ids"]
+    srv.ok("configure", token_budget=12_345)
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait(10)
+    srv.stop()
+    with StdioServer("--state-dir", str(state_dir)) as again:
+        for item_id, i in ids.items():
+            got = again.ok("get", id=item_id)
+            assert got["content"] == f"fact number {i} about kangaroo{i}"
+        for item_id in bulk:
+            assert again.ok("get", id=item_id)["content"].startswith("bulk ")
+        st = again.ok("status")
+        assert st["active_items"] == 50 and st["token_budget"] == 12_345
+        q = again.ok("query", query="kangaroo7")
+        assert q["items"][0]["id"] in ids and ids[q["items"][0]["id"]] == 7
+
+
+def test_exits_cleanly_on_stdin_eof_and_snapshots(state_dir: Path):
+    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600")
+    srv.ok("store", content="saved at exit")
+    srv.close_stdin()
+    assert srv.wait() == 0
+    srv.stop()
+    assert (state_dir / "snapshot.json").exists()
+    assert b"saved at exit" in (state_dir / "snapshot.json").read_bytes()
+    assert (state_dir / "journal.jsonl").stat().st_size < 40
+
+
+def test_sigterm_snapshots_and_exits(state_dir: Path):
+    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600")
+    srv.ok("store", content="saved on sigterm")
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.wait() == 0
+    srv.stop()
+    assert b"saved on sigterm" in (state_dir / "snapshot.json").read_bytes()
+
+
+def test_background_snapshot_runs_on_interval(state_dir: Path):
+    import time
+
+    with StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "0.2") as srv:
+        srv.ok("store", content="periodic")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            p = srv.ok("status")["persistence"]
+            if p["last_snapshot_at"]:
+                break
+            time.sleep(0.1)
+        assert p["last_snapshot_at"] and p["journal_bytes"] < 40
+
+
+def test_in_memory_without_state_dir():
+    with StdioServer() as srv:
+        srv.ok("store", content="ephemeral")
+        assert srv.ok("status")["persistence"]["enabled"] is False
+
+
+def test_corrupt_state_stops_startup_with_a_message(state_dir: Path):
+    state_dir.mkdir(mode=0o700)
+    (state_dir / "snapshot.json").write_bytes(b"garbage")
+    proc = subprocess.run(
+        server_command("--state-dir", str(state_dir)),
+        input=b"",
+        capture_output=True,
+        env=server_env(),
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    assert b"snapshot.json" in proc.stderr and b"doctor" in proc.stderr
+    assert proc.stdout == b""
+    assert (state_dir / "snapshot.json").read_bytes() == b"garbage"
+
+
+def test_bad_cli_arguments_exit_2():
+    proc = subprocess.run(server_command("--budget", "abc"), capture_output=True, env=server_env(), timeout=30)
+    assert proc.returncode == 2 and b"--budget" in proc.stderr

@@ -1,0 +1,236 @@
+import random
+
+import pytest
+
+from compactor.errors import InvalidArgumentError, NotFoundError
+from compactor.store import Store, StoreInput
+
+
+def words(seed: int, n: int) -> str:
+    """Distinct filler text (near-duplicates would be merged, which other tests cover)."""
+    rng = random.Random(seed)
+    return " ".join(f"w{rng.randrange(100_000)}" for _ in range(n))
+
+
+def test_store_returns_id_type_tags_and_tokens(store: Store):
+    res = store.store("We decided to use PostgreSQL over MySQL for JSONB.", tags=["db"], importance=7)
+    it = res.item
+    assert it.content_type == "decision"
+    assert it.tags[0] == "db"  # caller's tags first, auto-tags appended
+    assert "decision" in it.tags and "postgres" in it.tags
+    assert it.content_tokens > 5
+    assert store.get(it.id).content.startswith("We decided")
+
+
+def test_tags_as_comma_separated_string(store: Store):
+    it = store.store("note", tags="alpha, beta,,gamma").item
+    assert list(it.tags[:3]) == ["alpha", "beta", "gamma"]
+
+
+@pytest.mark.parametrize("content", ["", "   ", "\n\t "])
+def test_empty_content_is_rejected_and_nothing_stored(store: Store, content: str):
+    with pytest.raises(InvalidArgumentError, match="non-empty"):
+        store.store(content)
+    assert len(store) == 0
+
+
+def test_content_over_one_mib_is_rejected(store: Store):
+    with pytest.raises(InvalidArgumentError, match="1 MiB"):
+        store.store("x" * (1024 * 1024 + 1))
+    assert len(store) == 0
+    store.store("é" * (512 * 1024 - 1))  # 2 bytes a char: just under the limit
+    assert len(store) == 1
+
+
+@pytest.mark.parametrize("importance", [0, 11, -3])
+def test_importance_range(store: Store, importance: int):
+    with pytest.raises(InvalidArgumentError, match="importance"):
+        store.store("x", importance=importance)
+
+
+def test_get_unknown_id(store: Store):
+    with pytest.raises(NotFoundError, match="No item"):
+        store.get("nope")
+
+
+def test_bulk_store_is_all_or_nothing_and_names_the_index(store: Store):
+    store.store("existing")
+    with pytest.raises(InvalidArgumentError, match=r"items\[2\]"):
+        store.bulk_store([StoreInput("a"), StoreInput("b"), StoreInput("  "), StoreInput("d")])
+    assert len(store) == 1
+    res = store.bulk_store([StoreInput("a"), StoreInput("b", importance=9)])
+    assert len(res.items) == 2
+    assert len(store) == 3
+
+
+def test_update_requires_a_field_and_reindexes(store: Store):
+    it = store.store("alpha beta").item
+    with pytest.raises(InvalidArgumentError, match="at least one"):
+        store.update(it.id)
+    store.update(it.id, content="gamma delta")
+    assert [h.item.id for h in store.query("gamma")] == [it.id]
+    assert store.query("alpha") == []
+    before = store.tokens_used
+    store.update(it.id, content="gamma delta " * 50)
+    assert store.tokens_used > before
+    assert store.get(it.id).content_tokens == store.tokens_used
+
+
+def test_update_summary_and_tags(store: Store):
+    it = store.store("some long content about caching layers").item
+    store.update(it.id, summary="cache notes", tags=["perf"], importance=9)
+    got = store.get(it.id)
+    assert got.summary == "cache notes" and got.summary_tokens > 0
+    assert got.tags[0] == "perf" and got.importance == 9
+    assert [h.item.id for h in store.query("perf")] == [it.id]
+
+
+def test_pin_unpin_restore_forget(store: Store):
+    a = store.store("first thing").item
+    store.pin(a.id)
+    assert store.get(a.id).pinned
+    store.unpin(a.id)
+    assert not store.get(a.id).pinned
+    store.forget(a.id)
+    with pytest.raises(NotFoundError):
+        store.get(a.id)
+    with pytest.raises(NotFoundError):
+        store.forget(a.id)
+    assert store.tokens_used == 0
+
+
+def test_list_newest_first_and_paged(store: Store):
+    ids = [store.store(f"item number {i}").item.id for i in range(25)]
+    page = store.list_items(limit=10)
+    assert [it.id for it in page.items] == ids[::-1][:10]
+    assert page.total == 25
+    page2 = store.list_items(offset=20, limit=10)
+    assert [it.id for it in page2.items] == ids[::-1][20:]
+    assert store.list_items(offset=30).items == []
+    with pytest.raises(InvalidArgumentError):
+        store.list_items(tier="bogus")  # type: ignore[arg-type]
+
+
+def test_export_pages_with_a_cursor_and_covers_everything(store: Store):
+    ids = [store.store(f"record {i} " + "word " * 200).item.id for i in range(30)]
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = store.export(cursor=cursor, page_chars=5_000)
+        seen.extend(it.id for it in page.items)
+        pages += 1
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == ids
+    assert pages > 1
+    with pytest.raises(InvalidArgumentError, match="cursor"):
+        store.export(cursor="!!notacursor")
+
+
+def test_query_is_an_access(store: Store, clock):
+    it = store.store("kubernetes ingress timeout").item
+    clock.advance(100)
+    store.query("ingress")
+    got = store.get(it.id)
+    assert got.access_count == 1
+    assert got.last_accessed_at == clock.now
+
+
+def test_query_tag_filter_keeps_any_tag(store: Store):
+    a = store.store("alpha one", tags="red").item
+    b = store.store("alpha two", tags="blue").item
+    store.store("alpha three", tags="green")
+    got = {h.item.id for h in store.query("alpha", tags=["red", "blue"])}
+    assert got == {a.id, b.id}
+    only_tags = {h.item.id for h in store.query(tags="blue")}
+    assert only_tags == {b.id}
+
+
+def test_query_needs_text_or_tags(store: Store):
+    with pytest.raises(InvalidArgumentError):
+        store.query()
+
+
+def test_word_only_in_tags_is_found(store: Store):
+    """Reference bug: tags were not indexed."""
+    it = store.store("the content says nothing special", tags=["zebrafish"]).item
+    assert [h.item.id for h in store.query("zebrafish")] == [it.id]
+
+
+def test_tag_match_is_boosted_over_content_match(store: Store):
+    in_content = store.store("zebrafish appear once in this long text about other things entirely").item
+    in_tags = store.store("a note about other things entirely", tags=["zebrafish"]).item
+    order = [h.item.id for h in store.query("zebrafish")]
+    assert order == [in_tags.id, in_content.id]
+
+
+def test_ranking_relevance_first_then_deterministic_ties(store: Store):
+    strong = store.store("redis cache eviction policy redis cache", importance=1).item
+    weak = store.store("we talked about a cache once", importance=10).item
+    order = [h.item.id for h in store.query("redis cache")]
+    assert order[0] == strong.id and weak.id in order
+    twins = [store.store("identical twin text").item.id for _ in range(2)]
+    r1 = [h.item.id for h in store.query("identical twin")]
+    r2 = [h.item.id for h in store.query("identical twin")]
+    assert r1 == r2 and set(twins) <= set(r1)
+
+
+def test_archived_hits_only_when_asked(store: Store):
+    it = store.store("unique flamingo fact").item
+    store.configure(token_budget=1_000, auto_compact=False)
+    store.store(words(1, 600))
+    store.compact(0.0)
+    assert store.get(it.id).tier == "archived"
+    assert store.query("flamingo") == []
+    hits = store.query("flamingo", include_archived=True)
+    assert [h.item.id for h in hits] == [it.id] and hits[0].item.tier == "archived"
+
+
+def test_recall_shows_pinned_and_caps_tokens(store: Store):
+    p = store.store("pinned requirement: always use uv", pinned=True).item
+    for i in range(100):
+        store.store(f"memory {i} " + "detail " * 40, summary=f"summary of memory {i}")
+    r = store.recall(limit=50)
+    assert r.pinned[0].id == p.id
+    assert r.tokens <= store.settings.recall_tokens
+    assert r.more == store.count("active") - len(r.items) - len(r.pinned)
+    store.configure(recall_tokens=200)
+    small = store.recall(limit=50)
+    assert small.tokens <= 200 and small.more > r.more
+
+
+def test_configure_validates_and_compacts_when_lowered(store: Store):
+    for i in range(20):
+        store.store(words(i, 100))
+    with pytest.raises(InvalidArgumentError):
+        store.configure(token_budget=10)
+    with pytest.raises(InvalidArgumentError):
+        store.configure(auto_compact_threshold=1.5)
+    with pytest.raises(InvalidArgumentError):
+        store.configure(auto_compact_threshold=float("nan"))
+    with pytest.raises(InvalidArgumentError):
+        store.compact(float("nan"))
+    used = store.tokens_used
+    settings, report = store.configure(token_budget=used)  # now at 100% > 90%
+    assert report is not None and report.archived
+    assert store.tokens_used <= 0.8 * used
+    assert settings.budget_source == "configure"
+
+
+def test_client_budget_and_explicit_budget_wins(clock):
+    s = Store(clock=clock)
+    assert s.adopt_client_budget("claude-code") and s.budget == 80_000
+    s2 = Store(clock=clock)
+    s2.adopt_client_budget("cursor-vscode")
+    assert s2.budget == 60_000
+    s3 = Store(clock=clock)
+    assert not s3.adopt_client_budget("some-other-client") and s3.budget == 100_000
+    s4 = Store(clock=clock)
+    s4.configure(token_budget=5_000)
+    assert not s4.adopt_client_budget("claude-code")
+    assert s4.budget == 5_000
+    s5 = Store(budget=12_345, clock=clock)
+    s5.adopt_client_budget("claude-code")
+    assert s5.budget == 12_345
