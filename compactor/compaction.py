@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from . import constants as C
-from .dedup import jaccard
 from .models import CompactReport, Item
 from .scoring import retention
 
@@ -26,8 +25,10 @@ class CompactionInput:
     protected: frozenset[str]
     dedup_pending: list[str]
     candidates: Callable[[str], set[str]]
-    terms: Callable[[str], frozenset[str]]
+    similarity: Callable[[str, str], float]
     trigger: str = "manual"
+    # Tokens the summary nodes covering `n` newly archived items will cost (phase 4).
+    reserve: Callable[[int], int] = lambda n: 0
 
 
 def _movable(item: Item, protected: frozenset[str]) -> bool:
@@ -74,12 +75,11 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
         a = by_id.get(item_id)
         if a is None or item_id in losers:
             continue
-        a_terms = inp.terms(item_id)
         for cand_id in sorted(inp.candidates(item_id)):
             b = by_id.get(cand_id)
             if b is None or cand_id in losers or cand_id == item_id:
                 continue
-            if jaccard(a_terms, inp.terms(cand_id)) <= C.DEDUP_JACCARD:
+            if inp.similarity(item_id, cand_id) <= C.DEDUP_JACCARD:
                 continue
             # The lower-scoring one goes; on a tie the newer copy goes and the original stays.
             pair = sorted((a, b), key=lambda it: (score[it.id], -it.seq))
@@ -102,12 +102,19 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
         if survivor_id not in losers and tuple(tags) != by_id[survivor_id].tags:
             ops.append({"op": "patch", "id": survivor_id, "set": {"tags": tags}})
 
-    # 3. Eviction: the lowest-value items move to the archive until the target is met.
-    if used > inp.target_tokens:
+    # 3. Eviction: the lowest-value raw items move to the archive until the target is met,
+    # leaving room for the summary nodes that will cover them. Summary nodes are condensed
+    # (phase 4), not evicted here.
+    def over() -> bool:
+        return used + inp.reserve(len(losers) + len(report.archived)) > inp.target_tokens
+
+    if over():
         promoted = set(report.promoted)
-        evictable = [it for it in by_id.values() if _movable(it, inp.protected) and it.id not in losers]
+        evictable = [
+            it for it in by_id.values() if _movable(it, inp.protected) and it.id not in losers and not it.depth
+        ]
         for it in lowest_first(evictable):
-            if used <= inp.target_tokens:
+            if not over():
                 break
             ops.append({"op": "patch", "id": it.id, "set": {"tier": "archived"}})
             used -= it.summary_tokens if it.id in promoted else it.view_tokens

@@ -62,7 +62,10 @@ DEDUP_JACCARD: Final = 0.7
 # that a true pair shares none is (1 - J) ** K, i.e. < 0.8% at J = 0.7 with K = 4.
 DEDUP_SKETCH_K: Final = 4
 # A bucket larger than this is a hash of a ubiquitous word; checking it would be O(n).
-DEDUP_MAX_BUCKET: Final = 256
+DEDUP_MAX_BUCKET: Final = 64
+# Bottom-64 min-hash signature: Jaccard estimated within ~0.06 (one standard deviation at
+# J = 0.7), in 320 bytes an item instead of the whole word set.
+DEDUP_SIGNATURE: Final = 64
 
 # --- content ------------------------------------------------------------------------------
 MAX_CONTENT_BYTES: Final = 1024 * 1024
@@ -78,6 +81,8 @@ MAX_OUTPUT_CHARS: Final = 24_000
 PREVIEW_CHARS: Final = 160
 RECALL_TOKENS_DEFAULT: Final = 2_000
 RECALL_TOKENS_MAX: Final = 20_000
+# Reserved in recall's cap for its closing "Left out: ..." line.
+RECALL_FOOTER_TOKENS: Final = 100
 LIST_LIMIT_MAX: Final = 200
 QUERY_LIMIT_MAX: Final = 100
 NEEDS_SUMMARY_LIMIT: Final = 10
@@ -90,3 +95,25 @@ SCHEMA_VERSION: Final = 1
 # Snapshot serialisation yields the GIL between chunks so a concurrent call waits at most one
 # chunk's worth of orjson work (~1-2 ms), not the whole store's.
 SNAPSHOT_CHUNK_ITEMS: Final = 500
+
+# --- summary DAG --------------------------------------------------------------------------
+# 20 archived items to a d1 node and 5 nodes to the next depth, up to depth 4: 20 * 5**3 =
+# 2,500 raw items under one d4 node, so a 100k-item archive needs ~40 top-level nodes.
+CHUNK_SIZE: Final = 20
+FANOUT: Final = 5
+MAX_DEPTH: Final = 4
+# A node's text (extractive or written) is capped so that condensing always saves tokens:
+# 5 children of up to 300 tokens become one node of at most 300.
+NODE_MAX_TOKENS: Final = 300
+# Neighbours sharing this share of words (or any non-type tag) belong in one group.
+CONDENSE_COHERENCE_JACCARD: Final = 0.08
+FOOTER_TOPICS: Final = 8
+TOPIC_SCAN_CHARS: Final = 4_000
+TYPE_TAGS: Final = frozenset({"error", "code", "decision", "tool_output", "prose"})
+FRESH_TAIL: Final = 5
+NEEDS_TEXT_LIMIT: Final = 3
+DEPTH_INSTRUCTIONS: Final = {
+    1: "d1: list the decisions and changes made, each with its reason.",
+    2: "d2: goal -> outcome -> what carries forward.",
+    3: "d3+: durable context only: architecture, preferences, recurring patterns.",
+}

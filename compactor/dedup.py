@@ -1,6 +1,7 @@
 """Near-duplicate candidates without an O(n^2) pass.
 
-Each item is filed under the K smallest hashes of its word set (a bottom-K min-hash sketch).
+Each item is filed under the K smallest hashes of its word set (a bottom-K min-hash sketch)
+and keeps a bottom-64 signature from which Jaccard is estimated (exactly, for sets that fit).
 Two sets with Jaccard J share their union's minimum with probability J; if the i-th smallest
 hash of the union lies in both sets it is among both items' K smallest, so a pair with J > 0.7
 shares a bucket with probability >= 1 - 0.3**K. Candidates are then checked exactly.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import zlib
+from array import array
 from collections.abc import Iterable
 
 from . import constants as C
@@ -20,8 +22,23 @@ def _word_hash(word: str) -> int:
     return zlib.crc32(word.encode("utf-8", "surrogatepass"))
 
 
+# Words so common that sharing one says nothing; filed under them, every item would land in
+# the same few buckets and each check would compare against most of the store.
+_STOP = frozenset(
+    """the and for that this with from are was were not but have has had you your its our their
+    they them then than into onto out over under can could would should will shall may might must
+    been being what when where which who whom why how all any each few more most other some such
+    only own same very just also there here about above below after before again once off too
+    none true false self def return import class none null let var const func new int str""".split()
+)
+
+
+def sketch_words(words: Iterable[str]) -> set[str]:
+    return {w for w in words if len(w) >= 3 and w not in _STOP}
+
+
 def sketch(words: Iterable[str], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
-    return tuple(heapq.nsmallest(k, {_word_hash(w) for w in words}))
+    return tuple(heapq.nsmallest(k, {_word_hash(w) for w in sketch_words(words)}))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -37,6 +54,7 @@ class DedupIndex:
     def __init__(self) -> None:
         self._buckets: dict[int, set[str]] = {}
         self._keys: dict[str, tuple[int, ...]] = {}
+        self._sigs: dict[str, array[int]] = {}
 
     def __contains__(self, item_id: str) -> bool:
         return item_id in self._keys
@@ -44,12 +62,30 @@ class DedupIndex:
     def add(self, item_id: str, words: Iterable[str]) -> None:
         if item_id in self._keys:
             self.remove(item_id)
-        keys = sketch(words)
+        word_set = set(words)
+        keys = sketch(word_set)
         self._keys[item_id] = keys
+        self._sigs[item_id] = array("I", heapq.nsmallest(C.DEDUP_SIGNATURE, {_word_hash(w) for w in word_set}))
         for key in keys:
             self._buckets.setdefault(key, set()).add(item_id)
 
+    def similarity(self, a: str, b: str) -> float:
+        """Jaccard of two items' word sets: exact when both fit in a signature, else the
+        bottom-k estimate (the share of the union's k smallest hashes found in both)."""
+        sa, sb = self._sigs.get(a), self._sigs.get(b)
+        if not sa or not sb:
+            return 0.0
+        k = C.DEDUP_SIGNATURE
+        set_a, set_b = set(sa), set(sb)
+        if len(sa) < k and len(sb) < k:
+            inter = len(set_a & set_b)
+            return inter / (len(set_a) + len(set_b) - inter)
+        union = heapq.nsmallest(k, set_a | set_b)
+        both = set_a & set_b
+        return sum(1 for h in union if h in both) / len(union)
+
     def remove(self, item_id: str) -> None:
+        self._sigs.pop(item_id, None)
         keys = self._keys.pop(item_id, ())
         for key in keys:
             bucket = self._buckets.get(key)

@@ -38,6 +38,8 @@ class Item:
     parents: tuple[str, ...] = ()
     quality: str | None = None
     gone_children: tuple[str, ...] = ()
+    # Where a summary node's children were when it was made: dissolve puts them back there.
+    children_tier: Tier = "archived"
     scope: str = ""
 
     @property
@@ -96,6 +98,7 @@ class CompactReport:
     archived: list[str] = field(default_factory=list)
     needs_summary: list[str] = field(default_factory=list)
     condensed: list[str] = field(default_factory=list)
+    needs_text: list[str] = field(default_factory=list)
     trigger: Literal["manual", "auto"] = "manual"
 
     @property

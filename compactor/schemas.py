@@ -26,6 +26,7 @@ class CompactionSummary(BaseModel):
     promoted: int
     deduplicated: int
     archived: int
+    condensed: int = 0
     tokens_before: int
     tokens_after: int
 
@@ -47,6 +48,8 @@ class ScoredItem(ItemBrief):
     score: float
     matched_terms: list[str] = Field(default_factory=list)
     archived: bool = False
+    path: list[str] = Field(default_factory=list, description="ids from this item up to its active ancestor")
+    covered_by: str | None = Field(default=None, description="the active summary covering an archived hit")
 
 
 class StoreResult(BaseModel):
@@ -75,6 +78,8 @@ class RecallResult(BaseModel):
     more: int = Field(description="active items not shown")
     tokens: int = Field(description="tokens of the rendered recall text")
     text: str
+    left_out: list[str] = Field(default_factory=list, description="some active ids not shown")
+    needs_text: list[str] = Field(default_factory=list, description="summary nodes awaiting your text")
 
 
 class QueryResult(BaseModel):
@@ -126,6 +131,43 @@ class NeedsSummary(BaseModel):
     preview: str
 
 
+class NeedsText(BaseModel):
+    id: str
+    depth: int
+    instruction: str
+    text: str
+
+
+class ChildInfo(BaseModel):
+    id: str
+    depth: int
+    tier: Literal["active", "archived"]
+    preview: str
+    tokens: int
+
+
+class ExpandResult(BaseModel):
+    id: str
+    depth: int
+    total: int
+    offset: int
+    next_offset: int | None
+    gone: list[str]
+    children: list[ChildInfo]
+
+
+class DissolveResult(BaseModel):
+    id: str
+    children: list[ChildInfo]
+    budget: Budget
+
+
+class TreeResult(BaseModel):
+    text: str
+    roots: list[str]
+    nodes_per_depth: dict[str, int]
+
+
 class CompactResult(BaseModel):
     promoted: int
     deduplicated: int
@@ -137,6 +179,9 @@ class CompactResult(BaseModel):
     promoted_ids: list[str]
     archived_ids: list[str]
     merged: list[dict[str, str]] = Field(description="[{id, merged_into}] for deduplicated items")
+    condensed: int = 0
+    condensed_ids: list[str] = Field(default_factory=list)
+    needs_text: list[NeedsText] = Field(default_factory=list)
 
 
 class ItemResult(BaseModel):
@@ -149,12 +194,14 @@ class ItemResult(BaseModel):
     tokens: int
     budget: Budget
     compaction: CompactionSummary | None = None
+    warnings: list[str] = Field(default_factory=list)
 
 
 class ForgetResult(BaseModel):
     id: str
     forgotten: bool
     budget: Budget
+    dissolved: bool = False
 
 
 class ListResult(BaseModel):
@@ -195,6 +242,7 @@ def compaction_summary(report: CompactReport | None) -> CompactionSummary | None
         promoted=len(report.promoted),
         deduplicated=len(report.deduplicated),
         archived=len(report.archived),
+        condensed=len(report.condensed),
         tokens_before=report.tokens_before,
         tokens_after=report.tokens_after,
     )
@@ -204,12 +252,24 @@ def brief(item: Item) -> ItemBrief:
     return ItemBrief(**_brief_fields(item))
 
 
-def scored(item: Item, score: float, matched: tuple[str, ...] = ()) -> ScoredItem:
+def scored(item: Item, score: float, matched: tuple[str, ...] = (), path: list[str] | None = None) -> ScoredItem:
     return ScoredItem(
         **_brief_fields(item),
         score=round(score, 6),
         matched_terms=list(matched),
         archived=item.tier == "archived",
+        path=path or [],
+        covered_by=path[-1] if path else None,
+    )
+
+
+def child(item: Item) -> ChildInfo:
+    return ChildInfo(
+        id=item.id,
+        depth=item.depth,
+        tier=item.tier,
+        preview=preview(item.summary or item.content, C.PREVIEW_CHARS),
+        tokens=item.view_tokens,
     )
 
 

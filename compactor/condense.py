@@ -1,0 +1,142 @@
+"""The summary DAG's pure parts: lineage ids, coherent grouping, extractive text, topics, and
+the faithfulness check of a summary an agent wrote. No state, no I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+from . import constants as C
+from .dedup import jaccard
+from .models import Item
+from .render import preview
+
+FOOTER_PREFIX = "[Expand for details about:"
+
+_PATH = re.compile(
+    r"(?<![\w/.-])(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|go|ts|tsx|js|rs|java|rb|c|h|cpp|sh|md|json|ya?ml|toml|sql|cfg|ini|txt)\b"
+)
+_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning)\b")
+_IDENT = re.compile(r"\b(?:[a-z]+_[a-z0-9_]+|[a-z]+[A-Z]\w+|[A-Z][a-z]+[A-Z]\w+|\w+(?:\.\w+){1,3}\(\))")
+_NUMBER = re.compile(r"(?<![\w.])\d[\d_,.]*\d(?![\w.])|(?<![\w.])\d{2,}(?![\w.])")
+
+
+def lineage_id(children: Iterable[str]) -> str:
+    """Derived from the children alone: the same children always make the same id, across
+    restarts and after a dissolve and re-condense."""
+    digest = hashlib.blake2b("\n".join(sorted(children)).encode(), digest_size=6).hexdigest()
+    return f"s{digest}"
+
+
+def group_coherent(items: Sequence[Item], chunk_size: int, terms: Callable[[str], frozenset[str]]) -> list[list[Item]]:
+    """Split time-ordered items into groups of at most `chunk_size` neighbours, cutting early
+    where a neighbour shares neither a tag nor enough words with the one before it."""
+    groups: list[list[Item]] = []
+    current: list[Item] = []
+    current_tags: set[str] = set()
+    prev_terms: frozenset[str] = frozenset()
+    min_size = max(2, chunk_size // 2)
+    for item in items:
+        item_terms = terms(item.id)
+        tags = set(item.tags) - C.TYPE_TAGS
+        coherent = bool(tags & current_tags) or jaccard(item_terms, prev_terms) >= C.CONDENSE_COHERENCE_JACCARD
+        if current and (len(current) >= chunk_size or (not coherent and len(current) >= min_size)):
+            groups.append(current)
+            current, current_tags = [], set()
+        current.append(item)
+        current_tags |= tags
+        prev_terms = item_terms
+    if current:
+        # A short tail joins the previous group rather than making a tiny node.
+        if groups and len(current) < min_size and len(groups[-1]) + len(current) <= chunk_size + min_size:
+            groups[-1].extend(current)
+        else:
+            groups.append(current)
+    return groups
+
+
+def gist(item: Item, chars: int = 110) -> str:
+    """One line standing for an item inside its parent's text."""
+    if item.summary:
+        return preview(item.summary.split(FOOTER_PREFIX)[0], chars)
+    if item.depth:
+        bullets = [ln[2:] for ln in item.content.splitlines() if ln.startswith("- ")][:2]
+        return preview("; ".join(bullets), chars)
+    for ln in item.content.splitlines():
+        if ln.strip():
+            return preview(ln, chars)
+    return preview(item.content, chars)
+
+
+def topics(children: Sequence[Item], limit: int = C.FOOTER_TOPICS) -> list[str]:
+    """Real topics from the children, most frequent first: paths, error names, identifiers, tags."""
+    counts: Counter[str] = Counter()
+    first_seen: dict[str, int] = {}
+    for child in children:
+        text = child.content if not child.depth else child.content.split(FOOTER_PREFIX)[-1]
+        text = text[: C.TOPIC_SCAN_CHARS] + " " + (child.summary or "")
+        found: set[str] = set()
+        for rx in (_PATH, _ERROR, _IDENT):
+            found.update(m.group(0).strip(".,:;()'\"`") for m in rx.finditer(text))
+        found.update(f"#{t}" for t in child.tags if t not in C.TYPE_TAGS)
+        for topic in found:
+            if 3 <= len(topic) <= 80:
+                counts[topic] += 1
+                first_seen.setdefault(topic, len(first_seen))
+    ranked = sorted(counts, key=lambda t: (-counts[t], first_seen[t]))
+    return ranked[:limit]
+
+
+def footer(children: Sequence[Item]) -> str:
+    names = topics(children) or [c.id for c in children[:5]]
+    return f"{FOOTER_PREFIX} {', '.join(names)}]"
+
+
+def extractive_text(depth: int, children: Sequence[Item], count_tokens: Callable[[str], int]) -> str:
+    """Deterministic stand-in text until the agent writes one: a header, one gist line per
+    child while the token cap allows, and the footer naming real topics."""
+    live = list(children)
+    header = f"[d{depth} summary of {len(live)} item{'s' if len(live) != 1 else ''}; quality: extractive]"
+    tail = footer(live)
+    budget = C.NODE_MAX_TOKENS - count_tokens(header) - count_tokens(tail) - 8
+    lines: list[str] = []
+    for i, child in enumerate(live):
+        line = f"- ({child.content_type if not child.depth else f'd{child.depth}'}) {gist(child)}"
+        cost = count_tokens(line)
+        if cost > budget:
+            lines.append(f"- … {len(live) - i} more: expand to see them")
+            break
+        lines.append(line)
+        budget -= cost
+    return "\n".join([header, *lines, tail])
+
+
+def with_footer(text: str, children: Sequence[Item]) -> str:
+    """An agent-written summary must also end with the expand footer."""
+    text = text.rstrip()
+    if FOOTER_PREFIX in text.splitlines()[-1]:
+        return text
+    return f"{text}\n{footer(children)}"
+
+
+def unfamiliar_terms(summary: str, sources: Iterable[str]) -> list[str]:
+    """Identifiers, numbers and paths in `summary` that appear in none of `sources`."""
+    body = summary.split(FOOTER_PREFIX, maxsplit=1)[0]
+    haystack = "\n".join(sources)
+    seen: dict[str, None] = {}
+    for rx in (_PATH, _ERROR, _IDENT, _NUMBER):
+        for m in rx.finditer(body):
+            term = m.group(0).strip(".,:;()'\"`")
+            if term and term not in haystack:
+                seen[term] = None
+    return list(seen)[:20]
+
+
+def depth_instruction(depth: int) -> str:
+    if depth <= 1:
+        return C.DEPTH_INSTRUCTIONS[1]
+    if depth == 2:
+        return C.DEPTH_INSTRUCTIONS[2]
+    return C.DEPTH_INSTRUCTIONS[3]
