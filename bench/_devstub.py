@@ -169,6 +169,13 @@ def build_server(state: _State, interval: float) -> MCPServer:
         return {"items": [brief(i, float(h)) for h, _, i in scored[:limit]], "total": len(scored)}
 
     @server.tool()
+    def get(id: str) -> dict[str, Any]:
+        item = state.items.get(id)
+        if item is None:
+            raise ValueError(f"no item {id}")
+        return asdict(item)
+
+    @server.tool()
     def recall(limit: int = 20, query: str | None = None) -> dict[str, Any]:
         active = sorted(
             (i for i in state.items.values() if i.tier == "active"), key=lambda i: (-i.importance, i.id)

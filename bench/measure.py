@@ -46,6 +46,8 @@ QUERY_LIMIT = 10  # hit rate is "target in the top 10"
 CHARS_PER_TOKEN = 4.0  # only to size the load-phase budget when status gives no token count
 # -----------------------------------------------------------------------------------------------
 
+STATUS_FIELDS = ("token_budget", "tokens_used", "active_items", "archived_items", "auto_compact")
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -61,7 +63,7 @@ class Plan:
     @classmethod
     def for_size(cls, size: int, seed: int, quick: bool) -> Plan:
         if quick:
-            return cls(size, seed, store_calls=30, queries=30, recalls=10, stall_seconds=2.5, cold_starts=1)
+            return cls(size, seed, store_calls=30, queries=30, recalls=10, stall_seconds=1.5, cold_starts=1)
         return cls(size, seed)
 
 
@@ -101,8 +103,10 @@ def server_command(spec: str, state_dir: Path, snapshot_interval: float, add_fla
 
 
 def server_env() -> dict[str, str]:
+    """The caller's environment; the repo root goes last on PYTHONPATH so that ``-m compactor``
+    finds this checkout's server unless the caller points PYTHONPATH at another one."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(REPO_ROOT)) if p)
     return env
 
 
@@ -176,17 +180,24 @@ class _Pairing:
 async def _stall_loop(
     call: Callable[[str, dict[str, Any], str], Awaitable[Reply]], small: Sequence[corpus.Item], seconds: float
 ) -> dict[str, dict[str, float]]:
-    """Small store and query calls back to back for ``seconds``; latency summaries per tool."""
-    samples: dict[str, list[float]] = {"store": [], "query": []}
+    """Small ``store`` calls (each dirties the state, so every interval has a snapshot to write)
+    alternating with ``get`` of the item just stored, back to back for ``seconds``.
+
+    Both are cheap and uniform, so their slowest call against their median is the stall, not
+    the spread of the calls themselves.
+    """
+    samples: dict[str, list[float]] = {"store": [], "get": []}
     deadline = time.perf_counter() + seconds
     index = 0
+    last_id = ""
     while time.perf_counter() < deadline:
-        item = small[index % len(small)]
         if index % 2 == 0:
-            samples["store"].append((await call("store", {"content": item.content}, item.content)).ms)
+            content = small[(index // 2) % len(small)].content
+            reply = await call("store", {"content": content}, content)
+            last_id = str(reply.data.get("id", "m0000000000"))
+            samples["store"].append(reply.ms)
         else:
-            text = " ".join(item.content.split()[1:3])
-            samples["query"].append((await call("query", {"query": text, "limit": QUERY_LIMIT}, text)).ms)
+            samples["get"].append((await call("get", {"id": last_id}, last_id)).ms)
         index += 1
     return {op: summarize(v) for op, v in samples.items() if v}
 
@@ -217,7 +228,9 @@ class _Run:
         )
 
     def _error(self, phase: str, exc: BaseException) -> None:
-        logger.warning("%s: %s failed: %s", self.spec, phase, exc)
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]  # the task group's wrapper says nothing; its cause does
+        logger.warning("%s: %s failed: %s: %s", self.spec, phase, type(exc).__name__, exc)
         self.result["errors"].append(f"{phase}: {type(exc).__name__}: {exc}")
 
     async def _first_call(self, conn: Connection, run: int) -> Reply:
@@ -408,9 +421,9 @@ class ServerRun(_Run):
             "budget": used,
             "method": f"budget := tokens_used ({used}), auto_compact off, "
             f"compact(target_usage={COMPACT_TARGET})",
-            "reply": {k: v for k, v in reply.data.items() if k != "needs_summary"},
+            "reply": {k: v for k, v in reply.data.items() if not isinstance(v, list | dict)},
             "needs_summary": len(reply.data.get("needs_summary") or []),
-            "status_after": {k: after.get(k) for k in ("tokens_used", "active_items", "archived_items")},
+            "status_after": {k: after.get(k) for k in STATUS_FIELDS},
         }
 
     # -- session 2 ------------------------------------------------------------------------------
@@ -435,6 +448,8 @@ class ServerRun(_Run):
             "source": f"status {reported[1]}" if reported else "status reports no snapshot duration",
             "seconds": self.plan.stall_seconds,
             "reply_sizes": sizes,
+            "status_before": {k: before.get(k) for k in STATUS_FIELDS},
+            "status_after": {k: after.get(k) for k in STATUS_FIELDS},
             "persistence_before": persistence_fields(before),
             "persistence_after": persistence_fields(after),
             **_stall_figures(stats),
@@ -442,7 +457,7 @@ class ServerRun(_Run):
 
 
 class FloorRun(_Run):
-    """The no-op server's own sessions: stall-phase jitter, shutdown, cold start and RSS."""
+    """The no-op server's own sessions: stall-phase jitter (and its shutdown), cold start, RSS."""
 
     def __init__(
         self, plan: Plan, work: Workload, *, errlog: TextIO, reply_sizes: dict[str, tuple[int, int]]
@@ -458,12 +473,7 @@ class FloorRun(_Run):
         return await conn.call("noop", self._noop("query", self._query_text(run)))
 
     async def _load(self, state_dir: Path) -> None:
-        async with self._connect(state_dir, QUIET_SNAPSHOT_INTERVAL_S) as conn:
-            await conn.list_tools()
-            for index in range(self.plan.recalls):
-                await conn.call("noop", self._noop("query", self._query_text(index)))
-            self.rss["load_mib"] = conn.peak_rss_mib()
-        self.result["shutdown_ms"] = conn.closed_ms
+        """Nothing to load: the no-op's per-call figures come from the pairing."""
 
     async def _stall(self, state_dir: Path) -> None:
         async with self._connect(state_dir, STALL_SNAPSHOT_INTERVAL_S) as conn:
@@ -474,6 +484,7 @@ class FloorRun(_Run):
             await conn.list_tools()
             stats = await _stall_loop(call, self.work.small, self.plan.stall_seconds)
             self.rss["stall_mib"] = conn.peak_rss_mib()
+        self.result["shutdown_ms"] = conn.closed_ms
         self.result["snapshot"] = {"seconds": self.plan.stall_seconds, **_stall_figures(stats)}
 
 

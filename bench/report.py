@@ -41,7 +41,8 @@ NOTES = (
     "  no-op server running alongside. bulk_store: the floor's throughput divided by the server's.",
     "  1.0 = as cheap as the SDK's own per-call cost; higher = slower or bigger.",
     "compact: budget set to the tokens in use (usage 1.0), auto_compact off, then compact(target_usage=0.7).",
-    "stall: small store/query calls back to back for a few seconds with --snapshot-interval 1;",
+    "stall: small store calls and get of the stored item, back to back for a few seconds with",
+    "  --snapshot-interval 1 (a snapshot each second);",
     "  max latency minus p50 of the same tool. Floor: the same calls as no-ops (the SDK's own jitter).",
     "shutdown: stdin closed to process exit after the load session (the server writes its snapshot).",
 )
