@@ -102,7 +102,7 @@ def render_size(block: dict[str, Any]) -> str:
     lines = [
         f"N = {block['size']:,}  ({block['corpus']['items_stored']:,} items stored: bulk_store of "
         f"{block['size']:,} in batches of {plan['batch']}, then {plan['store_calls']} single stores; "
-        f"{plan['queries']} queries, {plan['recalls']} recalls, {plan['cold_starts']} cold starts)",
+        f"{plan['queries']} queries, {plan['recalls']} recalls, cold start x{plan['cold_starts']})",
         "  ".join(h.ljust(widths[0]) if i == 0 else h.rjust(widths[i]) for i, h in enumerate(header)),
     ]
     lines.append("-" * len(lines[-1]))
