@@ -1,0 +1,117 @@
+"""``python -m bench``: measure the server(s) and the SDK floor; table on stdout, JSON to --out."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bench.measure import Plan, measure_size
+from bench.report import render, write_json
+
+DEFAULT_SIZES = "1000,10000"
+LARGE_SIZE = 100_000
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
+
+
+def default_server() -> str:
+    return f"{shlex.quote(sys.executable)} -m compactor"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--sizes", default=DEFAULT_SIZES, help="comma-separated item counts (default %(default)s)"
+    )
+    parser.add_argument("--large", action="store_true", help=f"also measure N={LARGE_SIZE:,}")
+    parser.add_argument(
+        "--server",
+        action="append",
+        metavar="CMD",
+        help="server command with the compactor's tool names; repeat to compare servers side by side. "
+        "{state_dir} and {snapshot_interval} are filled in; without them --state-dir and "
+        "--snapshot-interval are appended (default: this python -m compactor)",
+    )
+    parser.add_argument(
+        "--no-server-flags",
+        action="store_true",
+        help="append no flags to --server commands (no placeholders either)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="JSON results file (default %(default)s)"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="small repetition counts: a smoke run")
+    parser.add_argument("--server-log", type=Path, help="file for the servers' stderr (default: a temp file)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
+    if not sizes or min(sizes) < 1:
+        parser.error("--sizes needs at least one positive size")
+    if args.large and LARGE_SIZE not in sizes:
+        sizes.append(LARGE_SIZE)
+    args.sizes = sizes
+    args.server = args.server or [default_server()]
+    return args
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    meta: dict[str, Any] = {
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "seed": args.seed,
+        "quick": args.quick,
+        "sizes": args.sizes,
+        "servers": args.server,
+        "python": platform.python_version(),
+        "mcp": version("mcp"),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "transport": "stdio subprocess, mcp.Client(mode='legacy'); latency measured around client.call_tool",
+    }
+    log_path = args.server_log or Path(tempfile.gettempdir()) / f"compactor-bench-{os.getpid()}.log"
+    meta["server_log"] = str(log_path)
+    sizes: list[dict[str, Any]] = []
+    with log_path.open("a") as errlog:
+        for size in args.sizes:
+            plan = Plan.for_size(size, args.seed, args.quick)
+            sizes.append(
+                await measure_size(plan, args.server, add_flags=not args.no_server_flags, errlog=errlog)
+            )
+    meta["seconds"] = time.perf_counter() - started
+    return {"meta": meta, "sizes": sizes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    report = anyio.run(run, args)
+    write_json(report, args.out)
+    print(render(report), end="")
+    print(f"JSON: {args.out}  server stderr: {report['meta']['server_log']}")
+    failed = any(
+        r.get("errors") for block in report["sizes"] for r in [*block["servers"].values(), block["floor"]]
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Finding the server's process and reading its peak memory from /proc (Linux, no psutil)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PROC = Path("/proc")
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces or parentheses.
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[1])
+
+
+def children_of(pid: int) -> set[int]:
+    found: set[int] = set()
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit() and parent_of(int(entry.name)) == pid:
+            found.add(int(entry.name))
+    return found
+
+
+def descendants_of(pid: int) -> list[int]:
+    """All live descendants, breadth first; a wrapper script's real server is among them."""
+    out: list[int] = []
+    frontier = [pid]
+    while frontier:
+        nxt: list[int] = []
+        for p in frontier:
+            kids = sorted(children_of(p))
+            out.extend(kids)
+            nxt.extend(kids)
+        frontier = nxt
+    return out
+
+
+def status_kib(pid: int, field: str) -> int | None:
+    """A ``kB`` field of /proc/<pid>/status (VmHWM, VmRSS), or None if the process is gone."""
+    try:
+        for line in (_PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_rss_mib(pids: list[int]) -> float | None:
+    """The largest VmHWM among the given processes: the server, not its launcher shell."""
+    values = [v for v in (status_kib(p, "VmHWM") for p in pids) if v is not None]
+    return max(values) / 1024.0 if values else None
+
+
+def my_children() -> set[int]:
+    return children_of(os.getpid())
