@@ -35,18 +35,21 @@ def group_coherent(items: Sequence[Item], chunk_size: int, terms: Callable[[str]
     where a neighbour shares neither a tag nor enough words with the one before it."""
     groups: list[list[Item]] = []
     current: list[Item] = []
-    current_tags: set[str] = set()
+    prev_tags: frozenset[str] = frozenset()
     prev_terms: frozenset[str] = frozenset()
     min_size = max(2, chunk_size // 2)
     for item in items:
         item_terms = terms(item.id)
-        tags = set(item.tags) - C.TYPE_TAGS
-        coherent = bool(tags & current_tags) or jaccard(item_terms, prev_terms) >= C.CONDENSE_COHERENCE_JACCARD
+        tags = frozenset(item.tags) - C.TYPE_TAGS
+        # Mostly the same tags as the previous item, or enough shared words: same thread of work.
+        coherent = (jaccard(tags, prev_tags) >= C.CONDENSE_TAG_JACCARD if tags or prev_tags else False) or jaccard(
+            item_terms, prev_terms
+        ) >= C.CONDENSE_COHERENCE_JACCARD
         if current and (len(current) >= chunk_size or (not coherent and len(current) >= min_size)):
             groups.append(current)
-            current, current_tags = [], set()
+            current = []
         current.append(item)
-        current_tags |= tags
+        prev_tags = tags
         prev_terms = item_terms
     if current:
         # A short tail joins the previous group rather than making a tiny node.

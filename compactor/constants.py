@@ -107,6 +107,9 @@ MAX_DEPTH: Final = 4
 NODE_MAX_TOKENS: Final = 300
 # Neighbours sharing this share of words (or any non-type tag) belong in one group.
 CONDENSE_COHERENCE_JACCARD: Final = 0.08
+# ...or at least half of its non-type tags in common with the previous item (one shared
+# language tag such as "python" is not a thread of work).
+CONDENSE_TAG_JACCARD: Final = 0.5
 FOOTER_TOPICS: Final = 8
 TOPIC_SCAN_CHARS: Final = 4_000
 TYPE_TAGS: Final = frozenset({"error", "code", "decision", "tool_output", "prose"})

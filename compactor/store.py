@@ -486,6 +486,10 @@ class Store:
     def _auto_compact(self, txn: _Txn, protected: frozenset[str]) -> CompactReport | None:
         st = self.settings
         if not st.auto_compact or self._s.used <= st.auto_compact_threshold * st.token_budget:
+            if len(self._s.uncovered) > C.CHUNK_SIZE:
+                # The archive grew by more than a chunk that no summary covers (a dissolve,
+                # a restore-and-evict): condense it without a full compaction.
+                self._condense(txn, int(st.auto_compact_threshold * st.token_budget), protected)
             return None
         target = int((st.auto_compact_threshold - C.AUTO_COMPACT_GAP) * st.token_budget)
         return self._compact_in(txn, target, protected, "auto")

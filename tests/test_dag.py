@@ -1,0 +1,295 @@
+"""The summary DAG: condensation, lineage ids, expand/dissolve/tree, forget, recall."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compactor import constants as C
+from compactor.condense import FOOTER_PREFIX, lineage_id, unfamiliar_terms
+from compactor.errors import InvalidArgumentError
+from compactor.models import Item
+from compactor.store import Store, StoreInput
+from tests.conftest import FakeClock
+
+TOPICS = ["auth/session.py", "db/models/query.py", "KeyError", "parse_config", "redis", "billing/invoice.go"]
+
+
+def text(seed: int, n: int = 60) -> str:
+    rng = random.Random(seed)
+    topic = TOPICS[seed % len(TOPICS)]
+    return f"{topic}: " + " ".join(f"w{rng.randrange(1_000_000)}" for _ in range(n))
+
+
+def fill(store: Store, n: int, start: int = 0) -> list[str]:
+    return [
+        it.id for it in store.bulk_store([StoreInput(text(i), tags=f"t{i % 3}") for i in range(start, start + n)]).items
+    ]
+
+
+def reachable(store: Store) -> set[str]:
+    """Everything active, plus everything reachable by expand from an active summary."""
+    seen: set[str] = set()
+    present = set(store.ids())
+    stack = [i for i in present if store.get(i).tier == "active"]
+    while stack:
+        item_id = stack.pop()
+        if item_id in seen:
+            continue
+        seen.add(item_id)
+        stack.extend(c for c in store.get(item_id).children if c in present)
+    return seen
+
+
+def raw_ids(store: Store) -> set[str]:
+    return {i for i in store.ids() if store.get(i).depth == 0}
+
+
+def active_set(store: Store) -> set[str]:
+    return {i for i in store.ids() if store.get(i).tier == "active"}
+
+
+def test_lineage_id_depends_only_on_children():
+    assert lineage_id(["b", "a"]) == lineage_id(["a", "b"])
+    assert lineage_id(["a", "b"]) != lineage_id(["a", "c"])
+    assert lineage_id(["a"]).startswith("s")
+
+
+def test_compaction_condenses_archive_into_d1_nodes(store: Store):
+    store.configure(token_budget=10_000, auto_compact=False)
+    ids = fill(store, 60)
+    report = store.compact(0.5)
+    assert report.condensed
+    nodes = [store.get(n) for n in report.condensed]
+    assert any(n.depth == 1 for n in nodes)
+    for node in nodes:
+        assert node.depth >= 1 and node.quality == "extractive"
+        assert (node.tier == "active") == (not node.parents)
+        assert 2 <= len(node.children) <= C.CHUNK_SIZE + C.CHUNK_SIZE // 2
+        assert node.content.rstrip().splitlines()[-1].startswith(FOOTER_PREFIX)
+        assert node.content_tokens <= C.NODE_MAX_TOKENS
+        for child in node.children:
+            assert node.id in store.get(child).parents
+            assert store.get(child).tier == "archived"
+    assert set(ids) <= reachable(store)
+    assert store.tokens_used <= 5_000
+
+
+def test_footer_names_real_topics(store: Store):
+    store.configure(token_budget=3_000, auto_compact=False)
+    fill(store, 40)
+    report = store.compact(0.3)
+    footer = store.get(report.condensed[0]).content.splitlines()[-1]
+    assert any(t in footer for t in TOPICS + ["#t0", "#t1", "#t2"])
+
+
+def test_groups_are_coherent_neighbours(store: Store):
+    store.configure(token_budget=4_000, auto_compact=False)
+    a = [
+        store.store(f"stripe webhook retries payment_intent {i} " + text(i, 30), tags="billing").item.id
+        for i in range(12)
+    ]
+    b = [
+        store.store(f"kubernetes ingress nginx timeout {i} " + text(100 + i, 30), tags="infra").item.id
+        for i in range(12)
+    ]
+    report = store.compact(0.0)
+    groups = [set(store.get(n).children) for n in report.condensed if store.get(n).depth == 1]
+    assert any(set(a) <= g for g in groups)
+    assert any(set(b) <= g for g in groups)
+    assert not any(g & set(a) and g & set(b) for g in groups)
+
+
+def test_d1_overflow_condenses_into_d2_and_dissolve_restores_level(store: Store):
+    store.configure(token_budget=20_000, auto_compact=False)
+    for round_ in range(10):
+        fill(store, 25, start=round_ * 25)
+        store.compact(0.1)
+    shape = store.dag_shape()
+    assert max(shape) >= 2
+    d2 = next(n for n in store.roots() if n.depth >= 2)
+    before_active = active_set(store)
+    kids = store.dissolve(d2.id)
+    assert kids
+    assert all(k.depth == d2.depth - 1 and k.tier == "active" for k in kids)
+    assert active_set(store) == (before_active - {d2.id}) | {k.id for k in kids}
+
+
+def test_condense_then_dissolve_leaves_active_set_unchanged(store: Store):
+    store.configure(token_budget=3_000, auto_compact=False)
+    fill(store, 30)
+    store.compact(0.6)
+    d1 = next(n for n in store.roots() if n.depth == 1)
+    before = active_set(store) - {d1.id}
+    children = set(d1.children)
+    store.dissolve(d1.id)
+    assert active_set(store) == before
+    for c in children:
+        assert store.get(c).tier == "archived" and d1.id not in store.get(c).parents
+    # Condensing the same children again gives the same id: no duplicate, no conflict.
+    store.compact(0.6)
+    again = [n for n in store.roots() if set(n.children) == children]
+    assert [n.id for n in again] == [d1.id]
+
+
+def test_dissolve_refuses_raw_items_and_covered_nodes(store: Store):
+    raw = store.store("plain").item
+    try:
+        store.dissolve(raw.id)
+    except InvalidArgumentError as exc:
+        assert "not a summary" in str(exc)
+    else:
+        raise AssertionError("dissolve of a raw item must fail")
+
+
+def test_expand_pages_children(store: Store):
+    store.configure(token_budget=3_000, auto_compact=False)
+    fill(store, 30)
+    store.compact(0.1)
+    node = store.roots()[0]
+    seen: list[str] = []
+    offset = 0
+    while True:
+        _, kids, total = store.expand(node.id, offset=offset, limit=4)
+        seen.extend(k.id for k in kids)
+        offset += len(kids)
+        if offset >= total:
+            break
+    assert seen == [c for c in node.children]
+
+
+def test_query_hits_in_archive_name_their_active_summary(store: Store):
+    store.configure(token_budget=3_000, auto_compact=False)
+    target = store.store("the flux capacitor needs 1.21 gigawatts").item
+    fill(store, 30)
+    store.compact(0.1)
+    hits = store.query("flux capacitor gigawatts", include_archived=True)
+    hit = next(h for h in hits if h.item.id == target.id)
+    assert hit.item.tier == "archived"
+    path = store.ancestors(hit.item)
+    assert path and store.get(path[-1]).tier == "active"
+    assert target.id in store.get(path[0]).children
+
+
+def test_forget_raw_marks_parent_gone_and_rewrites_text(store: Store):
+    store.configure(token_budget=3_000, auto_compact=False)
+    secret = store.store("zq-secret-marker-771 leaked in a log line").item
+    fill(store, 25)
+    store.compact(0.0)
+    parent_id = store.get(secret.id).parents[0]
+    store.forget(secret.id)
+    parent = store.get(parent_id)
+    assert secret.id in parent.gone_children and parent.quality == "stale"
+    assert "zq-secret-marker-771" not in parent.content
+    for node_id in store.ids():
+        assert "zq-secret-marker-771" not in store.get(node_id).content
+
+
+def test_forget_on_summary_dissolves_it(store: Store):
+    store.configure(token_budget=3_000, auto_compact=False)
+    ids = fill(store, 25)
+    store.compact(0.1)
+    node = store.roots()[0]
+    store.forget(node.id)
+    assert node.id not in store.ids()
+    assert set(node.children) <= set(store.ids())
+    assert set(ids) <= set(store.ids())
+
+
+def test_agent_summary_gets_footer_and_faithfulness_warnings(store: Store):
+    store.configure(token_budget=3_000, auto_compact=False)
+    fill(store, 25)
+    store.compact(0.1)
+    node = store.roots()[0]
+    res = store.update(node.id, summary="Fixed parse_config in auth/session.py; see ticket 9999 and made_up_function.")
+    assert res.item.quality == "agent" and res.item.view == "summary"
+    assert res.item.summary is not None and FOOTER_PREFIX in res.item.summary.splitlines()[-1]
+    joined = " ".join(res.warnings)
+    assert "9999" in joined and "made_up_function" in joined
+    assert "parse_config" not in joined or "auth/session.py" not in joined
+    assert store.needs_text_blocks() == [] or node.id not in [n.id for n, _ in store.needs_text_blocks()]
+
+
+def test_unfamiliar_terms():
+    assert unfamiliar_terms("uses parse_config and 42 items in a/b.py", ["parse_config 42 a/b.py"]) == []
+    assert unfamiliar_terms("calls do_magic", ["nothing"]) == ["do_magic"]
+
+
+def test_recall_fresh_tail_chronological_and_capped(store: Store, clock: FakeClock):
+    store.configure(token_budget=4_000)
+    for i in range(80):
+        clock.advance(10)
+        store.store(text(i, 40), summary=f"summary {i}")
+    store.configure(recall_tokens=600)
+    r = store.recall(limit=30)
+    assert r.tokens <= 600
+    newest = store.list_items(limit=5).items
+    shown = {it.id for it, _ in r.items}
+    assert {it.id for it in newest} <= shown
+    times = [(it.created_at, it.seq) for it, _ in r.items]
+    assert times == sorted(times)
+    assert r.more > 0 and "Left out" in r.text
+
+
+def test_dag_survives_restart_with_same_ids(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    s.configure(token_budget=3_000, auto_compact=False)
+    fill(s, 40)
+    s.compact(0.1)
+    shape, roots = s.dag_shape(), sorted(n.id for n in s.roots())
+    s.close()
+    s2 = Store(state_dir=state_dir)
+    assert s2.dag_shape() == shape and sorted(n.id for n in s2.roots()) == roots
+    s2.snapshot()
+    s2.close()
+    s3 = Store(state_dir=state_dir)
+    assert s3.dag_shape() == shape
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("store"), st.integers(0, 50), st.integers(1, 30)),
+        st.tuples(st.just("compact"), st.sampled_from([0.1, 0.3, 0.5, 0.7])),
+        st.tuples(st.just("dissolve"), st.integers(0, 100)),
+        st.tuples(st.just("forget"), st.integers(0, 1000)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops)
+def test_property_lineage_closure_budget_and_undo(seq):
+    s = Store(clock=FakeClock())
+    s.configure(token_budget=8_000, auto_compact=True)
+    stored: set[str] = set()
+    for op in seq:
+        if op[0] == "store":
+            stored.update(fill(s, op[2], start=op[1] * 31))
+        elif op[0] == "compact":
+            s.compact(op[1])
+            target = int(op[1] * s.budget)
+            movable = [i for i in s.ids() if s.get(i).tier == "active" and not s.get(i).pinned]
+            assert s.tokens_used <= target or not movable
+        elif op[0] == "dissolve":
+            roots = s.roots()
+            if roots:
+                node = roots[op[1] % len(roots)]
+                before = active_set(s)
+                kids = s.dissolve(node.id)
+                after = active_set(s)
+                # Undo: only the node left and its children came back where they were.
+                assert after == (before - {node.id}) | {k.id for k in kids if k.tier == "active"}
+        elif op[0] == "forget" and stored:
+            victim = sorted(stored)[op[1] % len(stored)]
+            s.forget(victim)
+            stored.discard(victim)
+        # Lineage closure: after every compaction, everything stored and not forgotten is
+        # active or reachable by expand (a dissolve leaves children uncovered until the next).
+        if op[0] == "compact":
+            assert stored <= reachable(s)
+        assert stored <= set(s.ids())
+    assert stored <= set(s.ids())
