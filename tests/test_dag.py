@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from compactor import constants as C
 from compactor.condense import FOOTER_PREFIX, lineage_id, unfamiliar_terms
 from compactor.errors import InvalidArgumentError
-from compactor.models import Item
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 
@@ -83,7 +82,7 @@ def test_footer_names_real_topics(store: Store):
     fill(store, 40)
     report = store.compact(0.3)
     footer = store.get(report.condensed[0]).content.splitlines()[-1]
-    assert any(t in footer for t in TOPICS + ["#t0", "#t1", "#t2"])
+    assert any(t in footer for t in [*TOPICS, "#t0", "#t1", "#t2"])
 
 
 def test_groups_are_coherent_neighbours(store: Store):
@@ -158,7 +157,7 @@ def test_expand_pages_children(store: Store):
         offset += len(kids)
         if offset >= total:
             break
-    assert seen == [c for c in node.children]
+    assert seen == list(node.children)
 
 
 def test_query_hits_in_archive_name_their_active_summary(store: Store):
