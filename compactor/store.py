@@ -12,6 +12,7 @@ import base64
 import bisect
 import heapq
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +46,7 @@ from .tokens import TokenCounter, default_counter
 log = logging.getLogger(__name__)
 
 TierFilter = Literal["active", "archived", "all"]
+_VALID_ID = re.compile(r"[a-z0-9][a-z0-9_-]{2,63}")
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read aloud and retyped
 
 
@@ -61,6 +63,8 @@ class StoreInput:
     tags: str | Sequence[str] | None = None
     importance: int = C.IMPORTANCE_DEFAULT
     pinned: bool = False
+    # Importers pass a content-derived id so that importing twice stores nothing new.
+    item_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -73,6 +77,7 @@ class Stored:
 class BulkStored:
     items: list[Item]
     compaction: CompactReport | None
+    skipped: list[str] = field(default_factory=list)  # explicit ids that already existed
 
 
 @dataclass(slots=True)
@@ -397,9 +402,14 @@ class Store:
             raise InvalidArgumentError(str(exc)) from exc
         ctype = cast(ContentType, str(detect_type(content)))
         tags = merge_tags(user_tags, auto_tags(content, ctype))[: C.MAX_TAGS]
-        item_id = _new_id()
-        while item_id in self._s.items:
+        if inp.item_id is not None:
+            if not _VALID_ID.fullmatch(inp.item_id):
+                raise InvalidArgumentError("an explicit id must be 3-64 characters of a-z, 0-9, '-' or '_'.")
+            item_id = inp.item_id
+        else:
             item_id = _new_id()
+            while item_id in self._s.items:
+                item_id = _new_id()
         return Item(
             id=item_id,
             seq=seq,
@@ -443,6 +453,19 @@ class Store:
         result = self.bulk_store([StoreInput(content, summary, tags, importance, pinned)])
         return Stored(item=result.items[0], compaction=result.compaction)
 
+    def import_items(self, inputs: Sequence[StoreInput]) -> BulkStored:
+        """Store items with explicit (content-derived) ids, skipping ids already present, in
+        chunks of BULK_MAX_ITEMS; each chunk is all or nothing."""
+        items: list[Item] = []
+        skipped: list[str] = []
+        report: CompactReport | None = None
+        for start in range(0, len(inputs), C.BULK_MAX_ITEMS):
+            res = self.bulk_store(list(inputs[start : start + C.BULK_MAX_ITEMS]))
+            items.extend(res.items)
+            skipped.extend(res.skipped)
+            report = res.compaction or report
+        return BulkStored(items=items, compaction=report, skipped=skipped)
+
     def bulk_store(self, inputs: Sequence[StoreInput]) -> BulkStored:
         """All or nothing: every input is validated before anything is written."""
         if not inputs:
@@ -455,17 +478,23 @@ class Store:
             self._sync()
             now = self._clock()
             built: list[Item] = []
+            skipped: list[str] = []
             seq = self._s.next_seq
             for i, inp in enumerate(inputs):
+                if inp.item_id is not None and (
+                    inp.item_id in self._s.items or any(b.id == inp.item_id for b in built)
+                ):
+                    skipped.append(inp.item_id)
+                    continue
                 try:
-                    built.append(self._build(inp, seq + i, now))
+                    built.append(self._build(inp, seq + len(built), now))
                 except InvalidArgumentError as exc:
                     if len(inputs) == 1:
                         raise
                     raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was stored.") from exc
             ops: list[Op] = [{"op": "put", "item": item.to_record()} for item in built]
-            report = self._transact(ops, protected=frozenset(it.id for it in built))
-            return BulkStored(items=[self._s.items[it.id] for it in built], compaction=report)
+            report = self._transact(ops, protected=frozenset(it.id for it in built)) if ops else None
+            return BulkStored(items=[self._s.items[it.id] for it in built], compaction=report, skipped=skipped)
 
     def _transact(self, ops: list[Op], *, protected: frozenset[str]) -> CompactReport | None:
         """Apply `ops` and the auto-compaction they trigger, then journal all of it as one line.

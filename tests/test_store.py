@@ -235,3 +235,13 @@ def test_client_budget_and_explicit_budget_wins(clock):
     s5 = Store(budget=12_345, clock=clock)
     s5.adopt_client_budget("claude-code")
     assert s5.budget == 12_345
+
+
+def test_import_with_explicit_ids_is_idempotent(store: Store):
+    first = store.import_items([StoreInput("alpha", item_id="mem-alpha"), StoreInput("beta", item_id="mem-beta")])
+    assert [it.id for it in first.items] == ["mem-alpha", "mem-beta"] and first.skipped == []
+    again = store.import_items([StoreInput("alpha", item_id="mem-alpha"), StoreInput("gamma", item_id="mem-gamma")])
+    assert [it.id for it in again.items] == ["mem-gamma"] and again.skipped == ["mem-alpha"]
+    assert len(store) == 3
+    with pytest.raises(InvalidArgumentError, match="explicit id"):
+        store.import_items([StoreInput("x", item_id="BAD ID!")])
