@@ -56,6 +56,11 @@ def serve_parser() -> argparse.ArgumentParser:
         help=f"seconds between background snapshots (default {C.SNAPSHOT_INTERVAL_S:g})",
     )
     p.add_argument(
+        "--scope",
+        default=os.environ.get("COMPACTOR_SCOPE") or None,
+        help="project scope for this server (default: the client's root, else the git root of the cwd)",
+    )
+    p.add_argument(
         "--log-level",
         default=os.environ.get("COMPACTOR_LOG_LEVEL", "WARNING"),
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -74,18 +79,19 @@ def run_server(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
     import anyio
 
+    from .scope import project_scope
     from .server import serve
     from .store import Store
 
     try:
-        store = Store(budget=args.budget, state_dir=args.state_dir)
+        store = Store(budget=args.budget, state_dir=args.state_dir, scope=args.scope or project_scope())
     except StateCorruptError as exc:
         print(f"compactor: cannot start: {exc}", file=sys.stderr)
         return 1
     except CompactorError as exc:
         print(f"compactor: cannot start: {exc}", file=sys.stderr)
         return 1
-    anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval))
+    anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval, scope_fixed=bool(args.scope)))
     return 0
 
 

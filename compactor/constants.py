@@ -89,6 +89,9 @@ NEEDS_SUMMARY_LIMIT: Final = 10
 EXPORT_PAGE_CHARS: Final = 60_000
 BULK_MAX_ITEMS: Final = 1_000
 
+# A client that advertises roots but never answers must not stall the first tool call.
+ROOTS_TIMEOUT_S: Final = 2.0
+
 # --- persistence --------------------------------------------------------------------------
 SNAPSHOT_INTERVAL_S: Final = 30.0
 SCHEMA_VERSION: Final = 1

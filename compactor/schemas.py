@@ -123,6 +123,7 @@ class StatusResult(BaseModel):
     budget_source: str
     token_counter: str
     persistence: dict[str, Any]
+    scope: str = ""
 
 
 class NeedsSummary(BaseModel):

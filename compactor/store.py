@@ -46,6 +46,15 @@ from .tokens import TokenCounter, default_counter
 log = logging.getLogger(__name__)
 
 TierFilter = Literal["active", "archived", "all"]
+GLOBAL_SCOPE = "global"
+ALL_SCOPES = "all"
+
+
+def scope_key(scope: str) -> str:
+    """Items saved before scopes existed (scope "") belong to every project."""
+    return scope or GLOBAL_SCOPE
+
+
 _VALID_ID = re.compile(r"[a-z0-9][a-z0-9_-]{2,63}")
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read aloud and retyped
 
@@ -65,6 +74,7 @@ class StoreInput:
     pinned: bool = False
     # Importers pass a content-derived id so that importing twice stores nothing new.
     item_id: str | None = None
+    scope: str | None = None  # None: the store's current scope; "global": every project
 
 
 @dataclass(slots=True)
@@ -138,6 +148,8 @@ class _State:
     items: dict[str, Item] = field(default_factory=dict)
     order: dict[str, list[int]] = field(default_factory=lambda: {"active": [], "archived": []})
     by_seq: dict[int, str] = field(default_factory=dict)
+    # The same order split by scope, so a scoped list or export never scans other projects.
+    scope_order: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     by_tag: dict[str, set[str]] = field(default_factory=dict)
     index: BM25Index = field(default_factory=BM25Index)
     dedup: DedupIndex = field(default_factory=DedupIndex)
@@ -164,8 +176,11 @@ class Store:
         state_dir: Path | str | None = None,
         counter: TokenCounter | None = None,
         clock: Callable[[], float] = time.time,
+        scope: str = GLOBAL_SCOPE,
     ) -> None:
         self._clock = clock
+        # Items are stored in this scope unless told otherwise; reads cover it plus "global".
+        self.scope = scope
         self.counter = counter or default_counter()
         self.settings = Settings(token_budget=C.BUDGET_DEFAULT)
         self._s = _State()
@@ -276,7 +291,7 @@ class Store:
     def _swap(self, old: Item, new: Item) -> None:
         s = self._s
         text_changed = (old.content, old.summary, old.tags) != (new.content, new.summary, new.tags)
-        if old.tier != new.tier or old.seq != new.seq:
+        if old.tier != new.tier or old.seq != new.seq or old.scope != new.scope:
             self._unorder(s, old)
             self._order(s, new)
         if old.tier == "active":
@@ -308,14 +323,16 @@ class Store:
     @staticmethod
     def _order(s: _State, item: Item) -> None:
         bisect.insort(s.order[item.tier], item.seq)
+        per = s.scope_order.setdefault(scope_key(item.scope), {"active": [], "archived": []})
+        bisect.insort(per[item.tier], item.seq)
         s.by_seq[item.seq] = item.id
 
     @staticmethod
     def _unorder(s: _State, item: Item) -> None:
-        seqs = s.order[item.tier]
-        i = bisect.bisect_left(seqs, item.seq)
-        if i < len(seqs) and seqs[i] == item.seq:
-            del seqs[i]
+        for seqs in (s.order[item.tier], s.scope_order.get(scope_key(item.scope), {}).get(item.tier, [])):
+            i = bisect.bisect_left(seqs, item.seq)
+            if i < len(seqs) and seqs[i] == item.seq:
+                del seqs[i]
         s.by_seq.pop(item.seq, None)
 
     @staticmethod
@@ -424,6 +441,7 @@ class Store:
             access_count=0,
             content_tokens=self.counter.count(content),
             summary_tokens=self.counter.count(summary),
+            scope=self._check_scope(inp.scope) if inp.scope is not None else self.scope,
         )
 
     @staticmethod
@@ -449,8 +467,9 @@ class Store:
         tags: str | Sequence[str] | None = None,
         importance: int = C.IMPORTANCE_DEFAULT,
         pinned: bool = False,
+        scope: str | None = None,
     ) -> Stored:
-        result = self.bulk_store([StoreInput(content, summary, tags, importance, pinned)])
+        result = self.bulk_store([StoreInput(content, summary, tags, importance, pinned, scope=scope)])
         return Stored(item=result.items[0], compaction=result.compaction)
 
     def import_items(self, inputs: Sequence[StoreInput]) -> BulkStored:
@@ -580,6 +599,7 @@ class Store:
             children=tuple(c.id for c in children),
             quality="extractive",
             children_tier=children_tier,
+            scope=children[0].scope,
         )
         ops: list[Op] = [{"op": "put", "item": node.to_record()}]
         for c in children:
@@ -595,8 +615,13 @@ class Store:
         made: list[str] = []
         # 4a. Every archived item no summary covers goes into a d1 node (deeper if it is itself a
         # node that was evicted), in coherent groups of neighbours in time.
-        if s.uncovered:
-            pending = sorted((s.items[i] for i in s.uncovered), key=lambda it: it.seq)
+        # A summary never mixes scopes: it would show one project's memories to another.
+        by_scope: dict[str, list[Item]] = {}
+        for item_id in s.uncovered:
+            it = s.items[item_id]
+            by_scope.setdefault(scope_key(it.scope), []).append(it)
+        for scope_items in by_scope.values():
+            pending = sorted(scope_items, key=lambda it: it.seq)
             for group in group_coherent(pending, C.CHUNK_SIZE, s.index.terms):
                 depth = min(C.MAX_DEPTH, 1 + max(c.depth for c in group))
                 node_id = self._make_node(txn, depth, group, "archived")
@@ -606,18 +631,20 @@ class Store:
         # 4b. More than FANOUT active nodes at one depth condense into the next depth; under
         # budget pressure, any two do.
         for depth in range(1, C.MAX_DEPTH):
-            nodes = [
-                s.items[s.by_seq[q]]
-                for q in s.order["active"]
-                if s.items[s.by_seq[q]].depth == depth and not s.items[s.by_seq[q]].pinned
-            ]
-            while len(nodes) > C.FANOUT or (s.used > target_tokens and len(nodes) >= 2):
-                group, nodes = nodes[: C.FANOUT], nodes[C.FANOUT :]
-                if len(group) < 2:
-                    break
-                node_id = self._make_node(txn, depth + 1, group, "active")
-                if node_id:
-                    made.append(node_id)
+            per_scope: dict[str, list[Item]] = {}
+            for q in s.order["active"]:
+                it = s.items[s.by_seq[q]]
+                if it.depth == depth and not it.pinned:
+                    per_scope.setdefault(scope_key(it.scope), []).append(it)
+            for scope_nodes in per_scope.values():
+                nodes = scope_nodes
+                while len(nodes) > C.FANOUT or (s.used > target_tokens and len(nodes) >= 2):
+                    group, nodes = nodes[: C.FANOUT], nodes[C.FANOUT :]
+                    if len(group) < 2:
+                        break
+                    node_id = self._make_node(txn, depth + 1, group, "active")
+                    if node_id:
+                        made.append(node_id)
 
         # 4c. Last resort for budgets smaller than the summaries themselves: archive the
         # lowest-value nodes. They stay reachable by query and are re-covered next time.
@@ -1008,6 +1035,7 @@ class Store:
         tags: str | Sequence[str] | None = None,
         limit: int = 10,
         include_archived: bool = False,
+        scope: str | None = None,
     ) -> list[Hit]:
         if not 1 <= limit <= C.QUERY_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.QUERY_LIMIT_MAX}.")
@@ -1020,11 +1048,13 @@ class Store:
             raise InvalidArgumentError("Give a query, tags, or both.")
         with self._locked():
             self._sync()
-            hits = self._search(text, tag_list, limit, include_archived)
+            hits = self._search(text, tag_list, limit, include_archived, self._scopes(scope))
             self._touch([h.item.id for h in hits])
             return [Hit(self._s.items[h.item.id], h.score, h.matched) for h in hits]
 
-    def _search(self, text: str, tag_list: list[str], limit: int, include_archived: bool) -> list[Hit]:
+    def _search(
+        self, text: str, tag_list: list[str], limit: int, include_archived: bool, scopes: frozenset[str] | None
+    ) -> list[Hit]:
         s = self._s
         now = self._clock()
         allowed: set[str] | None = None
@@ -1036,7 +1066,10 @@ class Store:
         def accept(item_id: str) -> bool:
             if allowed is not None and item_id not in allowed:
                 return False
-            return include_archived or s.items[item_id].tier == "active"
+            item = s.items[item_id]
+            if scopes is not None and scope_key(item.scope) not in scopes:
+                return False
+            return include_archived or item.tier == "active"
 
         if not text:
             pool = [s.items[i] for i in (allowed or ()) if accept(i)]
@@ -1085,7 +1118,7 @@ class Store:
             for op in ops:
                 self._apply(op)
 
-    def recall(self, limit: int = 20, query: str | None = None) -> Recall:
+    def recall(self, limit: int = 20, query: str | None = None, scope: str | None = None) -> Recall:
         """A context assembled within `recall_tokens`: pinned items, a fresh tail of the most
         recent items, then items and summary nodes by relevance (or retention), where a summary
         stands in for its archived children. Shown oldest first; reports what it left out."""
@@ -1095,13 +1128,14 @@ class Store:
             s = self._s
             now = self._clock()
             cap = self.settings.recall_tokens
-            active = [s.items[s.by_seq[q]] for q in reversed(s.order["active"])]  # newest first
+            scopes = self._scopes(scope)
+            active = [s.items[s.by_seq[q]] for q in reversed(self._visible_seqs("active", scopes))]  # newest first
             pinned = [it for it in active if it.pinned]
             tail = [it for it in active if not it.pinned and not it.depth][: C.FRESH_TAIL]
             text = (query or "").strip()
             ranked: list[tuple[Item, float]]
             if text:
-                hits = self._search(text, [], C.QUERY_LIMIT_MAX, False)
+                hits = self._search(text, [], C.QUERY_LIMIT_MAX, False, scopes)
                 ranked = [(h.item, h.score) for h in hits]
             else:
                 best = heapq.nlargest(
@@ -1142,7 +1176,7 @@ class Store:
             taken = list(chosen)  # in priority order: pinned, recent, then by score
             while True:
                 ordered = sorted((chosen[i] for i in taken), key=lambda c: (c[0].created_at, c[0].seq))
-                rendered, needs = self._render_recall(head, ordered, text, left_out, len(s.order["active"]), cap)
+                rendered, needs = self._render_recall(head, ordered, text, left_out, len(active), cap)
                 tokens = self.counter.count(rendered)
                 if tokens <= cap or not taken:
                     break
@@ -1151,7 +1185,7 @@ class Store:
             shown_pinned = [c[0] for c in ordered if c[0].pinned]
             shown = [(c[0], c[1] or 0.0) for c in ordered if not c[0].pinned]
             lines = [c[2] for c in ordered if c[0].pinned] + [c[2] for c in ordered if not c[0].pinned]
-            more = max(len(s.order["active"]) - len(ordered), 0)
+            more = max(len(active) - len(ordered), 0)
             return Recall(
                 pinned=shown_pinned,
                 items=shown,
@@ -1219,13 +1253,15 @@ class Store:
         with self._read():
             return [(self._s.items[n], self._needs_text_block(self._s.items[n])) for n in self._needs_text()[:limit]]
 
-    def list_items(self, offset: int = 0, limit: int = 20, tier: TierFilter = "active") -> Page:
+    def list_items(
+        self, offset: int = 0, limit: int = 20, tier: TierFilter = "active", scope: str | None = None
+    ) -> Page:
         if offset < 0:
             raise InvalidArgumentError("offset must be 0 or more.")
         if not 1 <= limit <= C.LIST_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.LIST_LIMIT_MAX}.")
         with self._read():
-            seqs = self._seqs(tier)
+            seqs = self._seqs(tier, self._scopes(scope))
             total = len(seqs)
             # Newest first: walk from the end.
             hi = total - offset
@@ -1233,15 +1269,48 @@ class Store:
             picked = [self._s.items[self._s.by_seq[q]] for q in reversed(seqs[lo:hi])] if hi > 0 else []
             return Page(items=picked, total=total, offset=offset)
 
-    def _seqs(self, tier: TierFilter) -> list[int]:
+    def _seqs(self, tier: TierFilter, scopes: frozenset[str] | None = None) -> list[int]:
         if tier == "all":
-            return list(heapq.merge(self._s.order["active"], self._s.order["archived"]))
+            return list(heapq.merge(self._visible_seqs("active", scopes), self._visible_seqs("archived", scopes)))
         if tier not in ("active", "archived"):
             raise InvalidArgumentError("tier must be one of: active, archived, all.")
-        return self._s.order[tier]
+        return self._visible_seqs(tier, scopes)
+
+    def _visible_seqs(self, tier: str, scopes: frozenset[str] | None) -> list[int]:
+        """Seqs of one tier in the given scopes (all scopes if None), ascending."""
+        if scopes is None:
+            return self._s.order[tier]
+        lists = [self._s.scope_order.get(sc, {}).get(tier, []) for sc in scopes]
+        lists = [seqs for seqs in lists if seqs]
+        if len(lists) == 1:
+            return lists[0]
+        return list(heapq.merge(*lists))
+
+    def _scopes(self, scope: str | None) -> frozenset[str] | None:
+        """What a read covers: None = every scope ("all"); else the scope plus global."""
+        if scope is None:
+            scope = self.scope
+        elif scope == ALL_SCOPES:
+            return None
+        else:
+            scope = self._check_scope(scope)
+        return frozenset({scope_key(scope), GLOBAL_SCOPE})
+
+    @staticmethod
+    def _check_scope(scope: str) -> str:
+        scope = scope.strip()
+        if not scope or len(scope) > 4096 or any(ch in scope for ch in "\n\r\x00"):
+            raise InvalidArgumentError("scope must be a non-empty single-line name (or 'global', or 'all' to read).")
+        if scope == ALL_SCOPES:
+            raise InvalidArgumentError("'all' is for reading; store into a project scope or 'global'.")
+        return scope
 
     def export(
-        self, tier: TierFilter = "all", cursor: str | None = None, page_chars: int = C.EXPORT_PAGE_CHARS
+        self,
+        tier: TierFilter = "all",
+        cursor: str | None = None,
+        page_chars: int = C.EXPORT_PAGE_CHARS,
+        scope: str | None = None,
     ) -> ExportPage:
         """Oldest first, paged by a cursor that survives concurrent stores (it is a seq)."""
         after = 0
@@ -1251,7 +1320,7 @@ class Store:
             except (ValueError, UnicodeDecodeError) as exc:
                 raise InvalidArgumentError("cursor is not one this server issued; omit it to start over.") from exc
         with self._read():
-            seqs = self._seqs(tier)
+            seqs = self._seqs(tier, self._scopes(scope))
             start = bisect.bisect_right(seqs, after)
             out: list[Item] = []
             used = 0
