@@ -25,7 +25,7 @@ def _word_hash(word: str) -> int:
 # Words so common that sharing one says nothing; filed under them, every item would land in
 # the same few buckets and each check would compare against most of the store.
 _STOP = frozenset(
-    [
+    {
         "the",
         "and",
         "for",
@@ -108,7 +108,6 @@ _STOP = frozenset(
         "return",
         "import",
         "class",
-        "none",
         "null",
         "let",
         "var",
@@ -117,7 +116,7 @@ _STOP = frozenset(
         "new",
         "int",
         "str",
-    ]
+    }
 )
 
 
