@@ -55,6 +55,13 @@ def serve_parser() -> argparse.ArgumentParser:
         default=C.SNAPSHOT_INTERVAL_S,
         help=f"seconds between background snapshots (default {C.SNAPSHOT_INTERVAL_S:g})",
     )
+    p.add_argument("--max-items", type=int, help="active items kept before the oldest low-value ones are archived")
+    p.add_argument("--max-archive-tokens", type=int, help="archive size past which low-value leaves are dropped")
+    p.add_argument(
+        "--no-redact",
+        action="store_true",
+        help="keep credentials in stored text (default: they are replaced with [REDACTED:<kind>])",
+    )
     p.add_argument(
         "--scope",
         default=os.environ.get("COMPACTOR_SCOPE") or None,
@@ -85,6 +92,8 @@ def run_server(argv: Sequence[str]) -> int:
 
     try:
         store = Store(budget=args.budget, state_dir=args.state_dir, scope=args.scope or project_scope())
+        if args.max_items is not None or args.max_archive_tokens is not None:
+            store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
     except StateCorruptError as exc:
         print(f"compactor: cannot start: {exc}", file=sys.stderr)
         return 1

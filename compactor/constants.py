@@ -92,6 +92,16 @@ BULK_MAX_ITEMS: Final = 1_000
 # A client that advertises roots but never answers must not stall the first tool call.
 ROOTS_TIMEOUT_S: Final = 2.0
 
+# --- limits -------------------------------------------------------------------------------
+# Active items beyond this many move to the archive (lowest value first): a budget of 100k
+# tokens holds a few thousand items, so 10k only bites with tiny items or a huge budget.
+MAX_ITEMS_DEFAULT: Final = 10_000
+# ~200 MB of text: past it the lowest-value archived leaves are dropped, each one recorded in
+# the forget ledger. Large enough for 100k typical items.
+MAX_ARCHIVE_TOKENS_DEFAULT: Final = 50_000_000
+FORGET_LEDGER: Final = "forget-ledger.jsonl"
+LEDGER_MEMORY_MAX: Final = 10_000
+
 # --- persistence --------------------------------------------------------------------------
 SNAPSHOT_INTERVAL_S: Final = 30.0
 SCHEMA_VERSION: Final = 1

@@ -77,6 +77,8 @@ class Settings:
     auto_compact: bool = True
     auto_compact_threshold: float = 0.9
     recall_tokens: int = 2_000
+    max_items: int = 10_000
+    max_archive_tokens: int = 50_000_000
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -85,6 +87,8 @@ class Settings:
             "auto_compact": self.auto_compact,
             "auto_compact_threshold": self.auto_compact_threshold,
             "recall_tokens": self.recall_tokens,
+            "max_items": self.max_items,
+            "max_archive_tokens": self.max_archive_tokens,
         }
 
 
@@ -99,6 +103,7 @@ class CompactReport:
     needs_summary: list[str] = field(default_factory=list)
     condensed: list[str] = field(default_factory=list)
     needs_text: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # archived leaves dropped past max_archive_tokens
     trigger: Literal["manual", "auto"] = "manual"
 
     @property

@@ -27,6 +27,7 @@ class CompactionSummary(BaseModel):
     deduplicated: int
     archived: int
     condensed: int = 0
+    dropped: int = 0
     tokens_before: int
     tokens_after: int
 
@@ -226,6 +227,8 @@ class ConfigureResult(BaseModel):
     auto_compact: bool
     auto_compact_threshold: float
     recall_tokens: int
+    max_items: int
+    max_archive_tokens: int
     budget: Budget
     compaction: CompactionSummary | None = None
 
@@ -244,6 +247,7 @@ def compaction_summary(report: CompactReport | None) -> CompactionSummary | None
         deduplicated=len(report.deduplicated),
         archived=len(report.archived),
         condensed=len(report.condensed),
+        dropped=len(report.dropped),
         tokens_before=report.tokens_before,
         tokens_after=report.tokens_after,
     )

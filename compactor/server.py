@@ -107,6 +107,10 @@ def _compaction_text(report: CompactReport | None) -> str:
         parts.append(f"{len(report.deduplicated)} near-duplicates merged")
     if report.archived:
         parts.append(f"{len(report.archived)} archived")
+    if report.condensed:
+        parts.append(f"{len(report.condensed)} summary nodes made")
+    if report.dropped:
+        parts.append(f"{len(report.dropped)} archived items dropped past max_archive_tokens (see the forget ledger)")
     text = (
         f"\nAuto-compaction ran ({report.tokens_before:,} -> {report.tokens_after:,} tokens): "
         + ", ".join(parts)
@@ -166,7 +170,13 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         return S.budget(store.tokens_used, store.budget)
 
     def line() -> str:
-        return budget_line(store.tokens_used, store.budget, store.count("active"), store.count("archived"))
+        text = budget_line(store.tokens_used, store.budget, store.count("active"), store.count("archived"))
+        if store.degraded:
+            text += (
+                f"\nWARNING: not saving to disk ({store.degraded}). Serving from memory; "
+                "it retries on every call and resumes when the disk recovers."
+            )
+        return text
 
     # --- tools -----------------------------------------------------------------------------
     @mcp.tool(
@@ -750,6 +760,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         auto_compact: bool | None = None,
         auto_compact_threshold: Annotated[float | None, Field(ge=0.2, le=1.0, allow_inf_nan=False)] = None,
         recall_tokens: Annotated[int | None, Field(ge=100, le=C.RECALL_TOKENS_MAX)] = None,
+        max_items: Annotated[int | None, Field(ge=10, le=10_000_000)] = None,
+        max_archive_tokens: Annotated[int | None, Field(ge=1_000, le=10_000_000_000)] = None,
     ) -> Annotated[CallToolResult, S.ConfigureResult]:
         def go() -> CallToolResult:
             st, report = store.configure(
@@ -757,6 +769,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 auto_compact=auto_compact,
                 auto_compact_threshold=auto_compact_threshold,
                 recall_tokens=recall_tokens,
+                max_items=max_items,
+                max_archive_tokens=max_archive_tokens,
             )
             text = (
                 f"Settings: budget {st.token_budget:,}, auto-compact {'on' if st.auto_compact else 'off'} "
@@ -768,6 +782,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 auto_compact=st.auto_compact,
                 auto_compact_threshold=st.auto_compact_threshold,
                 recall_tokens=st.recall_tokens,
+                max_items=st.max_items,
+                max_archive_tokens=st.max_archive_tokens,
                 budget=current_budget(),
                 compaction=S.compaction_summary(report),
             )

@@ -155,6 +155,7 @@ class _State:
     dedup: DedupIndex = field(default_factory=DedupIndex)
     dedup_pending: dict[str, None] = field(default_factory=dict)
     uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
+    archived_tokens: int = 0
     used: int = 0
     next_seq: int = 1
     type_counts: dict[str, dict[str, int]] = field(
@@ -186,6 +187,9 @@ class Store:
         self._s = _State()
         self._dir: StateDir | None = None
         self._dirty = False
+        self._degraded: str | None = None
+        self._unsaved = 0
+        self._ledger_mem: list[dict[str, Any]] = []
         self.load_warnings: list[str] = []
         if state_dir is not None:
             self._dir = StateDir(Path(state_dir))
@@ -243,11 +247,50 @@ class Store:
     def _commit(self, ops: list[Op], *, sync: bool = True) -> None:
         if not ops:
             return
-        if self._dir is not None:
-            self._dir.append(ops, sync=sync)
-            self._dirty = True
-        for op in ops:
-            self._apply(op)
+        txn = _Txn(self)
+        try:
+            txn.apply(ops)
+            txn.commit(sync=sync)
+        except BaseException:
+            txn.rollback()
+            raise
+
+    def _persist_ops(self, ops: list[Op], sync: bool) -> None:
+        """Journal applied ops. A failure puts the store in degraded mode and is raised, so
+        the failing call reports it; while degraded, calls are kept in memory and every
+        later call first tries to write a full snapshot, which ends degraded mode."""
+        sd = self._dir
+        if sd is None or not ops:
+            return
+        if self._degraded is not None:
+            if self._recover():
+                return
+            self._unsaved += 1
+            return
+        try:
+            sd.append(ops, sync=sync)
+        except PersistenceError as exc:
+            self._degraded = str(exc)
+            log.error("persistence failed, serving from memory until the disk recovers: %s", exc)
+            raise
+        self._dirty = True
+
+    def _recover(self) -> bool:
+        """Try to save everything in memory (snapshot + fresh journal). Call under the lock."""
+        try:
+            self._write_snapshot_locked(dict(self._s.items))
+        except (PersistenceError, OSError) as exc:
+            self._degraded = str(exc)
+            return False
+        log.warning("persistence recovered after %d unsaved call(s)", self._unsaved)
+        self._degraded = None
+        self._unsaved = 0
+        return True
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the state dir is not being written, or None when all is saved."""
+        return self._degraded
 
     def _locked(self) -> Any:
         if self._dir is None:
@@ -296,8 +339,12 @@ class Store:
             self._order(s, new)
         if old.tier == "active":
             s.used -= old.view_tokens
+        else:
+            s.archived_tokens -= old.content_tokens
         if new.tier == "active":
             s.used += new.view_tokens
+        else:
+            s.archived_tokens += new.content_tokens
         if old.content_type != new.content_type or old.tier != new.tier:
             s.type_counts[old.content_type][old.tier] -= 1
             s.type_counts[new.content_type][new.tier] += 1
@@ -350,6 +397,8 @@ class Store:
         for tag in item.tags:
             s.by_tag.setdefault(tag, set()).add(item.id)
         s.index.add(item.id, item.content, item.summary, item.tags)
+        if item.tier == "archived":
+            s.archived_tokens += item.content_tokens
         if item.tier == "active":
             s.used += item.view_tokens
             if not item.depth:
@@ -367,6 +416,8 @@ class Store:
         s.dedup.remove(item.id)
         s.dedup_pending.pop(item.id, None)
         s.uncovered.discard(item.id)
+        if item.tier == "archived":
+            s.archived_tokens -= item.content_tokens
         if item.tier == "active":
             s.used -= item.view_tokens
         s.type_counts[item.content_type][item.tier] -= 1
@@ -525,11 +576,76 @@ class Store:
         try:
             txn.apply(ops)
             report = self._auto_compact(txn, protected)
+            report = self._enforce_limits(txn, protected, report)
             txn.commit()
         except BaseException:
             txn.rollback()
             raise
+        self._record_drops(report)
         return report
+
+    def _enforce_limits(
+        self, txn: _Txn, protected: frozenset[str], report: CompactReport | None
+    ) -> CompactReport | None:
+        """max_items and max_archive_tokens: never an error, always accounted for."""
+        s, st = self._s, self.settings
+        over_items = len(s.order["active"]) - st.max_items
+        over_archive = s.archived_tokens > st.max_archive_tokens
+        if over_items <= 0 and not over_archive:
+            return report
+        if report is None:
+            report = CompactReport(tokens_before=s.used, tokens_after=s.used, target_tokens=s.used, trigger="auto")
+        now = self._clock()
+        if over_items > 0:
+            # The oldest low-value items go to the archive (and are condensed like any other).
+            movable = [
+                s.items[s.by_seq[q]]
+                for q in s.order["active"]
+                if not s.items[s.by_seq[q]].pinned and s.by_seq[q] not in protected and not s.items[s.by_seq[q]].depth
+            ]
+            victims = heapq.nsmallest(over_items, movable, key=lambda it: (scoring.retention(it, now), it.seq))
+            txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}} for it in victims])
+            report.archived.extend(it.id for it in victims)
+            report.condensed.extend(self._condense(txn, s.used, protected))
+        if s.archived_tokens > st.max_archive_tokens:
+            # Past the archive bound the lowest-value archived leaves are dropped; each drop
+            # goes to the forget ledger, so nothing disappears silently.
+            leaves = sorted(
+                (s.items[s.by_seq[q]] for q in s.order["archived"] if not s.items[s.by_seq[q]].depth),
+                key=lambda it: (scoring.retention(it, now), it.seq),
+            )
+            for leaf in leaves:
+                if s.archived_tokens <= st.max_archive_tokens:
+                    break
+                txn.apply([{"op": "del", "id": leaf.id}])
+                self._mark_gone(txn, leaf)
+                report.dropped.append(leaf.id)
+        report.tokens_after = s.used
+        return report
+
+    def _record_drops(self, report: CompactReport | None) -> None:
+        if report is None or not report.dropped:
+            return
+        now = self._clock()
+        self._ledger_append([{"id": item_id, "reason": "max_archive_tokens", "at": now} for item_id in report.dropped])
+
+    def _ledger_append(self, entries: list[dict[str, Any]]) -> None:
+        self._ledger_mem.extend(entries)
+        del self._ledger_mem[: -C.LEDGER_MEMORY_MAX]
+        if self._dir is not None:
+            try:
+                self._dir.append_ledger(entries)
+            except PersistenceError as exc:
+                log.error("forget ledger not written (entries kept in memory): %s", exc)
+
+    def _ledger_count(self) -> int:
+        return self._dir.ledger_count() if self._dir is not None else len(self._ledger_mem)
+
+    def forget_ledger(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest entries of the append-only forget ledger."""
+        if self._dir is not None:
+            return self._dir.read_ledger()[-limit:]
+        return self._ledger_mem[-limit:]
 
     def _auto_compact(self, txn: _Txn, protected: frozenset[str]) -> CompactReport | None:
         st = self.settings
@@ -604,7 +720,9 @@ class Store:
         ops: list[Op] = [{"op": "put", "item": node.to_record()}]
         for c in children:
             change: dict[str, Any] = {"parents": [*c.parents, node_id]}
-            if c.tier != "archived":
+            # Overflow condensation moves active nodes under the new one; condensing the
+            # archive leaves a restored child where the agent put it.
+            if children_tier == "active" and c.tier != "archived":
                 change["tier"] = "archived"
             ops.append({"op": "patch", "id": c.id, "set": change})
         txn.apply(ops)
@@ -620,8 +738,9 @@ class Store:
         for item_id in s.uncovered:
             it = s.items[item_id]
             by_scope.setdefault(scope_key(it.scope), []).append(it)
-        for scope_items in by_scope.values():
+        for scope, scope_items in by_scope.items():
             pending = sorted(scope_items, key=lambda it: it.seq)
+            pending = self._extend_latest_node(txn, scope, pending, made)
             for group in group_coherent(pending, C.CHUNK_SIZE, s.index.terms):
                 depth = min(C.MAX_DEPTH, 1 + max(c.depth for c in group))
                 node_id = self._make_node(txn, depth, group, "archived")
@@ -664,6 +783,45 @@ class Store:
                 txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}}])
         return made
 
+    def _extend_latest_node(self, txn: _Txn, scope: str, pending: list[Item], made: list[str]) -> list[Item]:
+        """A few newly archived raw items join the newest d1 node that has room rather than
+        making a node of their own: small auto-compactions would otherwise leave a trail of
+        one-item summaries. The node is re-made (its id follows its children), so only a
+        stand-in (extractive) node is extended, never one whose text the agent wrote."""
+        s = self._s
+        raw = [it for it in pending if not it.depth]
+        if not raw or len(pending) >= C.CHUNK_SIZE // 2:
+            return pending
+        latest: Item | None = None
+        for q in reversed(s.order["active"]):
+            it = s.items[s.by_seq[q]]
+            if it.depth == 1 and scope_key(it.scope) == scope:
+                latest = it
+                break
+        if (
+            latest is None
+            or latest.quality != "extractive"
+            or latest.pinned
+            or latest.parents
+            or latest.children_tier != "archived"
+            or len(latest.children) >= C.CHUNK_SIZE
+        ):
+            return pending
+        take = raw[: C.CHUNK_SIZE - len(latest.children)]
+        kids = [s.items[c] for c in latest.children if c in s.items]
+        ops: list[Op] = [{"op": "del", "id": latest.id}]
+        ops.extend(
+            {"op": "patch", "id": k.id, "set": {"parents": [p for p in k.parents if p != latest.id]}} for k in kids
+        )
+        txn.apply(ops)
+        node_id = self._make_node(txn, 1, [s.items[k.id] for k in kids] + take, "archived")
+        if node_id:
+            if latest.id in made:
+                made.remove(latest.id)
+            made.append(node_id)
+        taken = {t.id for t in take}
+        return [it for it in pending if it.id not in taken]
+
     def _needs_text(self) -> list[str]:
         s = self._s
         out = [
@@ -689,10 +847,12 @@ class Store:
             txn = _Txn(self)
             try:
                 report = self._compact_in(txn, target, frozenset(), "manual")
+                self._enforce_limits(txn, frozenset(), report)
                 txn.commit()
             except BaseException:
                 txn.rollback()
                 raise
+            self._record_drops(report)
             return report
 
     def update(
@@ -835,6 +995,7 @@ class Store:
             except BaseException:
                 txn.rollback()
                 raise
+            self._ledger_append([{"id": item_id, "reason": "forget", "at": self._clock()}])
             return item
 
     def _mark_gone(self, txn: _Txn, item: Item) -> None:
@@ -984,6 +1145,8 @@ class Store:
         auto_compact: bool | None = None,
         auto_compact_threshold: float | None = None,
         recall_tokens: int | None = None,
+        max_items: int | None = None,
+        max_archive_tokens: int | None = None,
     ) -> tuple[Settings, CompactReport | None]:
         changes: dict[str, Any] = {}
         if token_budget is not None:
@@ -1004,6 +1167,14 @@ class Store:
             if isinstance(recall_tokens, bool) or not 100 <= recall_tokens <= C.RECALL_TOKENS_MAX:
                 raise InvalidArgumentError(f"recall_tokens must be from 100 to {C.RECALL_TOKENS_MAX:,}.")
             changes["recall_tokens"] = int(recall_tokens)
+        if max_items is not None:
+            if isinstance(max_items, bool) or not 10 <= max_items <= 10_000_000:
+                raise InvalidArgumentError("max_items must be from 10 to 10,000,000.")
+            changes["max_items"] = int(max_items)
+        if max_archive_tokens is not None:
+            if isinstance(max_archive_tokens, bool) or not 1_000 <= max_archive_tokens <= 10_000_000_000:
+                raise InvalidArgumentError("max_archive_tokens must be from 1,000 to 10,000,000,000.")
+            changes["max_archive_tokens"] = int(max_archive_tokens)
         with self._locked():
             self._sync()
             report = None
@@ -1351,6 +1522,10 @@ class Store:
                     journal_bytes=self._dir.journal_size(),
                     generation=self._dir.gen,
                     dirty=self._dirty,
+                    degraded=self._degraded is not None,
+                    degraded_reason=self._degraded,
+                    unsaved_calls=self._unsaved,
+                    forget_ledger_entries=self._ledger_count(),
                 )
             pinned = sum(1 for q in s.order["active"] if s.items[s.by_seq[q]].pinned)
             return Status(
@@ -1424,6 +1599,11 @@ class Store:
                 self._discard_tmp()
                 return
             self._sync()
+            if self._degraded is not None:
+                # Calls made while degraded are only in memory: save all of it instead.
+                self._discard_tmp()
+                self._recover()
+                return
             try:
                 sd.install_snapshot_tmp()
                 sd.rotate(gen + 1, offset)
@@ -1472,10 +1652,7 @@ class _Txn:
             self.ops.append(op)
 
     def commit(self, sync: bool = True) -> None:
-        st = self._store
-        if st._dir is not None and self.ops:
-            st._dir.append(self.ops, sync=sync)
-            st._dirty = True
+        self._store._persist_ops(self.ops, sync)
 
     def rollback(self) -> None:
         st = self._store

@@ -182,8 +182,6 @@ def test_failed_write_changes_nothing(state_dir: Path, monkeypatch: pytest.Monke
 
     with pytest.raises(PersistenceError, match="not applied"):
         s.store("will fail")
-    with pytest.raises(PersistenceError):
-        s.bulk_store([StoreInput("a"), StoreInput("b")])
     monkeypatch.undo()
     assert (s.ids(), s.tokens_used) == before
     s.store("disk is back")
