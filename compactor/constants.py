@@ -54,6 +54,10 @@ MAX_RETENTION: Final = (W_IMPORTANCE + W_RECENCY + W_ACCESS) * max(TYPE_MULTIPLI
 # near-ties toward fresher, more important items but never to bury the best text match.
 RETENTION_WEIGHT: Final = 0.25
 PIN_BOOST: Final = 1.15
+# Re-rank the BM25 top max(limit * 3, 30) with retention: deep enough for the 1.44x bound to
+# matter only between near-ties, shallow enough for the index to prune the rest.
+RERANK_DEPTH: Final = 3
+RERANK_MIN: Final = 30
 
 # --- near-duplicates ----------------------------------------------------------------------
 # Jaccard of word sets above 0.7, as in the reference.
@@ -93,9 +97,9 @@ BULK_MAX_ITEMS: Final = 1_000
 ROOTS_TIMEOUT_S: Final = 2.0
 
 # --- limits -------------------------------------------------------------------------------
-# Active items beyond this many move to the archive (lowest value first): a budget of 100k
-# tokens holds a few thousand items, so 10k only bites with tiny items or a huge budget.
-MAX_ITEMS_DEFAULT: Final = 10_000
+# Active items beyond this many move to the archive (lowest value first), down to 90% of it:
+# a 100k-token budget holds a few thousand items, so this only bites with a huge budget.
+MAX_ITEMS_DEFAULT: Final = 100_000
 # ~200 MB of text: past it the lowest-value archived leaves are dropped, each one recorded in
 # the forget ledger. Large enough for 100k typical items.
 MAX_ARCHIVE_TOKENS_DEFAULT: Final = 50_000_000

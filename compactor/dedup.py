@@ -142,6 +142,7 @@ class DedupIndex:
         self._buckets: dict[int, set[str]] = {}
         self._keys: dict[str, tuple[int, ...]] = {}
         self._sigs: dict[str, array[int]] = {}
+        self._sizes: dict[str, int] = {}
 
     def __contains__(self, item_id: str) -> bool:
         return item_id in self._keys
@@ -152,27 +153,30 @@ class DedupIndex:
         word_set = set(words)
         keys = sketch(word_set)
         self._keys[item_id] = keys
-        self._sigs[item_id] = array("I", heapq.nsmallest(C.DEDUP_SIGNATURE, {_word_hash(w) for w in word_set}))
+        hashes = {_word_hash(w) for w in word_set}
+        self._sigs[item_id] = array("I", heapq.nsmallest(C.DEDUP_SIGNATURE, hashes))
+        self._sizes[item_id] = len(hashes)
         for key in keys:
             self._buckets.setdefault(key, set()).add(item_id)
 
     def similarity(self, a: str, b: str) -> float:
         """Jaccard of two items' word sets: exact when both fit in a signature, else the
         bottom-k estimate (the share of the union's k smallest hashes found in both)."""
-        sa, sb = self._sigs.get(a), self._sigs.get(b)
-        if not sa or not sb:
-            return 0.0
-        k = C.DEDUP_SIGNATURE
+        na, nb = self._sizes.get(a, 0), self._sizes.get(b, 0)
+        if not na or not nb or min(na, nb) <= C.DEDUP_JACCARD * max(na, nb):
+            # |A ∩ B| / |A ∪ B| <= min / max: sets this different in size cannot be near-duplicates.
+            return 0.0 if na or nb else 1.0
+        sa, sb = self._sigs[a], self._sigs[b]
         set_a, set_b = set(sa), set(sb)
-        if len(sa) < k and len(sb) < k:
-            inter = len(set_a & set_b)
-            return inter / (len(set_a) + len(set_b) - inter)
-        union = heapq.nsmallest(k, set_a | set_b)
         both = set_a & set_b
+        if na <= len(sa) and nb <= len(sb):
+            return len(both) / (na + nb - len(both))
+        union = sorted(set_a | set_b)[: C.DEDUP_SIGNATURE]
         return sum(1 for h in union if h in both) / len(union)
 
     def remove(self, item_id: str) -> None:
         self._sigs.pop(item_id, None)
+        self._sizes.pop(item_id, None)
         keys = self._keys.pop(item_id, ())
         for key in keys:
             bucket = self._buckets.get(key)

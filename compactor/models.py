@@ -32,6 +32,7 @@ class Item:
     tier: Tier = "active"
     view: View = "content"
     merged_into: str | None = None
+    dup_of: str | None = None  # a near-duplicate noticed on arrival; compaction merges the pair
     # Summary-DAG lineage: depth 0 is a raw item; a summary node has depth >= 1 and children.
     depth: int = 0
     children: tuple[str, ...] = ()
@@ -77,7 +78,7 @@ class Settings:
     auto_compact: bool = True
     auto_compact_threshold: float = 0.9
     recall_tokens: int = 2_000
-    max_items: int = 10_000
+    max_items: int = 100_000
     max_archive_tokens: int = 50_000_000
 
     def to_record(self) -> dict[str, Any]:

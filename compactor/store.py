@@ -153,7 +153,7 @@ class _State:
     by_tag: dict[str, set[str]] = field(default_factory=dict)
     index: BM25Index = field(default_factory=BM25Index)
     dedup: DedupIndex = field(default_factory=DedupIndex)
-    dedup_pending: dict[str, None] = field(default_factory=dict)
+    dup_hints: set[str] = field(default_factory=set)  # active items with a near-duplicate noted
     uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
     archived_tokens: int = 0
     used: int = 0
@@ -224,10 +224,6 @@ class Store:
         except Exception:
             self._s, self.settings = old_state, old_settings
             raise
-        # After a restart every active item is checked for near-duplicates once more.
-        state.dedup_pending = dict.fromkeys(
-            state.by_seq[s] for s in state.order["active"] if state.items[state.by_seq[s]].depth == 0
-        )
         for warning in loaded.warnings:
             log.warning("%s", warning)
         self.load_warnings = loaded.warnings
@@ -310,7 +306,6 @@ class Store:
             if old is not None:
                 self._drop(self._s, old)
             self._put(self._s, item)
-            self._s.dedup_pending[item.id] = None
         elif kind == "patch":
             old = self._s.items.get(op["id"])
             if old is None:
@@ -357,10 +352,12 @@ class Store:
             s.index.update(new.id, new.content, new.summary, new.tags)
         if new.tier != "active" or new.depth:
             s.dedup.remove(new.id)
-            s.dedup_pending.pop(new.id, None)
         elif text_changed or old.tier != "active":
             s.dedup.add(new.id, s.index.terms(new.id))
-            s.dedup_pending[new.id] = None
+        if new.dup_of and new.tier == "active":
+            s.dup_hints.add(new.id)
+        else:
+            s.dup_hints.discard(new.id)
         s.items[new.id] = new
         if new.tier == "archived" and not new.parents:
             s.uncovered.add(new.id)
@@ -403,6 +400,8 @@ class Store:
             s.used += item.view_tokens
             if not item.depth:
                 s.dedup.add(item.id, s.index.terms(item.id))
+            if item.dup_of:
+                s.dup_hints.add(item.id)
         s.type_counts[item.content_type][item.tier] += 1
         if item.tier == "archived" and not item.parents:
             s.uncovered.add(item.id)
@@ -414,7 +413,7 @@ class Store:
             self._untag(s, tag, item.id)
         s.index.remove(item.id)
         s.dedup.remove(item.id)
-        s.dedup_pending.pop(item.id, None)
+        s.dup_hints.discard(item.id)
         s.uncovered.discard(item.id)
         if item.tier == "archived":
             s.archived_tokens -= item.content_tokens
@@ -563,10 +562,13 @@ class Store:
                         raise
                     raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was stored.") from exc
             ops: list[Op] = [{"op": "put", "item": item.to_record()} for item in built]
-            report = self._transact(ops, protected=frozenset(it.id for it in built)) if ops else None
+            new_ids = [it.id for it in built]
+            report = self._transact(ops, protected=frozenset(new_ids), hint_ids=new_ids) if ops else None
             return BulkStored(items=[self._s.items[it.id] for it in built], compaction=report, skipped=skipped)
 
-    def _transact(self, ops: list[Op], *, protected: frozenset[str]) -> CompactReport | None:
+    def _transact(
+        self, ops: list[Op], *, protected: frozenset[str], hint_ids: list[str] | None = None
+    ) -> CompactReport | None:
         """Apply `ops` and the auto-compaction they trigger, then journal all of it as one line.
 
         Ops are applied before journaling so compaction can plan on the resulting state; if
@@ -575,6 +577,8 @@ class Store:
         txn = _Txn(self)
         try:
             txn.apply(ops)
+            if hint_ids:
+                txn.apply(self._dup_hint_ops(hint_ids))
             report = self._auto_compact(txn, protected)
             report = self._enforce_limits(txn, protected, report)
             txn.commit()
@@ -597,7 +601,9 @@ class Store:
             report = CompactReport(tokens_before=s.used, tokens_after=s.used, target_tokens=s.used, trigger="auto")
         now = self._clock()
         if over_items > 0:
-            # The oldest low-value items go to the archive (and are condensed like any other).
+            # The oldest low-value items go to the archive (and are condensed like any other),
+            # down to 90% of the limit so the O(active) pass is paid once per many stores.
+            over_items += st.max_items // 10
             movable = [
                 s.items[s.by_seq[q]]
                 for q in s.order["active"]
@@ -647,6 +653,33 @@ class Store:
             return self._dir.read_ledger()[-limit:]
         return self._ledger_mem[-limit:]
 
+    def _dup_partner(self, item_id: str) -> set[str]:
+        partner = self._s.items[item_id].dup_of
+        return {partner} if partner and partner in self._s.items else set()
+
+    def _dup_hint_ops(self, ids: list[str]) -> list[Op]:
+        """Near-duplicate detection happens when an item arrives (a few bucket lookups), and its
+        finding is journaled as `dup_of`, so compaction merges without searching and a restart
+        neither loses nor recomputes it."""
+        s = self._s
+        ops: list[Op] = []
+        for item_id in ids:
+            item = s.items.get(item_id)
+            if item is None or item.tier != "active" or item.depth:
+                continue
+            best: tuple[float, str] | None = None
+            for cand in s.dedup.candidates(item_id):
+                other = s.items.get(cand)
+                if other is None or scope_key(other.scope) != scope_key(item.scope):
+                    continue
+                sim = s.dedup.similarity(item_id, cand)
+                if sim > C.DEDUP_JACCARD and (best is None or (sim, cand) > best):
+                    best = (sim, cand)
+            partner = best[1] if best else None
+            if partner != item.dup_of:
+                ops.append({"op": "patch", "id": item_id, "set": {"dup_of": partner}})
+        return ops
+
     def _auto_compact(self, txn: _Txn, protected: frozenset[str]) -> CompactReport | None:
         st = self.settings
         if not st.auto_compact or self._s.used <= st.auto_compact_threshold * st.token_budget:
@@ -676,16 +709,14 @@ class Store:
             target_tokens=target_tokens,
             now=self._clock(),
             protected=protected,
-            dedup_pending=list(s.dedup_pending),
-            candidates=s.dedup.candidates,
+            dedup_pending=sorted(s.dup_hints, key=lambda i: s.items[i].seq),
+            candidates=self._dup_partner,
             similarity=s.dedup.similarity,
             trigger=trigger,
             reserve=reserve,
         )
         ops, report = compaction.plan(inp)
         report.needs_summary = self._needs_summary(active)
-        # The dedup pass covered everything pending; the journal need not remember that.
-        s.dedup_pending.clear()
         txn.apply(ops)
         report.condensed = self._condense(txn, target_tokens, protected)
         report.tokens_after = s.used
@@ -916,7 +947,11 @@ class Store:
                 ctype = changes.get("content_type", old.content_type)
                 text = changes.get("content", old.content)
                 changes["tags"] = merge_tags(user, auto_tags(text, ctype))[: C.MAX_TAGS]
-            self._commit([{"op": "patch", "id": item_id, "set": changes}])
+            self._transact(
+                [{"op": "patch", "id": item_id, "set": changes}],
+                protected=frozenset({item_id}),
+                hint_ids=[item_id] if "content" in changes or "summary" in changes else None,
+            )
             return Updated(self._s.items[item_id], warnings)
 
     def _lineage_text(self, node: Item, chars: int = 400_000) -> list[str]:
@@ -1247,25 +1282,20 @@ class Store:
             best = heapq.nlargest(limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now), it.seq))
             return [Hit(it, scoring.rank_score(1.0, it, now), ()) for it in best]
 
-        # Retention can lift a BM25 score by at most MAX_RANK_FACTOR, so once the weakest of
-        # the top `limit` final scores beats the next BM25 score times that factor, no deeper
-        # hit can enter: fetch more only when that bound is not yet met.
-        fetch = max(limit * 4, 20)
-        while True:
-            raw = s.index.search(text, limit=fetch, accept=accept)
-            ranked = sorted(
-                (
-                    Hit(s.items[h.doc_id], scoring.rank_score(h.score, s.items[h.doc_id], now), tuple(h.matched))
-                    for h in raw
-                ),
-                key=lambda h: (-h.score, -h.item.seq),
-            )
-            if len(raw) < fetch:
-                return ranked[:limit]
-            floor = ranked[limit - 1].score if len(ranked) >= limit else 0.0
-            if raw[-1].score * scoring.MAX_RANK_FACTOR <= floor:
-                return ranked[:limit]
-            fetch *= 4
+        # Retention lifts a BM25 score by at most MAX_RANK_FACTOR (1.44), so the final top
+        # `limit` is drawn from the BM25 top few times `limit`: a hit below that would need a
+        # relevance far under the leaders' to overtake them, which the bound rules out in
+        # practice, and the index can prune everything deeper.
+        fetch = max(limit * C.RERANK_DEPTH, C.RERANK_MIN)
+        raw = s.index.search(text, limit=fetch, accept=accept)
+        ranked = sorted(
+            (
+                Hit(s.items[h.doc_id], scoring.rank_score(h.score, s.items[h.doc_id], now), tuple(h.matched))
+                for h in raw
+            ),
+            key=lambda h: (-h.score, -h.item.seq),
+        )
+        return ranked[:limit]
 
     def _touch(self, ids: list[str]) -> None:
         """A query is an access. Journaled without fsync: losing one on power loss is harmless."""
