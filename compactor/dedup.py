@@ -164,7 +164,7 @@ class DedupIndex:
         bottom-k estimate (the share of the union's k smallest hashes found in both)."""
         na, nb = self._sizes.get(a, 0), self._sizes.get(b, 0)
         if not na or not nb or min(na, nb) <= C.DEDUP_JACCARD * max(na, nb):
-            # |A ∩ B| / |A ∪ B| <= min / max: sets this different in size cannot be near-duplicates.
+            # |A and B| / |A or B| <= min / max: sets this different in size cannot be near-duplicates.
             return 0.0 if na or nb else 1.0
         sa, sb = self._sigs[a], self._sigs[b]
         set_a, set_b = set(sa), set(sb)
