@@ -9,10 +9,13 @@ shares a bucket with probability >= 1 - 0.3**K. Candidates are then checked exac
 
 from __future__ import annotations
 
+import base64
 import heapq
+import sys
 import zlib
 from array import array
 from collections.abc import Iterable
+from typing import Any
 
 from . import constants as C
 
@@ -173,6 +176,33 @@ class DedupIndex:
             return len(both) / (na + nb - len(both))
         union = sorted(set_a | set_b)[: C.DEDUP_SIGNATURE]
         return sum(1 for h in union if h in both) / len(union)
+
+    def to_state(self) -> dict[str, Any]:
+        ids = list(self._keys)
+        return {
+            "ids": ids,
+            "keys": [list(self._keys[i]) for i in ids],
+            "sizes": [self._sizes.get(i, 0) for i in ids],
+            "sigs": [base64.b64encode(self._sigs[i].tobytes()).decode("ascii") for i in ids],
+            "byteorder": sys.byteorder,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> DedupIndex:
+        self = cls()
+        swap = state["byteorder"] != sys.byteorder
+        for item_id, keys, size, sig in zip(state["ids"], state["keys"], state["sizes"], state["sigs"], strict=True):
+            arr = array("I")
+            arr.frombytes(base64.b64decode(sig))
+            if swap:
+                arr.byteswap()
+            key_tuple = tuple(int(k) for k in keys)
+            self._keys[item_id] = key_tuple
+            self._sigs[item_id] = arr
+            self._sizes[item_id] = int(size)
+            for key in key_tuple:
+                self._buckets.setdefault(key, set()).add(item_id)
+        return self
 
     def remove(self, item_id: str) -> None:
         self._sigs.pop(item_id, None)

@@ -213,8 +213,9 @@ class Store:
             for key, value in (snap.get("settings") or {}).items():
                 if hasattr(settings, key):
                     setattr(settings, key, value)
+            derived = self._restore_derived(state, snap)
             for record in snap["items"]:
-                self._put(state, Item.from_record(record))
+                self._put(state, Item.from_record(record), derived=not derived)
         old_state, old_settings = self._s, self.settings
         self._s, self.settings = state, settings
         try:
@@ -387,18 +388,40 @@ class Store:
             if not ids:
                 del s.by_tag[tag]
 
-    def _put(self, s: _State, item: Item) -> None:
+    def _restore_derived(self, state: _State, snap: dict[str, Any]) -> bool:
+        """Load the search index and dedup buckets saved with a snapshot, so a cold start does
+        not re-tokenise every item. False (rebuild) when absent or unreadable."""
+        index_state, dedup_state = snap.get("index"), snap.get("dedup")
+        if not index_state or dedup_state is None:
+            return False
+        try:
+            state.index = BM25Index.from_state(index_state)
+            state.dedup = DedupIndex.from_state(dedup_state)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("saved index unusable (%s); rebuilding it from the items", exc)
+            state.index, state.dedup = BM25Index(), DedupIndex()
+            return False
+        if len(state.index) != len(snap["items"]):
+            log.warning("saved index does not match the items; rebuilding it")
+            state.index, state.dedup = BM25Index(), DedupIndex()
+            return False
+        return True
+
+    def _put(self, s: _State, item: Item, *, derived: bool = True) -> None:
+        """Add an item to every structure; `derived=False` when the index and dedup buckets
+        were restored from a snapshot and already hold it."""
         s.items[item.id] = item
         self._order(s, item)
         s.next_seq = max(s.next_seq, item.seq + 1)
         for tag in item.tags:
             s.by_tag.setdefault(tag, set()).add(item.id)
-        s.index.add(item.id, item.content, item.summary, item.tags)
+        if derived:
+            s.index.add(item.id, item.content, item.summary, item.tags)
         if item.tier == "archived":
             s.archived_tokens += item.content_tokens
         if item.tier == "active":
             s.used += item.view_tokens
-            if not item.depth:
+            if not item.depth and derived:
                 s.dedup.add(item.id, s.index.terms(item.id))
             if item.dup_of:
                 s.dup_hints.add(item.id)
@@ -1593,6 +1616,10 @@ class Store:
         assert self._dir is not None
         gen, offset = self._dir.gen, self._dir.offset
         header = self._snapshot_header(gen + 1, gen, offset)
+        # Synchronous snapshots (shutdown, forget, recovery) hold the lock anyway, so they also
+        # save the index: the next start then loads it instead of re-tokenising everything.
+        header["index"] = self._s.index.to_state()
+        header["dedup"] = self._s.dedup.to_state()
         self._dir.write_snapshot(snapshot_chunks(header, list(items.values())))
         self._dir.rotate(gen + 1, offset)
         self._dir.remove_temp_files()
