@@ -178,30 +178,69 @@ class DedupIndex:
         return sum(1 for h in union if h in both) / len(union)
 
     def to_state(self) -> dict[str, Any]:
+        """Flat arrays (base64 of native bytes): one decode on load, not one per item."""
         ids = list(self._keys)
+        keys = array("I")
+        key_lens = array("B")
+        sigs = array("I")
+        sig_lens = array("B")
+        for i in ids:
+            keys.extend(self._keys[i])
+            key_lens.append(len(self._keys[i]))
+            sigs.extend(self._sigs[i])
+            sig_lens.append(len(self._sigs[i]))
+        sizes = array("I", (self._sizes.get(i, 0) for i in ids))
+
+        def b64(arr: array[int]) -> str:
+            return base64.b64encode(arr.tobytes()).decode("ascii")
+
         return {
-            "ids": ids,
-            "keys": [list(self._keys[i]) for i in ids],
-            "sizes": [self._sizes.get(i, 0) for i in ids],
-            "sigs": [base64.b64encode(self._sigs[i].tobytes()).decode("ascii") for i in ids],
+            "format": 1,
             "byteorder": sys.byteorder,
+            "ids": ids,
+            "keys": b64(keys),
+            "key_lens": b64(key_lens),
+            "sigs": b64(sigs),
+            "sig_lens": b64(sig_lens),
+            "sizes": b64(sizes),
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> DedupIndex:
-        self = cls()
+        if state.get("format") != 1:
+            raise ValueError("unknown dedup state format")
         swap = state["byteorder"] != sys.byteorder
-        for item_id, keys, size, sig in zip(state["ids"], state["keys"], state["sizes"], state["sigs"], strict=True):
-            arr = array("I")
-            arr.frombytes(base64.b64decode(sig))
-            if swap:
+
+        def unb64(text: str, code: str) -> array[int]:
+            arr = array(code)
+            arr.frombytes(base64.b64decode(text))
+            if swap and arr.itemsize > 1:
                 arr.byteswap()
-            key_tuple = tuple(int(k) for k in keys)
+            return arr
+
+        self = cls()
+        keys, key_lens = unb64(state["keys"], "I"), unb64(state["key_lens"], "B")
+        sigs, sig_lens = unb64(state["sigs"], "I"), unb64(state["sig_lens"], "B")
+        sizes = unb64(state["sizes"], "I")
+        ids = state["ids"]
+        if not len(ids) == len(key_lens) == len(sig_lens) == len(sizes):
+            raise ValueError("dedup state is inconsistent")
+        kpos = spos = 0
+        buckets = self._buckets
+        for n, item_id in enumerate(ids):
+            kl, sl = key_lens[n], sig_lens[n]
+            key_tuple = tuple(keys[kpos : kpos + kl])
+            kpos += kl
             self._keys[item_id] = key_tuple
-            self._sigs[item_id] = arr
-            self._sizes[item_id] = int(size)
+            self._sigs[item_id] = sigs[spos : spos + sl]
+            spos += sl
+            self._sizes[item_id] = sizes[n]
             for key in key_tuple:
-                self._buckets.setdefault(key, set()).add(item_id)
+                bucket = buckets.get(key)
+                if bucket is None:
+                    buckets[key] = {item_id}
+                else:
+                    bucket.add(item_id)
         return self
 
     def remove(self, item_id: str) -> None:
