@@ -52,15 +52,23 @@ def make_docs(words: list[str], n: int, seed: int = 7) -> list[str]:
     return docs
 
 
-def rare_queries(index: BM25Index, docs: list[str], n: int, seed: int = 3) -> list[str]:
-    """2-4 words picked from random documents, preferring rarer ones (df 2..500)."""
+def _sampled_queries(index: BM25Index, docs: list[str], n: int, seed: int, compound: bool) -> list[str]:
+    """2-4 terms of df 2..500 picked from random documents.
+
+    compound=False: plain words only (no part splitting); True: one of them is an identifier
+    or path, whose parts (``py``, ``django``, ``self`` ...) are usually very common.
+    """
     rng = random.Random(seed)
-    out = []
+    out: list[str] = []
     while len(out) < n:
         doc = docs[rng.randrange(len(docs))]
-        cands = [t for t in set(analyze.tokenize(doc)) if 2 <= index._df[index._vocab[t]] <= 500]
-        if len(cands) >= 4:
-            out.append(" ".join(rng.sample(cands, rng.randint(2, 4))))
+        words = [t for t in set(analyze.tokenize(doc)) if 2 <= index._df[index._vocab[t]] <= 500]
+        plain = [t for t in words if analyze.query_terms(t) == [t]]
+        parted = [t for t in words if len(analyze.query_terms(t)) > 2]
+        if compound and parted and len(plain) >= 3:
+            out.append(" ".join([rng.choice(parted), *rng.sample(plain, rng.randint(1, 3))]))
+        elif not compound and len(plain) >= 4:
+            out.append(" ".join(rng.sample(plain, rng.randint(2, 4))))
     return out
 
 
@@ -101,7 +109,8 @@ def run(n: int, words: list[str]) -> None:
     print(f"add: {dt:.2f}s total, {dt / n * 1e6:.0f} us/doc")
 
     for label, queries in (
-        ("rare 2-4 terms", rare_queries(index, docs, 200)),
+        ("2-4 rare-ish words", _sampled_queries(index, docs, 200, 3, compound=False)),
+        ("identifier/path + 1-3 words", _sampled_queries(index, docs, 200, 4, compound=True)),
         ("random corpus words x3", common_queries(words, 200)),
     ):
         times = []

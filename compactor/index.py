@@ -70,7 +70,6 @@ _TF_BITS: Final = 8
 _TF_MASK: Final = (1 << _TF_BITS) - 1  # this value in a posting means "see self._big_tf"
 _DOC_LIMIT: Final = 1 << (32 - _TF_BITS)
 _DEAD: Final = -1.0
-_by_score_then_newest: Final = itemgetter(1, 0)
 
 if array("I").itemsize != 4:  # pragma: no cover - every CPython platform we target has it
     raise ImportError("compactor.index needs a 4-byte array('I')")
@@ -116,11 +115,11 @@ class BM25Index:
         self._free_terms: list[int] = []
         self._df: array[int] = array("I")
         self._post: list[array[int]] = []  # term id -> sorted doc << 8 | tf_units
-        self._big_tf: dict[int, int] = {}  # tid << 32 | doc -> tf_units, when >= _TF_MASK
+        self._big_tf: dict[int, dict[int, int]] = {}  # tid -> {doc: tf_units >= _TF_MASK}
         self._ids: dict[str, int] = {}
         self._ext: list[str | None] = []  # doc -> external id, None once removed
         self._doc_terms: list[array[int] | None] = []  # doc -> sorted distinct term ids
-        self._dl: list[float] = []  # doc -> length in tf units, _DEAD once removed
+        self._dl: array[float] = array("d")  # doc -> length in tf units, _DEAD once removed
         self._total_len = 0  # sum of live lengths in tf units (an exact integer)
 
     # --- size ------------------------------------------------------------------------------
@@ -168,7 +167,7 @@ class BM25Index:
             if tf < _TF_MASK:
                 post[tid].append(d << _TF_BITS | tf)
             else:
-                self._big_tf[tid << 32 | d] = tf
+                self._big_tf.setdefault(tid, {})[d] = tf
                 post[tid].append(d << _TF_BITS | _TF_MASK)
             df[tid] += 1
             tids.append(tid)
@@ -203,7 +202,9 @@ class BM25Index:
         df, post, big = self._df, self._post, self._big_tf
         for tid in tids:
             if big:
-                big.pop(tid << 32 | d, None)
+                spilled = big.get(tid)
+                if spilled is not None and spilled.pop(d, None) is not None and not spilled:
+                    del big[tid]
             left = df[tid] - 1
             df[tid] = left
             if left == 0:
@@ -229,11 +230,10 @@ class BM25Index:
             )
             for p in self._post
         ]
-        low = (1 << 32) - 1
-        self._big_tf = {k >> 32 << 32 | new_of[k & low]: v for k, v in self._big_tf.items()}
+        self._big_tf = {tid: {new_of[d]: v for d, v in m.items()} for tid, m in self._big_tf.items()}
         self._ext = [self._ext[d] for d in new_of]
         self._doc_terms = [self._doc_terms[d] for d in new_of]
-        self._dl = [self._dl[d] for d in new_of]
+        self._dl = array("d", [self._dl[d] for d in new_of])
         self._ids = {e: d for d, e in enumerate(self._ext) if e is not None}
 
     # --- reads -----------------------------------------------------------------------------
@@ -251,12 +251,9 @@ class BM25Index:
             return []
         ok = _Acceptance(self._ext, accept)
         acc, found = self._accumulate(query, limit, ok)
-        if accept is None:
-            ranked = heapq.nlargest(limit, acc.items(), key=_by_score_then_newest)
-        else:
-            ranked = ok.top(acc, limit)
+        ranked = _best(acc, limit) if accept is None else ok.top(acc, limit)
         hits: list[Hit] = []
-        for d, score in ranked:
+        for score, d in ranked:
             doc_id = self._ext[d]
             assert doc_id is not None
             hits.append(Hit(doc_id, score, self._matched(d, found)))
@@ -315,20 +312,39 @@ class BM25Index:
         return acc, found
 
     def _scan(self, acc: dict[int, float], w: float, tid: int, c1: float, c2: float) -> None:
-        dl, big = self._dl, self._big_tf
-        get = acc.get
-        for e in self._post[tid]:
-            d = e >> _TF_BITS
-            length = dl[d]
-            if length >= 0:
-                tf = e & _TF_MASK
-                if tf == _TF_MASK:
-                    tf = big[tid << 32 | d]
-                acc[d] = get(d, 0.0) + w * tf / (tf + c1 + c2 * length)
+        # The hottest loop of a query: kept free of attribute lookups and of the spill check
+        # unless this term has spilled frequencies.
+        p, dl = self._post[tid], self._dl
+        spilled = self._big_tf.get(tid)
+        if spilled is not None:
+            for e in p:
+                d = e >> _TF_BITS
+                length = dl[d]
+                if length >= 0:
+                    tf = e & _TF_MASK
+                    if tf == _TF_MASK:
+                        tf = spilled[d]
+                    acc[d] = acc.get(d, 0.0) + w * tf / (tf + c1 + c2 * length)
+        elif acc:
+            get = acc.get
+            for e in p:
+                d = e >> _TF_BITS
+                length = dl[d]
+                if length >= 0:
+                    tf = e & _TF_MASK
+                    acc[d] = get(d, 0.0) + w * tf / (tf + c1 + c2 * length)
+        else:
+            for e in p:
+                d = e >> _TF_BITS
+                length = dl[d]
+                if length >= 0:
+                    tf = e & _TF_MASK
+                    acc[d] = w * tf / (tf + c1 + c2 * length)
 
     def _refine(self, acc: dict[int, float], w: float, tid: int, c1: float, c2: float) -> None:
         """Add a term's contribution to the existing candidates only."""
-        p, dl, big = self._post[tid], self._dl, self._big_tf
+        p, dl = self._post[tid], self._dl
+        spilled = self._big_tf.get(tid, {})
         if len(acc) * _BISECT_COST < len(p):
             size = len(p)
             for d in acc:
@@ -336,7 +352,7 @@ class BM25Index:
                 if i < size and p[i] >> _TF_BITS == d:
                     tf = p[i] & _TF_MASK
                     if tf == _TF_MASK:
-                        tf = big[tid << 32 | d]
+                        tf = spilled[d]
                     acc[d] += w * tf / (tf + c1 + c2 * dl[d])
         else:
             for e in p:
@@ -344,7 +360,7 @@ class BM25Index:
                 if d in acc:
                     tf = e & _TF_MASK
                     if tf == _TF_MASK:
-                        tf = big[tid << 32 | d]
+                        tf = spilled[d]
                     acc[d] += w * tf / (tf + c1 + c2 * dl[d])
 
     def _matched(self, d: int, found: list[tuple[str, int]]) -> tuple[str, ...]:
@@ -373,11 +389,11 @@ class BM25Index:
             "df": _b64(self._df),
             "post_lens": _b64(array("Q", map(len, self._post))),
             "post": base64.b64encode(b"".join(p.tobytes() for p in self._post)).decode("ascii"),
-            "big_tf": [[k, v] for k, v in self._big_tf.items()],
+            "big_tf": [[tid, d, v] for tid, m in self._big_tf.items() for d, v in m.items()],
             "ext": list(self._ext),
             "doc_terms_lens": _b64(array("Q", map(len, doc_terms))),
             "doc_terms": base64.b64encode(b"".join(t.tobytes() for t in doc_terms)).decode("ascii"),
-            "dl": _b64(array("d", self._dl)),
+            "dl": _b64(self._dl),
         }
 
     @classmethod
@@ -392,9 +408,10 @@ class BM25Index:
         self._terms = list(state["terms"])
         self._df = _unb64(state["df"], "I", swap)
         self._post = _split(_unb64(state["post"], "I", swap), _unb64(state["post_lens"], "Q", swap))
-        self._big_tf = {int(k): int(v) for k, v in state["big_tf"]}
+        for tid, d, v in state["big_tf"]:
+            self._big_tf.setdefault(int(tid), {})[int(d)] = int(v)
         self._ext = list(state["ext"])
-        self._dl = _unb64(state["dl"], "d", swap).tolist()
+        self._dl = _unb64(state["dl"], "d", swap)
         doc_terms = _split(_unb64(state["doc_terms"], "I", swap), _unb64(state["doc_terms_lens"], "Q", swap))
         if not len(self._terms) == len(self._df) == len(self._post):
             raise ValueError("index state is inconsistent: term tables differ in length")
@@ -432,14 +449,13 @@ class _Acceptance:
             self._memo[d] = seen
         return seen
 
-    def top(self, acc: dict[int, float], limit: int) -> list[tuple[int, float]]:
-        """The `limit` best accepted candidates, best first."""
-        shallow = heapq.nlargest(limit * _ACCEPT_OVERFETCH, acc.items(), key=_by_score_then_newest)
-        kept = [pair for pair in shallow if self(pair[0])]
+    def top(self, acc: dict[int, float], limit: int) -> list[tuple[float, int]]:
+        """The `limit` best accepted candidates as (score, doc), best first."""
+        shallow = _best(acc, limit * _ACCEPT_OVERFETCH)
+        kept = [pair for pair in shallow if self(pair[1])]
         if len(kept) >= limit or len(shallow) == len(acc):
             return kept[:limit]
-        ranked = sorted(acc.items(), key=_by_score_then_newest, reverse=True)
-        return [pair for pair in ranked if self(pair[0])][:limit]
+        return [pair for pair in _best(acc, len(acc)) if self(pair[1])][:limit]
 
     def kth_score(self, acc: dict[int, float], limit: int) -> float | None:
         """Score of the `limit`-th best accepted candidate so far, None if too few are known."""
@@ -447,7 +463,17 @@ class _Acceptance:
             return None
         if self._accept is None:
             return heapq.nlargest(limit, acc.values())[-1]
-        kept = [
-            s for d, s in heapq.nlargest(limit * _ACCEPT_OVERFETCH, acc.items(), key=itemgetter(1)) if self(d)
-        ]
+        kept = [s for s, d in _best(acc, limit * _ACCEPT_OVERFETCH) if self(d)]
         return kept[limit - 1] if len(kept) >= limit else None
+
+
+def _best(acc: dict[int, float], n: int) -> list[tuple[float, int]]:
+    """The n best (score, doc) pairs, best first; ties go to the newest (highest) doc."""
+    if len(acc) > n:
+        # A C-speed pass over bare floats finds the cut; only pairs above it are built.
+        floor = heapq.nlargest(n, acc.values())[-1]
+        pairs = [(s, d) for d, s in acc.items() if s >= floor]
+    else:
+        pairs = [(s, d) for d, s in acc.items()]
+    pairs.sort(reverse=True)
+    return pairs[:n]
