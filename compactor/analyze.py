@@ -22,7 +22,7 @@ _SIMPLE: Final = re.compile(r"[a-z0-9]+")
 _MIN_LEN: Final = 2
 # Expansions are memoised per raw compound: agent text repeats the same names constantly, so a
 # dict hit replaces the splitting work for most tokens. Cleared when full to bound memory.
-_CACHE_MAX: Final = 200_000
+_CACHE_MAX: Final = 50_000
 _cache: dict[str, tuple[str, ...]] = {}
 
 

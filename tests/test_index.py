@@ -101,6 +101,22 @@ def test_search_matches_full_evaluation_when_pruning_is_forced(real):
             assert [(h.doc_id, h.score, h.matched) for h in got] == [(d, s, m) for d, (s, m) in full]
 
 
+def test_filtered_search_matches_filtered_full_evaluation_when_pruning_is_forced(real):
+    index, _, df = real
+    common = [w for w, _ in df.most_common(10)]
+    queries = _queries(df, 1, 200, 20, seed=5, extra=common[4:7])
+
+    def accept(doc_id: str) -> bool:
+        return int(doc_id) % 3 != 0
+
+    with patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0):
+        for q in queries:
+            full = sorted(index.search_scores(q).items(), key=lambda kv: (-kv[1][0], -int(kv[0])))
+            want = [(d, s) for d, (s, _) in full if accept(d)][:5]
+            got = index.search(q, 5, accept=accept)
+            assert [(h.doc_id, h.score) for h in got] == want
+
+
 # --- fields --------------------------------------------------------------------------------
 
 
