@@ -20,9 +20,14 @@ _CAMEL: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _SIMPLE: Final = re.compile(r"[a-z0-9]+")
 
 _MIN_LEN: Final = 2
+# Longer runs are blobs (base64, hex dumps, minified code): nobody searches for them whole, and
+# one would cost a vocabulary entry of its full size. Their parts are still indexed.
+_MAX_LEN: Final = 128
 # Expansions are memoised per raw compound: agent text repeats the same names constantly, so a
-# dict hit replaces the splitting work for most tokens. Cleared when full to bound memory.
+# dict hit replaces the splitting work for most tokens. Cleared when full to bound memory;
+# 50k entries (~10 MiB) tokenise as fast as 200k on the corpus (1.83M vs 1.84M tokens/s).
 _CACHE_MAX: Final = 50_000
+_CACHE_KEY_MAX: Final = 64
 _cache: dict[str, tuple[str, ...]] = {}
 
 
@@ -60,7 +65,7 @@ def _dotted_parts(piece: str, out: dict[str, None]) -> None:
 
 def _expand(raw: str) -> tuple[str, ...]:
     if _SIMPLE.fullmatch(raw):
-        return (raw,) if len(raw) >= _MIN_LEN else ()
+        return (raw,) if _MIN_LEN <= len(raw) <= _MAX_LEN else ()
     out: dict[str, None] = {}
     if "/" in raw:
         out[raw.lower()] = None
@@ -69,13 +74,14 @@ def _expand(raw: str) -> tuple[str, ...]:
                 _dotted_parts(part, out)
     else:
         _dotted_parts(raw, out)
-    return tuple(t for t in out if len(t) >= _MIN_LEN)
+    return tuple(t for t in out if _MIN_LEN <= len(t) <= _MAX_LEN)
 
 
 def tokenize(text: str) -> list[str]:
     """Index terms of ``text`` in document order; duplicates are kept (they are term frequencies).
 
-    Each compound contributes its lowercased whole first, then its distinct parts of 2+ chars.
+    Each compound contributes its lowercased whole first, then its distinct parts; terms are
+    2 to 128 characters long.
     """
     cache = _cache
     out: list[str] = []
@@ -84,9 +90,10 @@ def tokenize(text: str) -> list[str]:
         terms = cache.get(raw)
         if terms is None:
             terms = _expand(raw)
-            if len(cache) >= _CACHE_MAX:
-                cache.clear()
-            cache[raw] = terms
+            if len(raw) <= _CACHE_KEY_MAX:
+                if len(cache) >= _CACHE_MAX:
+                    cache.clear()
+                cache[raw] = terms
         extend(terms)
     return out
 

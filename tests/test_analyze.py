@@ -53,6 +53,12 @@ def test_numbers_of_two_or_more_chars_are_tokens_and_single_chars_are_dropped():
     assert tokenize("port 8080 gave 404 x 1 y") == ["port", "8080", "gave", "404"]
 
 
+def test_blob_is_not_a_term_but_its_parts_are():
+    blob = "x" * 200
+    assert tokenize(blob) == []
+    assert tokenize(f"{blob}/setup.py") == ["setup.py", "setup", "py"]
+
+
 def test_lowercases_and_keeps_document_order_and_duplicates():
     assert tokenize("Foo bar FOO") == ["foo", "bar", "foo"]
 
@@ -71,7 +77,7 @@ _TEXT = st.text(alphabet=st.sampled_from("aZ9_-./ ~:é\n"), max_size=60) | st.te
 @given(_TEXT)
 def test_tokens_are_lowercase_and_at_least_two_chars(text):
     for tok in tokenize(text):
-        assert len(tok) >= 2
+        assert 2 <= len(tok) <= 128
         assert tok == tok.lower()
         assert not re.search(r"\s", tok)
 
