@@ -1,10 +1,11 @@
-"""A tiny stand-in MCP memory server (store / query / get) to exercise bench.replay end to end.
+"""A tiny stand-in MCP memory server (store, query, get, forget, list, status) for bench.replay.
 
 Scoring is deliberately naive (distinct query words found as substrings); it is a baseline for
 the harness, not a model of compactor. It keeps the tool contract of compactor: `store` returns
 `id`, `query` returns `items` with `id`, `get` returns `id`, `content`, `summary`, `tier`, `view`.
 Over budget it archives the least important, oldest items (never the one just stored), and
-`get` still returns them.
+`get` still returns them; it then adds an archived digest item of its own, as compactor's
+compaction adds summary items, so the harness must empty a reused server with `list`.
 
 Run: python -m bench._replay_stub [--budget N]
 """
@@ -43,6 +44,27 @@ class QueryItem(BaseModel):
 
 class QueryResult(BaseModel):
     items: list[QueryItem]
+
+
+class ForgetResult(BaseModel):
+    id: str
+    forgotten: bool
+
+
+class ListItem(BaseModel):
+    id: str
+    tier: str
+
+
+class ListResult(BaseModel):
+    items: list[ListItem]
+
+
+class StatusResult(BaseModel):
+    token_budget: int
+    tokens_used: int
+    active_items: int
+    archived_items: int
 
 
 class GetResult(BaseModel):
@@ -103,7 +125,25 @@ class StubMemory:
                 victim.tier = "archived"
                 used -= victim.tokens
                 archived.append(victim.id)
+        if archived:
+            self._add_digest(archived)
         return StoreResult(id=item.id, tokens=item.tokens, archived=archived)
+
+    def _add_digest(self, archived: list[str]) -> None:
+        """Like compactor's summary nodes: an item the server made itself (archived, so inert)."""
+        order = next(self.counter)
+        content = f"digest of {len(archived)} archived items: {' '.join(archived)}"
+        self.items[f"d{order:05d}"] = _Item(
+            id=f"d{order:05d}",
+            order=order,
+            content=content,
+            lowered=content.lower(),
+            summary=None,
+            tags=["digest"],
+            importance=1,
+            tokens=len(content) // CHARS_PER_TOKEN + 1,
+            tier="archived",
+        )
 
     def query(self, text: str, limit: int, include_archived: bool) -> QueryResult:
         words = sorted({w.lower() for w in _WORD.findall(text)})
@@ -127,6 +167,25 @@ class StubMemory:
             raise ValueError(f"no item {item_id!r}: use an id returned by store or query")
         return GetResult(
             id=item.id, content=item.content, summary=item.summary, tier=item.tier, view="content"
+        )
+
+    def forget(self, item_id: str) -> ForgetResult:
+        if self.items.pop(item_id, None) is None:
+            raise ValueError(f"no item {item_id!r}: use an id returned by store or query")
+        return ForgetResult(id=item_id, forgotten=True)
+
+    def list_items(self, offset: int, limit: int, tier: str) -> ListResult:
+        newest = sorted(self.items.values(), key=lambda i: -i.order)
+        chosen = [i for i in newest if tier in ("all", i.tier)][offset : offset + limit]
+        return ListResult(items=[ListItem(id=i.id, tier=i.tier) for i in chosen])
+
+    def status(self) -> StatusResult:
+        active = sum(1 for i in self.items.values() if i.tier == "active")
+        return StatusResult(
+            token_budget=self.budget,
+            tokens_used=self.used(),
+            active_items=active,
+            archived_items=len(self.items) - active,
         )
 
 
@@ -160,6 +219,21 @@ def build_server(budget: int) -> MCPServer:
     def get(id: str) -> GetResult:
         """Return one item in full, whatever its tier."""
         return memory.get(id)
+
+    @server.tool()
+    def forget(id: str) -> ForgetResult:
+        """Delete one item permanently."""
+        return memory.forget(id)
+
+    @server.tool(name="list")
+    def list_tool(offset: int = 0, limit: int = 20, tier: str = "active") -> ListResult:
+        """Items newest first."""
+        return memory.list_items(offset, limit, tier)
+
+    @server.tool()
+    def status() -> StatusResult:
+        """Budget, tokens used, items per tier."""
+        return memory.status()
 
     return server
 

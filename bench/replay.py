@@ -25,13 +25,13 @@ import shlex
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 if __package__ in (None, ""):  # run as `python bench/replay.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -73,6 +73,12 @@ TIGHT_BUDGET = 4_000  # ISSUE 7: "after a tight budget (4,000 tokens) has forced
 QUERY_LIMIT = 10  # MRR is over the top 10
 RECALL_AT = 5
 CALL_TIMEOUT_S = 120.0
+# Importing the MCP SDK costs a server ~1 s of CPU: 200 fresh servers alone would take most of the
+# 3-minute allowance on 2 cores. A server replays this many trajectories, emptied in between with
+# `forget` (and checked empty with `status`); --trajs-per-server 1 gives every trajectory its own.
+TRAJS_PER_SERVER = 10
+RESET_PAGE = 100  # list page size while emptying a server
+RESET_ROUNDS = 50  # pages of server-made items to forget before calling the server stuck
 # -------------------------------------------------------------------------------------
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
@@ -109,10 +115,17 @@ class TrajRun:
 
 
 @dataclass(frozen=True)
-class Task:
+class TrajInput:
     traj: str
     events: tuple[Event, ...]
     revisits: tuple[Revisit, ...]
+
+
+@dataclass(frozen=True)
+class Task:
+    """Trajectories replayed one after another by one server process at one budget."""
+
+    trajs: tuple[TrajInput, ...]
     argv: tuple[str, ...]
     cwd: str | None
     budget: int
@@ -178,6 +191,15 @@ def _summary(content: str) -> str:
     return first[:SUMMARY_MAX_CHARS]
 
 
+def _store_arguments(event: Event) -> dict[str, Any]:
+    return {
+        "content": event.content,
+        "summary": _summary(event.content),
+        "tags": [event.kind],
+        "importance": IMPORTANCE_BY_KIND.get(event.kind, DEFAULT_IMPORTANCE),
+    }
+
+
 def _describe_mismatch(stored: str, got: str) -> str:
     pairs = enumerate(zip(stored, got, strict=False))
     at = next((i for i, (a, b) in pairs if a != b), min(len(stored), len(got)))
@@ -188,6 +210,7 @@ def _describe_mismatch(stored: str, got: str) -> str:
 class _Session:
     def __init__(self, client: Client) -> None:
         self.client = client
+        self.stored_ids: list[str] = []
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         result = await self.client.call_tool(tool, arguments, read_timeout_seconds=CALL_TIMEOUT_S)
@@ -199,9 +222,30 @@ class _Session:
             raise TypeError(f"{tool} returned no structured content")
         return structured
 
+    async def reset(self) -> None:
+        """Empty the server for the next trajectory, and prove it is empty.
+
+        Besides what the harness stored, the server may hold items it made itself (summaries
+        written by compaction): `list(tier=all)` finds those.
+        """
+        for item_id in self.stored_ids:
+            await self.call("forget", {"id": item_id})
+        self.stored_ids.clear()
+        for _ in range(RESET_ROUNDS):
+            listed = await self.call("list", {"tier": "all", "limit": RESET_PAGE})
+            ids = [str(item["id"]) for item in listed.get("items", [])]
+            if not ids:
+                break
+            for item_id in ids:
+                await self.call("forget", {"id": item_id})
+        st = await self.call("status", {})
+        left = {k: st.get(k) for k in ("active_items", "archived_items", "tokens_used")}
+        if any(v != 0 for v in left.values()):
+            raise RuntimeError(f"server not empty after forgetting every item: {left}")
+
 
 @asynccontextmanager
-async def _connect(task: Task, errlog: Any) -> Any:
+async def _connect(task: Task, errlog: TextIO) -> AsyncIterator[_Session]:
     params = StdioServerParameters(
         command=task.argv[0],
         args=[*task.argv[1:], "--budget", str(task.budget)],
@@ -220,55 +264,75 @@ def _queries_by_step(revisits: Iterable[Revisit]) -> dict[int, dict[str, list[Re
     return grouped
 
 
-async def replay(task: Task) -> TrajRun:
-    run = TrajRun(traj=task.traj, budget=task.budget)
+async def replay_one(session: _Session, inp: TrajInput, budget: int) -> TrajRun:
+    """Store one trajectory's events in order, querying at each revisit; then check `get`."""
+    if session.stored_ids:
+        await session.reset()
+    run = TrajRun(traj=inp.traj, budget=budget)
     started = time.perf_counter()
-    pending = _queries_by_step(task.revisits)
+    pending = _queries_by_step(inp.revisits)
     id_of: dict[int, str] = {}
     seq_of: dict[str, int] = {}
     stored: dict[int, str] = {}
-    with open(task.errlog, "a", encoding="utf-8") as errlog:
-        async with _connect(task, errlog) as session:
-            for event in task.events:
-                for query, revisits in pending.pop(event.step, {}).items():
-                    reply = await session.call("query", {"query": query, "limit": QUERY_LIMIT})
-                    run.queries += 1
-                    returned = [seq_of.get(str(item.get("id"))) for item in reply.get("items", [])]
-                    for r in revisits:
-                        rank = first_relevant_rank(returned, r.relevant)
-                        run.outcomes.append(QueryOutcome(r.traj, r.seq, r.type, rank))
-                reply = await session.call(
-                    "store",
-                    {
-                        "content": event.content,
-                        "summary": _summary(event.content),
-                        "tags": [event.kind],
-                        "importance": IMPORTANCE_BY_KIND.get(event.kind, DEFAULT_IMPORTANCE),
-                    },
+    for event in inp.events:
+        for query, revisits in pending.pop(event.step, {}).items():
+            reply = await session.call("query", {"query": query, "limit": QUERY_LIMIT})
+            run.queries += 1
+            returned = [seq_of.get(str(item.get("id"))) for item in reply.get("items", [])]
+            for r in revisits:
+                run.outcomes.append(
+                    QueryOutcome(r.traj, r.seq, r.type, first_relevant_rank(returned, r.relevant))
                 )
-                run.stores += 1
-                item_id = str(reply["id"])
-                id_of[event.seq] = item_id
-                seq_of[item_id] = event.seq
-                stored[event.seq] = event.content
-            for seq in sorted({s for r in task.revisits for s in r.relevant}):
-                got = await session.call("get", {"id": id_of[seq]})
-                content = str(got.get("content"))
-                ok = content == stored[seq]
-                detail = "" if ok else _describe_mismatch(stored[seq], content)
-                check = VerbatimCheck(task.traj, seq, ok, str(got.get("tier")), str(got.get("view")), detail)
-                run.checks.append(check)
+        try:
+            reply = await session.call("store", _store_arguments(event))
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc} (storing seq {event.seq}, a {event.kind})") from exc
+        run.stores += 1
+        item_id = str(reply["id"])
+        session.stored_ids.append(item_id)
+        id_of[event.seq] = item_id
+        seq_of[item_id] = event.seq
+        stored[event.seq] = event.content
+    for seq in sorted({s for r in inp.revisits for s in r.relevant}):
+        got = await session.call("get", {"id": id_of[seq]})
+        content = str(got.get("content"))
+        ok = content == stored[seq]
+        detail = "" if ok else _describe_mismatch(stored[seq], content)
+        run.checks.append(
+            VerbatimCheck(inp.traj, seq, ok, str(got.get("tier")), str(got.get("view")), detail)
+        )
     run.seconds = time.perf_counter() - started
     return run
 
 
-def run_task(task: Task) -> TrajRun:
-    """Process-pool entry point: one trajectory, one fresh server."""
-    try:
-        return anyio.run(replay, task)
-    except Exception as exc:  # one broken trajectory must not hide the others' numbers
-        log.exception("%s (budget %d) failed", task.traj, task.budget)
-        return TrajRun(traj=task.traj, budget=task.budget, error=f"{type(exc).__name__}: {exc}"[:500])
+def _describe_error(exc: BaseException) -> str:
+    """The innermost errors, not "unhandled errors in a TaskGroup"."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe_error(e) for e in exc.exceptions)[:500]
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+async def replay_task(task: Task) -> list[TrajRun]:
+    """Replay the task's trajectories; after a failure the rest get a fresh server."""
+    runs: list[TrajRun] = []
+    remaining = list(task.trajs)
+    with open(task.errlog, "a", encoding="utf-8") as errlog:
+        while remaining:
+            try:
+                async with _connect(task, errlog) as session:
+                    while remaining:
+                        runs.append(await replay_one(session, remaining[0], task.budget))
+                        remaining.pop(0)
+            except Exception as exc:  # one broken trajectory must not hide the others' numbers
+                failed = remaining.pop(0)
+                log.exception("%s (budget %d) failed", failed.traj, task.budget)
+                runs.append(TrajRun(failed.traj, task.budget, error=_describe_error(exc)))
+    return runs
+
+
+def run_task(task: Task) -> list[TrajRun]:
+    """Process-pool entry point."""
+    return anyio.run(replay_task, task)
 
 
 # ---- the whole evaluation ----
@@ -283,26 +347,32 @@ def build_tasks(
     budgets: Sequence[int],
     errlog: Path,
     limit_trajs: int | None,
+    trajs_per_server: int,
 ) -> list[Task]:
     by_traj: dict[str, list[Revisit]] = defaultdict(list)
     for r in revisits:
         by_traj[r.traj].append(r)
-    trajectories = list(group_trajectories(events).items())[:limit_trajs]
-    tasks = [
-        Task(traj, tuple(evs), tuple(by_traj.get(traj, ())), tuple(argv), cwd, budget, str(errlog))
-        for budget in budgets
-        for traj, evs in trajectories
+    inputs = [
+        TrajInput(traj, tuple(evs), tuple(by_traj.get(traj, ())))
+        for traj, evs in sorted(group_trajectories(events).items())[:limit_trajs]
     ]
-    # Longest first, so a long trajectory does not start last and stretch the wall time.
-    return sorted(tasks, key=lambda t: -sum(len(e.content) for e in t.events))
+    # Deal the trajectories longest first, round robin: the chunks come out of similar length.
+    inputs.sort(key=lambda t: -sum(len(e.content) for e in t.events))
+    n_chunks = max(1, -(-len(inputs) // max(1, trajs_per_server)))
+    chunks = [tuple(inputs[i::n_chunks]) for i in range(n_chunks)]
+    return [
+        Task(chunk, tuple(argv), cwd, budget, str(errlog)) for budget in budgets for chunk in chunks if chunk
+    ]
 
 
 def run_tasks(tasks: Sequence[Task], jobs: int) -> Iterator[TrajRun]:
     if jobs <= 1:
-        yield from map(run_task, tasks)
+        for task in tasks:
+            yield from run_task(task)
         return
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        yield from pool.map(run_task, tasks)
+        for runs in pool.map(run_task, tasks):
+            yield from runs
 
 
 def format_table(title: str, summary: Mapping[str, Any]) -> str:
@@ -323,8 +393,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--server-cwd", default=None, help="working directory of the server (default: this one)")
     add("--budget", type=int, default=GENEROUS_BUDGET, help="the generous budget")
     add("--tight-budget", type=int, default=TIGHT_BUDGET, help="the budget that forces compaction")
-    add("--jobs", type=int, default=max(2, min(4, os.cpu_count() or 2)), help="parallel servers")
+    add("--jobs", type=int, default=min(4, (os.cpu_count() or 2) + 1), help="parallel server processes")
     add("--limit-trajs", type=int, default=None, help="only the first N trajectories")
+    add(
+        "--trajs-per-server",
+        type=int,
+        default=TRAJS_PER_SERVER,
+        help="trajectories a server process replays, emptied by forget in between (1: fresh server each)",
+    )
     add("--corpus", type=Path, default=None, help="trajectories.jsonl (default: the shared corpus)")
     add("--revisits", type=Path, default=REVISITS_FILE)
     add("--out", type=Path, default=RESULTS_DIR / "replay.json")
@@ -351,8 +427,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         budgets=list(budgets.values()),
         errlog=errlog,
         limit_trajs=args.limit_trajs,
+        trajs_per_server=args.trajs_per_server,
     )
-    log.info("replaying %d trajectory runs on %d servers at a time: %s", len(tasks), args.jobs, args.server)
+    log.info(
+        "replaying %d trajectory runs in %d server processes, %d at a time: %s",
+        sum(len(t.trajs) for t in tasks),
+        len(tasks),
+        args.jobs,
+        args.server,
+    )
 
     runs = list(run_tasks(tasks, args.jobs))
     wall = time.perf_counter() - started
@@ -361,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "corpus": str(corpus),
         "revisits_file": str(args.revisits),
         "jobs": args.jobs,
+        "trajs_per_server": args.trajs_per_server,
         "wall_seconds": round(wall, 1),
         "importance_by_kind": dict(IMPORTANCE_BY_KIND),
         "runs": {},

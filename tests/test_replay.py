@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from bench.replay import (
     QueryOutcome,
     Task,
+    TrajInput,
     VerbatimCheck,
     first_relevant_rank,
     mean_reciprocal_rank,
@@ -24,7 +25,6 @@ from bench.revisits import (
     REPO_ROOT,
     REVISITS_FILE,
     Event,
-    Revisit,
     default_corpus,
     derive,
     derive_all,
@@ -250,11 +250,9 @@ def test_summarize_per_type_and_overall() -> None:
     assert len(summary["verbatim"]["mismatches"]) == 1
 
 
-def _stub_task(events: list[Event], revisits: list[Revisit], budget: int, tmp_path: Path) -> Task:
+def _stub_task(trajs: Sequence[list[Event]], budget: int, tmp_path: Path) -> Task:
     return Task(
-        traj="t",
-        events=tuple(events),
-        revisits=tuple(revisits),
+        trajs=tuple(TrajInput(evs[0].traj, tuple(evs), tuple(derive(evs))) for evs in trajs),
         argv=(sys.executable, "-m", "bench._replay_stub"),
         cwd=str(REPO_ROOT),
         budget=budget,
@@ -262,21 +260,44 @@ def _stub_task(events: list[Event], revisits: list[Revisit], budget: int, tmp_pa
     )
 
 
-@pytest.mark.parametrize(("budget", "tier"), [(1_000_000, "active"), (60, "archived")])
-def test_replay_over_stdio_against_the_stub(tmp_path: Path, budget: int, tier: str) -> None:
-    filler: list[Spec] = [(1, "observation", f"$ ls\nnoise line {i} " + "pad " * 60, []) for i in range(6)]
-    events = traj(
+def _http_trajectory(name: str, noise: int, decoy: bool = False) -> list[Event]:
+    filler: list[Spec] = [(1, "observation", f"$ ls\nline {i} " + "pad " * 60, []) for i in range(noise)]
+    if decoy:  # every query word, in an event that is not relevant
+        filler.append(
+            (1, "observation", "$ echo\nLook at parse_header in pkg/http.py again: sed -n 10,30p", [])
+        )
+    return traj(
         TASK,
         (1, "action", "grep -n parse_header pkg/http.py", ["pkg/http.py"]),
         (1, "observation", "$ grep -n parse_header pkg/http.py\n12:def parse_header(raw):", ["pkg/http.py"]),
         *filler,
         (2, "thought", "Look at parse_header in pkg/http.py again.", []),
         (2, "action", "sed -n '10,30p' pkg/http.py", ["pkg/http.py"]),
+        name=name,
     )
-    revisits = derive(events)
-    assert [(r.type, r.relevant) for r in revisits] == [("file_reread", (2,))]
-    run = run_task(_stub_task(events, revisits, budget, tmp_path))
+
+
+@pytest.mark.parametrize(("budget", "tier"), [(1_000_000, "active"), (60, "archived")])
+def test_replay_over_stdio_against_the_stub(tmp_path: Path, budget: int, tier: str) -> None:
+    events = _http_trajectory("t", noise=6)
+    assert [(r.type, r.relevant) for r in derive(events)] == [("file_reread", (2,))]
+    [run] = run_task(_stub_task([events], budget, tmp_path))
     assert run.error is None
     assert (run.stores, run.queries) == (len(events), 1)
     assert [o.rank for o in run.outcomes] == ([1] if tier == "active" else [None])
     assert [(c.seq, c.ok, c.tier) for c in run.checks] == [(2, True, tier)]
+
+
+def test_a_reused_server_is_emptied_between_trajectories(tmp_path: Path) -> None:
+    # A server that kept the first trajectory's decoy would rank it above the second one's answer.
+    first, second = _http_trajectory("a", noise=0, decoy=True), _http_trajectory("b", noise=0)
+    runs = run_task(_stub_task([first, second], 1_000_000, tmp_path))
+    ranks = [(r.traj, r.error, [o.rank for o in r.outcomes]) for r in runs]
+    assert ranks == [("a", None, [2]), ("b", None, [1])]
+
+
+def test_items_the_server_made_itself_are_emptied_too(tmp_path: Path) -> None:
+    # Under a tight budget the stub adds digest items nobody stored; the reset must find them.
+    trajs = [_http_trajectory(name, noise=6) for name in ("a", "b", "c")]
+    runs = run_task(_stub_task(trajs, 60, tmp_path))
+    assert [(r.traj, r.error, r.stores) for r in runs] == [(t[0].traj, None, len(t)) for t in trajs]
