@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import os
+import resource
 import shlex
 import sys
 import time
@@ -90,6 +91,7 @@ class QueryOutcome:
     seq: int
     type: str
     rank: int | None  # 1-based rank of the first relevant earlier event in the top QUERY_LIMIT
+    returned: tuple[int | None, ...] = ()  # seqs of the results, None for items the server made
 
 
 @dataclass(frozen=True)
@@ -280,9 +282,8 @@ async def replay_one(session: _Session, inp: TrajInput, budget: int) -> TrajRun:
             run.queries += 1
             returned = [seq_of.get(str(item.get("id"))) for item in reply.get("items", [])]
             for r in revisits:
-                run.outcomes.append(
-                    QueryOutcome(r.traj, r.seq, r.type, first_relevant_rank(returned, r.relevant))
-                )
+                rank = first_relevant_rank(returned, r.relevant)
+                run.outcomes.append(QueryOutcome(r.traj, r.seq, r.type, rank, tuple(returned)))
         try:
             reply = await session.call("store", _store_arguments(event))
         except RuntimeError as exc:
@@ -386,6 +387,12 @@ def format_table(title: str, summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and every finished descendant (workers count their servers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Replay trajectories into a memory server; score search.")
     add = parser.add_argument
@@ -439,6 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     runs = list(run_tasks(tasks, args.jobs))
     wall = time.perf_counter() - started
+    cpu = _cpu_seconds()
     report: dict[str, Any] = {
         "server": args.server,
         "corpus": str(corpus),
@@ -446,6 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "jobs": args.jobs,
         "trajs_per_server": args.trajs_per_server,
         "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(cpu, 1),
         "importance_by_kind": dict(IMPORTANCE_BY_KIND),
         "runs": {},
     }
@@ -465,7 +474,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(f"{name} budget {budget:,} ({len(mine)} trajectories)", summary))
     report["failed"] = [{"traj": r.traj, "budget": r.budget, "error": r.error} for r in failed]
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    print(f"wall time {wall:.1f} s with {args.jobs} parallel servers; {len(failed)} failed runs; wrote {out}")
+    print(
+        f"wall time {wall:.1f} s with {args.jobs} parallel servers ({cpu:.0f} CPU-seconds in the harness "
+        f"and its servers); {len(failed)} failed runs; wrote {out}"
+    )
     for r in failed[:5]:
         print(f"  FAILED {r.traj} budget {r.budget}: {r.error} (server stderr: {errlog})")
     return 1 if failed else 0
