@@ -66,9 +66,7 @@ class _State:
         started = time.perf_counter()
         path = self.state_dir / "snapshot.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"next_id": self.next_id, "items": [asdict(i) for i in self.items.values()]})
-        )
+        tmp.write_text(json.dumps({"next_id": self.next_id, "items": [asdict(i) for i in self.items.values()]}))
         os.replace(tmp, path)
         self.dirty = False
         self.last_snapshot_at = time.time()
@@ -110,9 +108,7 @@ def build_server(state: _State, interval: float) -> MCPServer:
 
     server = MCPServer(name="bench-devstub", lifespan=lifespan)
 
-    def add(
-        content: str, summary: str | None, tags: list[str] | str | None, importance: int, pinned: bool
-    ) -> str:
+    def add(content: str, summary: str | None, tags: list[str] | str | None, importance: int, pinned: bool) -> str:
         if not content.strip():
             raise ValueError("content is empty")
         item_id = f"m{state.next_id}"
@@ -177,9 +173,7 @@ def build_server(state: _State, interval: float) -> MCPServer:
 
     @server.tool()
     def recall(limit: int = 20, query: str | None = None) -> dict[str, Any]:
-        active = sorted(
-            (i for i in state.items.values() if i.tier == "active"), key=lambda i: (-i.importance, i.id)
-        )
+        active = sorted((i for i in state.items.values() if i.tier == "active"), key=lambda i: (-i.importance, i.id))
         return {"items": [brief(i) for i in active[:limit]], "more": max(0, len(active) - limit)}
 
     @server.tool()

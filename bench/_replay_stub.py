@@ -156,18 +156,14 @@ class StubMemory:
                 scored.append((float(hits), item.order, item))
         scored.sort(key=lambda t: (-t[0], -t[1]))
         return QueryResult(
-            items=[
-                QueryItem(id=i.id, score=s, summary=i.summary or i.content[:80]) for s, _, i in scored[:limit]
-            ]
+            items=[QueryItem(id=i.id, score=s, summary=i.summary or i.content[:80]) for s, _, i in scored[:limit]]
         )
 
     def get(self, item_id: str) -> GetResult:
         item = self.items.get(item_id)
         if item is None:
             raise ValueError(f"no item {item_id!r}: use an id returned by store or query")
-        return GetResult(
-            id=item.id, content=item.content, summary=item.summary, tier=item.tier, view="content"
-        )
+        return GetResult(id=item.id, content=item.content, summary=item.summary, tier=item.tier, view="content")
 
     def forget(self, item_id: str) -> ForgetResult:
         if self.items.pop(item_id, None) is None:

@@ -299,9 +299,7 @@ async def replay_one(session: _Session, inp: TrajInput, budget: int) -> TrajRun:
         content = str(got.get("content"))
         ok = content == stored[seq]
         detail = "" if ok else _describe_mismatch(stored[seq], content)
-        run.checks.append(
-            VerbatimCheck(inp.traj, seq, ok, str(got.get("tier")), str(got.get("view")), detail)
-        )
+        run.checks.append(VerbatimCheck(inp.traj, seq, ok, str(got.get("tier")), str(got.get("view")), detail))
     run.seconds = time.perf_counter() - started
     return run
 
@@ -361,9 +359,7 @@ def build_tasks(
     inputs.sort(key=lambda t: -sum(len(e.content) for e in t.events))
     n_chunks = max(1, -(-len(inputs) // max(1, trajs_per_server)))
     chunks = [tuple(inputs[i::n_chunks]) for i in range(n_chunks)]
-    return [
-        Task(chunk, tuple(argv), cwd, budget, str(errlog)) for budget in budgets for chunk in chunks if chunk
-    ]
+    return [Task(chunk, tuple(argv), cwd, budget, str(errlog)) for budget in budgets for chunk in chunks if chunk]
 
 
 def run_tasks(tasks: Sequence[Task], jobs: int) -> Iterator[TrajRun]:

@@ -30,9 +30,7 @@ CORPUS_ENV = "COMPACTOR_CORPUS"
 
 # ---- tuning constants (the lead may move these to compactor/constants.py) ----
 # Commands whose output is the content of the files they name (mini-swe-agent reads with these).
-READERS = frozenset(
-    {"cat", "nl", "head", "tail", "sed", "grep", "egrep", "fgrep", "rg", "awk", "less", "more"}
-)
+READERS = frozenset({"cat", "nl", "head", "tail", "sed", "grep", "egrep", "fgrep", "rg", "awk", "less", "more"})
 # grep flags that print names or counts instead of lines of the file.
 GREP_NO_CONTENT_FLAGS = frozenset({"-l", "-L", "-c", "-q", "--files-with-matches", "--count", "--quiet"})
 # An error line shorter than this ("error: 1") is too generic to call the same error.

@@ -53,9 +53,7 @@ class Connection:
 
     def __init__(self, command: list[str], env: dict[str, str], errlog: TextIO) -> None:
         params = StdioServerParameters(command=command[0], args=command[1:], env=env)
-        self._client = Client(
-            stdio_client(params, errlog=errlog), mode="legacy", read_timeout_seconds=CALL_TIMEOUT_S
-        )
+        self._client = Client(stdio_client(params, errlog=errlog), mode="legacy", read_timeout_seconds=CALL_TIMEOUT_S)
         self.pids: list[int] = []
         self.started_at = 0.0
         self.opened_ms = 0.0

@@ -263,9 +263,7 @@ def _stub_task(trajs: Sequence[list[Event]], budget: int, tmp_path: Path) -> Tas
 def _http_trajectory(name: str, noise: int, decoy: bool = False) -> list[Event]:
     filler: list[Spec] = [(1, "observation", f"$ ls\nline {i} " + "pad " * 60, []) for i in range(noise)]
     if decoy:  # every query word, in an event that is not relevant
-        filler.append(
-            (1, "observation", "$ echo\nLook at parse_header in pkg/http.py again: sed -n 10,30p", [])
-        )
+        filler.append((1, "observation", "$ echo\nLook at parse_header in pkg/http.py again: sed -n 10,30p", []))
     return traj(
         TASK,
         (1, "action", "grep -n parse_header pkg/http.py", ["pkg/http.py"]),
