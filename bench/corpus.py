@@ -397,10 +397,9 @@ def generate(seed: int, count: int) -> list[Item]:
             parts: list[str] = []
             size = 0
             while size < length:
-                if kind in ("error", "tool_output") and parts and rng.random() < 0.3:
-                    piece = gen.prose()  # the agent's note next to what it saw
-                else:
-                    piece = make()
+                # Now and then the agent's own note sits next to what it saw.
+                note = kind in ("error", "tool_output") and parts and rng.random() < 0.3
+                piece = gen.prose() if note else make()
                 parts.append(piece)
                 size += len(piece)
             content = _fit("".join(parts), length)
