@@ -91,7 +91,12 @@ def run_server(argv: Sequence[str]) -> int:
     from .store import Store
 
     try:
-        store = Store(budget=args.budget, state_dir=args.state_dir, scope=args.scope or project_scope())
+        store = Store(
+            budget=args.budget,
+            state_dir=args.state_dir,
+            scope=args.scope or project_scope(),
+            redact_secrets=not args.no_redact,
+        )
         if args.max_items is not None or args.max_archive_tokens is not None:
             store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
     except StateCorruptError as exc:

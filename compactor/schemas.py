@@ -53,6 +53,11 @@ class ScoredItem(ItemBrief):
     covered_by: str | None = Field(default=None, description="the active summary covering an archived hit")
 
 
+class Redacted(BaseModel):
+    kind: str
+    count: int
+
+
 class StoreResult(BaseModel):
     id: str
     tokens: int
@@ -62,6 +67,7 @@ class StoreResult(BaseModel):
     pinned: bool
     budget: Budget
     compaction: CompactionSummary | None = None
+    redacted: list[Redacted] = Field(default_factory=list, description="credentials replaced before saving")
 
 
 class BulkStoreResult(BaseModel):
@@ -70,6 +76,7 @@ class BulkStoreResult(BaseModel):
     tokens: int
     budget: Budget
     compaction: CompactionSummary | None = None
+    redacted: list[Redacted] = Field(default_factory=list)
 
 
 class RecallResult(BaseModel):
@@ -251,6 +258,10 @@ def compaction_summary(report: CompactReport | None) -> CompactionSummary | None
         tokens_before=report.tokens_before,
         tokens_after=report.tokens_after,
     )
+
+
+def redactions(found: dict[str, int]) -> list[Redacted]:
+    return [Redacted(kind=k, count=n) for k, n in sorted(found.items())]
 
 
 def brief(item: Item) -> ItemBrief:

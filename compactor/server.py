@@ -121,6 +121,13 @@ def _compaction_text(report: CompactReport | None) -> str:
     return text
 
 
+def _redaction_text(redacted: dict[str, int]) -> str:
+    if not redacted:
+        return ""
+    parts = ", ".join(f"{n} {kind}" for kind, n in sorted(redacted.items()))
+    return f" Redacted before saving: {parts} (replaced with [REDACTED:<kind>])."
+
+
 def _tool_error(exc: CompactorError) -> ToolError:
     return ToolError(str(exc))
 
@@ -238,7 +245,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
             it = res.item
             text = (
                 f"Stored {it.id} ({it.content_type}, {it.content_tokens:,} tokens, "
-                f"tags: {', '.join(it.tags) or '-'}).\n{line()}{_compaction_text(res.compaction)}"
+                f"tags: {', '.join(it.tags) or '-'}).{_redaction_text(res.redacted)}\n"
+                f"{line()}{_compaction_text(res.compaction)}"
             )
             model = S.StoreResult(
                 id=it.id,
@@ -249,6 +257,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 pinned=it.pinned,
                 budget=current_budget(),
                 compaction=S.compaction_summary(res.compaction),
+                redacted=S.redactions(res.redacted),
             )
             return _result(text, model)
 
@@ -293,8 +302,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
             tokens = sum(it.content_tokens for it in res.items)
             text = (
                 f"Stored {len(res.items)} items ({tokens:,} tokens): "
-                f"{', '.join(it.id for it in res.items[:50])}{' ...' if len(res.items) > 50 else ''}\n"
-                f"{line()}{_compaction_text(res.compaction)}"
+                f"{', '.join(it.id for it in res.items[:50])}{' ...' if len(res.items) > 50 else ''}"
+                f"{_redaction_text(res.redacted)}\n{line()}{_compaction_text(res.compaction)}"
             )
             model = S.BulkStoreResult(
                 ids=[it.id for it in res.items],
@@ -302,6 +311,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 tokens=tokens,
                 budget=current_budget(),
                 compaction=S.compaction_summary(res.compaction),
+                redacted=S.redactions(res.redacted),
             )
             return _result(text, model)
 

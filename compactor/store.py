@@ -40,6 +40,7 @@ from .errors import InvalidArgumentError, NotFoundError, PersistenceError
 from .index import BM25Index
 from .models import CONTENT_TYPES, CompactReport, ContentType, Item, Settings, Tier
 from .persist import Op, StateDir, snapshot_chunks
+from .redact import redact
 from .render import budget_line, item_line
 from .tokens import TokenCounter, default_counter
 
@@ -83,6 +84,7 @@ class StoreInput:
 class Stored:
     item: Item
     compaction: CompactReport | None
+    redacted: dict[str, int] = field(default_factory=dict)  # kind -> count
 
 
 @dataclass(slots=True)
@@ -90,6 +92,7 @@ class BulkStored:
     items: list[Item]
     compaction: CompactReport | None
     skipped: list[str] = field(default_factory=list)  # explicit ids that already existed
+    redacted: dict[str, int] = field(default_factory=dict)  # kind -> count, over all items
 
 
 @dataclass(slots=True)
@@ -180,8 +183,11 @@ class Store:
         counter: TokenCounter | None = None,
         clock: Callable[[], float] = time.time,
         scope: str = GLOBAL_SCOPE,
+        redact_secrets: bool = True,
     ) -> None:
         self._clock = clock
+        self.redact_secrets = redact_secrets
+        self._redacted: dict[str, int] = {}
         # Items are stored in this scope unless told otherwise; reads cover it plus "global".
         self.scope = scope
         self.counter = counter or default_counter()
@@ -487,6 +493,7 @@ class Store:
                 "Store a summary or split it into parts."
             )
         summary = self._check_summary(inp.summary)
+        content, summary = self._redact(content, summary)
         importance = _check_importance(inp.importance)
         try:
             user_tags = parse_tags(inp.tags)
@@ -519,6 +526,24 @@ class Store:
             scope=self._check_scope(inp.scope) if inp.scope is not None else self.scope,
         )
 
+    def _redact(self, content: str, summary: str | None) -> tuple[str, str | None]:
+        """Credentials become [REDACTED:<kind>] before anything is indexed or written."""
+        if not self.redact_secrets:
+            return content, summary
+        content, found = redact(content)
+        for r in found:
+            self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+        if summary is not None:
+            summary, found = redact(summary)
+            for r in found:
+                self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+        return content, summary
+
+    def take_redactions(self) -> dict[str, int]:
+        """What the last call redacted (kind -> count), and reset."""
+        out, self._redacted = self._redacted, {}
+        return out
+
     @staticmethod
     def _check_summary(summary: str | None) -> str | None:
         if summary is None:
@@ -545,7 +570,7 @@ class Store:
         scope: str | None = None,
     ) -> Stored:
         result = self.bulk_store([StoreInput(content, summary, tags, importance, pinned, scope=scope)])
-        return Stored(item=result.items[0], compaction=result.compaction)
+        return Stored(item=result.items[0], compaction=result.compaction, redacted=result.redacted)
 
     def import_items(self, inputs: Sequence[StoreInput]) -> BulkStored:
         """Store items with explicit (content-derived) ids, skipping ids already present, in
@@ -570,6 +595,7 @@ class Store:
             )
         with self._locked():
             self._sync()
+            self._redacted = {}
             now = self._clock()
             built: list[Item] = []
             skipped: list[str] = []
@@ -589,7 +615,12 @@ class Store:
             ops: list[Op] = [{"op": "put", "item": item.to_record()} for item in built]
             new_ids = [it.id for it in built]
             report = self._transact(ops, protected=frozenset(new_ids), hint_ids=new_ids) if ops else None
-            return BulkStored(items=[self._s.items[it.id] for it in built], compaction=report, skipped=skipped)
+            return BulkStored(
+                items=[self._s.items[it.id] for it in built],
+                compaction=report,
+                skipped=skipped,
+                redacted=self.take_redactions(),
+            )
 
     def _transact(
         self, ops: list[Op], *, protected: frozenset[str], hint_ids: list[str] | None = None
@@ -926,6 +957,11 @@ class Store:
             old = self._get(item_id)
             changes: dict[str, Any] = {}
             warnings: list[str] = []
+            self._redacted = {}
+            if content is not None or summary is not None:
+                red_content, red_summary = self._redact(content or "", summary)
+                content = red_content if content is not None else None
+                summary = red_summary
             if old.depth and content is not None:
                 raise InvalidArgumentError(
                     f"{item_id} is a summary node: write its text with summary=..., not content."
@@ -977,6 +1013,11 @@ class Store:
                 protected=frozenset({item_id}),
                 hint_ids=[item_id] if "content" in changes or "summary" in changes else None,
             )
+            redacted = self.take_redactions()
+            if redacted:
+                warnings.append(
+                    "Redacted before saving: " + ", ".join(f"{n} {kind}" for kind, n in sorted(redacted.items()))
+                )
             return Updated(self._s.items[item_id], warnings)
 
     def _lineage_text(self, node: Item, chars: int = 400_000) -> list[str]:
