@@ -107,7 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         return run_server(args_list)
     if extra and args.command != "doctor":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub = action.choices[args.command]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
     setup_logging(args.log_level)
     from .commands import dispatch
 

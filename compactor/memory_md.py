@@ -268,8 +268,14 @@ def entry_from_item(item: Item) -> MemoryEntry:
         return parse_memory_file(item.content, f"{item.id}.md")
     kind = next((t for t in item.tags if t in MEMORY_TYPES), "project")
     first = next((ln.strip("#-* ").strip() for ln in item.content.splitlines() if ln.strip()), item.id)
-    name = preview(item.summary or first, 60)
-    description = preview(item.content, 120)
+    title = " ".join((item.summary or first).split())
+    # "Heading: details" summaries name themselves; otherwise the title is the name.
+    head, sep, rest = title.partition(": ")
+    if item.summary and sep and 3 <= len(head) <= 50:
+        name, description = head, rest
+    else:
+        name, description = preview(title, 50), item.content
+    description = preview(description, 120)
     meta_out = {"name": name, "description": description, "type": kind, ID_KEY: item.id}
     text = "---\n" + _dump(meta_out) + "---\n\n" + item.content.strip() + "\n"
     return MemoryEntry(
@@ -320,7 +326,7 @@ def export_memory_dir(
             left_out.append(it.id)
             continue
         entry = entry_from_item(it)
-        stem = _slug(entry.name) or it.id
+        stem = _slug(entry.name)[:40].strip("_") or it.id
         file = f"{stem}.md"
         n = 2
         while file in used:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from compactor import cli
 from compactor import constants as C
-from compactor.memory_md import _INDEX_LINE, index_line, parse_memory_index, read_memory_path
+from compactor.memory_md import _INDEX_LINE, index_line, parse_memory_index, read_memory_path, to_store_input
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 
@@ -226,3 +226,21 @@ def test_index_lines_fit_and_parse_back(name, description):
     assert len(line) <= C.MEMORY_INDEX_LINE_CHARS
     m = _INDEX_LINE.match(line)
     assert m and m.group("file") == "some_file.md"
+
+
+memory_lines = st.lists(
+    st.one_of(
+        st.sampled_from(["- ", "## ", "# ", "2025-01-02: ", "* [x](y.md) — ", "  ", "---", ""]).flatmap(
+            lambda prefix: st.text(max_size=40).map(lambda t: prefix + t.replace("\n", " ").replace("\r", " "))
+        ),
+    ),
+    max_size=15,
+)
+
+
+@given(memory_lines)
+def test_any_memory_md_parses_into_storable_entries(lines):
+    entries = parse_memory_index("\n".join(lines), base=None)
+    for e in entries:
+        inp = to_store_input(e)
+        assert inp.content.strip() and re.fullmatch(r"[a-z0-9][a-z0-9_-]{2,63}", inp.item_id or "")

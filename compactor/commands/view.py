@@ -104,19 +104,25 @@ def cmd_status(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-def _row(out: Out, it: Item, now: float, extra: str = "") -> str:
+def _id_width(items: list[Item]) -> int:
+    return max([10, *(len(it.id) for it in items)])
+
+
+def _row(out: Out, it: Item, now: float, width: int, extra: str = "") -> str:
     flags = "".join(
         flag for flag, on in (("P", it.pinned), ("A", it.tier == "archived"), ("S", it.view == "summary")) if on
     )
     kind = f"d{it.depth}" if it.depth else it.content_type
-    head = f"{it.id:<12} {kind:<11} {it.importance:>3} {it.view_tokens:>6,} {flags:<3} {ago(it.created_at, now):>4}"
+    age = ago(it.created_at, now)
+    head = f"{it.id:<{width}} {kind:<11} {it.importance:>3} {it.view_tokens:>6,} {flags:<3} {age:>4}"
     room = max(20, out.width - len(head) - len(extra) - 2)
     text = preview(it.summary or it.content, room)
     return f"{out.paint(it.id, 'id')}{head[len(it.id) :]}{extra}  {text}"
 
 
-def _header(out: Out, extra: str = "") -> str:
-    return out.paint(f"{'ID':<12} {'TYPE':<11} {'IMP':>3} {'TOKENS':>6} {'FLG':<3} {'AGE':>4}{extra}  TEXT", "dim")
+def _header(out: Out, width: int, extra: str = "") -> str:
+    head = f"{'ID':<{width}} {'TYPE':<11} {'IMP':>3} {'TOKENS':>6} {'FLG':<3} {'AGE':>4}{extra}  TEXT"
+    return out.paint(head, "dim")
 
 
 def cmd_list(args: argparse.Namespace, out: Out) -> int:
@@ -138,9 +144,10 @@ def cmd_list(args: argparse.Namespace, out: Out) -> int:
     if not page.items:
         out.line(f"No {args.tier} items." if args.tier != "all" else "No items.")
         return EXIT_OK
-    out.line(_header(out))
+    width = _id_width(page.items)
+    out.line(_header(out, width))
     for it in page.items:
-        out.line(_row(out, it, now))
+        out.line(_row(out, it, now, width))
     shown_to = page.offset + len(page.items)
     note = f"{page.offset + 1}-{shown_to} of {page.total:,} {args.tier}"
     if shown_to < page.total:
@@ -228,9 +235,10 @@ def cmd_query(args: argparse.Namespace, out: Out) -> int:
         out.line("No matches." + ("" if args.archived else " (--archived searches the archive too)"))
         return EXIT_OK
     now = time.time()
-    out.line(_header(out, f" {'SCORE':>6}"))
+    width = _id_width([h.item for h in hits])
+    out.line(_header(out, width, f" {'SCORE':>6}"))
     for h in hits:
-        out.line(_row(out, h.item, now, f" {h.score:>6.3f}"))
+        out.line(_row(out, h.item, now, width, f" {h.score:>6.3f}"))
     return EXIT_OK
 
 
