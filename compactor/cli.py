@@ -1,4 +1,5 @@
-"""Command line: `compactor [--budget N] [--state-dir DIR] ...` runs the stdio MCP server."""
+"""Command line. `compactor [--budget N] [--state-dir DIR] ...` runs the stdio MCP server;
+`compactor COMMAND ...` runs one of the human subcommands (compactor/commands/)."""
 
 from __future__ import annotations
 
@@ -109,9 +110,30 @@ def run_server(argv: Sequence[str]) -> int:
     return 0
 
 
+def build_parser() -> argparse.ArgumentParser:
+    from . import commands
+
+    p = serve_parser()
+    p.epilog = "Without a command, compactor runs the MCP server on stdio. `compactor COMMAND --help` for more."
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    commands.register(sub)
+    return p
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    return run_server(args)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(args_list)
+    if args.command is None:
+        return run_server(args_list)
+    if extra and args.command != "doctor":
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub = action.choices[args.command]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    setup_logging(args.log_level)
+    from .commands import dispatch
+
+    return dispatch(args, extra)
 
 
 if __name__ == "__main__":

@@ -137,3 +137,29 @@ DEPTH_INSTRUCTIONS: Final = {
     2: "d2: goal -> outcome -> what carries forward.",
     3: "d3+: durable context only: architecture, preferences, recurring patterns.",
 }
+
+# --- human side: CLI, Claude Code hooks, MEMORY.md ---------------------------------------
+# Claude Code caps the context a hook adds at 10,000 characters (more is cut to a preview):
+# stay under it with room for the JSON envelope.
+HOOK_CONTEXT_CHARS: Final = 9_000
+# Pre-compact digest: a transcript can be megabytes; these keep each section to a screenful.
+DIGEST_LINE_CHARS: Final = 240
+DIGEST_MAX_REQUIREMENTS: Final = 15
+DIGEST_MAX_DECISIONS: Final = 12
+DIGEST_MAX_ERRORS: Final = 10
+DIGEST_MAX_FILES: Final = 40
+DIGEST_MAX_TASKS: Final = 15
+# Importance of each digest section: what the user asked for outranks what was tried.
+DIGEST_IMPORTANCE: Final = {"requirements": 8, "tasks": 7, "decisions": 7, "errors": 6, "files": 5}
+# Claude Code's auto-memory types. Each file is something it chose to keep across sessions, so
+# all rank above the default; the user's corrections and profile most, a reference (a pointer
+# that is cheap to look up again) least. >= MEMORY_EXPORT_MIN_IMPORTANCE exports them back.
+MEMORY_TYPE_IMPORTANCE: Final = {"feedback": 8, "user": 8, "project": 7, "reference": 6}
+# Claude Code loads the first 200 lines of MEMORY.md; index lines stay short to be read whole.
+MEMORY_INDEX_MAX_LINES: Final = 200
+MEMORY_INDEX_LINE_CHARS: Final = 150
+# An item this important (or pinned) is exported to a MEMORY.md dir.
+MEMORY_EXPORT_MIN_IMPORTANCE: Final = 7
+# `show` lists at most this many journal entries, and skips a journal bigger than this.
+SHOW_JOURNAL_ENTRIES: Final = 30
+SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024

@@ -23,6 +23,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from . import constants as C
+from . import resources
 from . import schemas as S
 from .condense import depth_instruction, gist
 from .errors import CompactorError
@@ -801,6 +802,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
 
         return await run(ctx, go)
 
+    resources.register(mcp, store)
     return mcp
 
 
