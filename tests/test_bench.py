@@ -312,7 +312,7 @@ def test_smoke_run_against_the_dev_stub(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
