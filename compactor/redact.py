@@ -32,6 +32,7 @@ from dataclasses import dataclass
 MIN_HUMAN_SECRET = 4  # shorter `password=` values are test dummies ("x", "pw"), not credentials
 MIN_MACHINE_SECRET = 8  # generated keys/tokens are far longer; 8 keeps short lexer tokens out
 MIN_BEARER_TOKEN = 16  # OAuth/JWT bearer tokens are 20+ chars; shorter "Bearer xyz" is prose
+MAX_PASSES = 4  # passes until nothing changes; real text settles in two (see `redact`)
 # ---------------------------------------------------------------------------------------------------
 
 REDACTION_KINDS: tuple[str, ...] = (
@@ -303,10 +304,7 @@ def _keyed_spans(text: str, lowered: str, patterns: tuple[re.Pattern[str], ...],
     ]
 
 
-def redact(text: str) -> tuple[str, list[Redaction]]:
-    """`text` with every secret found replaced by `[REDACTED:<kind>]`, and what was replaced."""
-    counts: dict[str, int] = {}
-
+def _redact_once(text: str, counts: dict[str, int]) -> str:
     def apply(kind: str, spans: list[Span]) -> None:
         nonlocal text
         text, n = _replace_spans(text, spans, kind)
@@ -323,5 +321,18 @@ def redact(text: str) -> tuple[str, list[Redaction]]:
         if spans:
             apply(kind, spans)
             lowered = _lower_aligned(text)
+    return text
 
+
+def redact(text: str) -> tuple[str, list[Redaction]]:
+    """`text` with every secret found replaced by `[REDACTED:<kind>]`, and what was replaced."""
+    counts: dict[str, int] = {}
+    # A replacement can change how its neighbour reads ("x...PASSWORD=[REDACTED:password]" now
+    # ends a long run at "=", which reads as a bearer token), so passes repeat until nothing
+    # changes: that is what makes redact(redact(t)) == redact(t). Text without secrets takes one.
+    for _ in range(MAX_PASSES):
+        redacted = _redact_once(text, counts)
+        if redacted == text:
+            break
+        text = redacted
     return text, [Redaction(kind, counts[kind]) for kind in REDACTION_KINDS if kind in counts]
