@@ -9,8 +9,10 @@ Decisions:
   Positions are deliberately not reported: the caller only needs to know that something was
   removed, and a position plus a length would help to guess it.
 - Specific token formats run first, generic `key = value` assignments last, so a GitHub token
-  assigned to `password` is reported as `github_token`; a placeholder is never matched again,
-  which makes `redact` idempotent.
+  assigned to `password` is reported as `github_token`. A placeholder is never matched again and
+  passes repeat until nothing changes, so `redact` is idempotent.
+- A PEM private key cut off before its END line (a trimmed log) still loses its BEGIN line and
+  the base64 and header lines after it.
 - No generic entropy detector: base64 payloads (data URIs, hashes, git SHAs, UUIDs) are left
   alone. Only known formats and values assigned to secret-sounding keys are redacted.
 - Keys are split in two: human-chosen ones (`password`, `passwd`, `passphrase`, `pwd`) redact
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 MIN_HUMAN_SECRET = 4  # shorter `password=` values are test dummies ("x", "pw"), not credentials
 MIN_MACHINE_SECRET = 8  # generated keys/tokens are far longer; 8 keeps short lexer tokens out
 MIN_BEARER_TOKEN = 16  # OAuth/JWT bearer tokens are 20+ chars; shorter "Bearer xyz" is prose
-MAX_PASSES = 4  # passes until nothing changes; real text settles in two (see `redact`)
+MAX_PASSES = 4  # text with secrets settles after one pass (a second one confirms); see `redact`
 # ---------------------------------------------------------------------------------------------------
 
 REDACTION_KINDS: tuple[str, ...] = (
