@@ -14,9 +14,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench.revisits import default_corpus
 from compactor.classify import ContentType, auto_tags, detect_type
 
-CORPUS = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/corpus/trajectories.jsonl")
+CORPUS = Path(sys.argv[1]) if len(sys.argv) > 1 else default_corpus()
 
 
 def best_of(n: int, fn, *args) -> tuple[float, float]:

@@ -17,14 +17,14 @@ import statistics
 import sys
 import time
 import tracemalloc
-from pathlib import Path
 
 import orjson
 
+from bench.revisits import default_corpus
 from compactor import analyze
 from compactor.index import BM25Index
 
-CORPUS = Path("/work/shared/corpus/trajectories.jsonl")
+CORPUS = default_corpus()
 
 
 def corpus_words() -> list[str]:

@@ -12,9 +12,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench.revisits import default_corpus
 from compactor.redact import redact
 
-CORPUS = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/corpus/trajectories.jsonl")
+CORPUS = Path(sys.argv[1]) if len(sys.argv) > 1 else default_corpus()
 
 
 def main() -> None:

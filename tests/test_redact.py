@@ -18,10 +18,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from bench.revisits import default_corpus
 from compactor.redact import REDACTION_KINDS, Redaction, placeholder, redact
 
 DATA = Path(__file__).parent / "data" / "secrets.jsonl"
-CORPUS = Path("/work/shared/corpus/trajectories.jsonl")
+CORPUS = default_corpus()
 
 ROWS: list[dict[str, Any]] = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines()]
 SECRETS = [row for row in ROWS if row["kind"] is not None]
@@ -192,9 +193,7 @@ def test_redact_never_crashes_and_is_idempotent(text: str) -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(ANY_TEXT, SECRET_LINES, ANY_TEXT)
-def test_redacted_output_never_holds_the_secret(
-    before: str, line_and_secret: tuple[str, str], after: str
-) -> None:
+def test_redacted_output_never_holds_the_secret(before: str, line_and_secret: tuple[str, str], after: str) -> None:
     line, secret = line_and_secret
     assume(secret not in before and secret not in after)
     out, found = redact(f"{before}\n{line}\n{after}")
@@ -202,9 +201,7 @@ def test_redacted_output_never_holds_the_secret(
     assert found
 
 
-FRAGMENTS = st.sampled_from(
-    [row["text"] for row in ROWS] + ["\n", " ", "=", '"', ":", "@", "password", "Bearer "]
-)
+FRAGMENTS = st.sampled_from([row["text"] for row in ROWS] + ["\n", " ", "=", '"', ":", "@", "password", "Bearer "])
 
 
 @settings(max_examples=300, deadline=None)
