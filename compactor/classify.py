@@ -326,11 +326,7 @@ def detect_type(content: str) -> ContentType:
         return ContentType.CODE
     if _any_word(_DECISION_PATTERNS, lined.lower()) or _any_word((_ADR,), lined):
         return ContentType.DECISION
-    if (
-        _fires(_TOOL_STRONG_RULES, lined)
-        or _looks_like_json(stripped)
-        or _block(_TOOL_LINE_RULES, lined, single_line)
-    ):
+    if _fires(_TOOL_STRONG_RULES, lined) or _looks_like_json(stripped) or _block(_TOOL_LINE_RULES, lined, single_line):
         return ContentType.TOOL_OUTPUT
     return ContentType.PROSE
 
@@ -516,9 +512,7 @@ def _check_tag(tag: str) -> str:
         raise ValueError(f"tag {tag[:40]!r} contains a newline or another control character")
     cleaned = tag.strip()
     if len(cleaned) > MAX_TAG_LENGTH:
-        raise ValueError(
-            f"tag {cleaned[:40]!r}... is {len(cleaned)} characters long; the limit is {MAX_TAG_LENGTH}"
-        )
+        raise ValueError(f"tag {cleaned[:40]!r}... is {len(cleaned)} characters long; the limit is {MAX_TAG_LENGTH}")
     return cleaned
 
 

@@ -87,9 +87,7 @@ def _is_placeholder(value: str) -> bool:
 
 
 def _looks_generated(value: str, min_length: int = MIN_MACHINE_SECRET) -> bool:
-    classes = (
-        any(c.islower() for c in value) + any(c.isupper() for c in value) + any(c.isdigit() for c in value)
-    )
+    classes = any(c.islower() for c in value) + any(c.isupper() for c in value) + any(c.isdigit() for c in value)
     return len(value) >= min_length and classes >= 2
 
 
@@ -122,9 +120,7 @@ _SLACK_RE = re.compile(
 _AWS_ACCESS_RE = re.compile(r"A[KS]IA(?<![A-Za-z0-9]A[KS]IA)[A-Z0-9]{16}(?![A-Za-z0-9])")
 # scheme://user:password@host. "/", "?" and "#" cannot occur in userinfo, so "host:8080/x@y" is
 # safe; the password is greedy, so one holding an unescaped "@" runs to the last "@" before the host.
-_CONNECTION_RE = re.compile(
-    r"://(?<=[A-Za-z0-9]://)[^\s:/?#@'\"<>\[\]]*:(?P<value>[^\s/?#'\"<>]+)@(?=[A-Za-z0-9\[])"
-)
+_CONNECTION_RE = re.compile(r"://(?<=[A-Za-z0-9]://)[^\s:/?#@'\"<>\[\]]*:(?P<value>[^\s/?#'\"<>]+)@(?=[A-Za-z0-9\[])")
 
 
 def _anthropic_ok(m: re.Match[str]) -> bool:
@@ -299,10 +295,7 @@ def _replace_spans(text: str, spans: list[Span], kind: str) -> tuple[str, int]:
 
 def _keyed_spans(text: str, lowered: str, patterns: tuple[re.Pattern[str], ...], judge: _Judge) -> list[Span]:
     return [
-        span
-        for pattern in patterns
-        for m in pattern.finditer(lowered)
-        if (span := judge(text, lowered, m)) is not None
+        span for pattern in patterns for m in pattern.finditer(lowered) if (span := judge(text, lowered, m)) is not None
     ]
 
 

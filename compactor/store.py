@@ -188,8 +188,10 @@ class Store:
         self._clock = clock
         self.redact_secrets = redact_secrets
         self._redacted: dict[str, int] = {}
-        # Items are stored in this scope unless told otherwise; reads cover it plus "global".
+        # Items are stored in this scope unless told otherwise; reads cover it plus "global",
+        # or every scope when `default_read_scope` is "all" (the CLI's --scope all).
         self.scope = scope
+        self.default_read_scope: str | None = None
         self.counter = counter or default_counter()
         self.settings = Settings(token_budget=C.BUDGET_DEFAULT)
         self._s = _State()
@@ -1484,7 +1486,12 @@ class Store:
             body.append(f"Memory, oldest first (recent, then {kind}):")
             body.extend(other_lines)
         if not ordered:
-            body.append("Memory is empty." if not self._s.items else "No active items fit.")
+            if not self._s.items:
+                body.append("Memory is empty.")
+            elif not active_count:
+                body.append(f"No active items in scope {self.scope!r} (other projects' items exist; scope='all').")
+            else:
+                body.append("No active items fit within recall_tokens.")
         more = active_count - len(ordered)
         if more > 0:
             sample = ", ".join(list(dict.fromkeys(left_out))[:8])
@@ -1556,12 +1563,10 @@ class Store:
     def _scopes(self, scope: str | None) -> frozenset[str] | None:
         """What a read covers: None = every scope ("all"); else the scope plus global."""
         if scope is None:
-            scope = self.scope
-        elif scope == ALL_SCOPES:
+            scope = self.default_read_scope or self.scope
+        if scope == ALL_SCOPES:
             return None
-        else:
-            scope = self._check_scope(scope)
-        return frozenset({scope_key(scope), GLOBAL_SCOPE})
+        return frozenset({scope_key(self._check_scope(scope)), GLOBAL_SCOPE})
 
     @staticmethod
     def _check_scope(scope: str) -> str:

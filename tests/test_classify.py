@@ -31,8 +31,7 @@ PROSE = ContentType.PROSE
 
 ERROR_CASES = {
     "python traceback": (
-        'Traceback (most recent call last):\n  File "app.py", line 3, in <module>\n    main()\n'
-        "KeyError: 'user'"
+        "Traceback (most recent call last):\n  File \"app.py\", line 3, in <module>\n    main()\nKeyError: 'user'"
     ),
     "error line": "ValueError: invalid literal for int() with base 10: 'x'",
     "dotted error": "django.core.exceptions.FieldError: Cannot resolve keyword 'nme' into field.",
@@ -47,17 +46,13 @@ ERROR_CASES = {
         "    at Module._compile (node:internal/modules/cjs/loader:1105:14)"
     ),
     "js frame without function": "request failed\n    at /app/src/server.ts:41:13",
-    "java stack": (
-        'Exception in thread "main" java.lang.NullPointerException\n\tat com.acme.App.main(App.java:14)'
-    ),
+    "java stack": ('Exception in thread "main" java.lang.NullPointerException\n\tat com.acme.App.main(App.java:14)'),
     "tsc": "src/app.ts(3,7): error TS2322: Type 'string' is not assignable to type 'number'.",
     "gcc": "main.c:10:5: error: expected ';' before 'return'",
     "rustc": "error[E0308]: mismatched types\n --> src/main.rs:4:18",
     "git fatal": "fatal: not a git repository (or any of the parent directories): .git",
     "pytest FAILED": "FAILED tests/test_api.py::test_login - AssertionError: assert 401 == 200",
-    "pytest E lines": (
-        "    def test_x():\n>       assert f() == 2\nE       assert 1 == 2\nE        +  where 1 = f()"
-    ),
+    "pytest E lines": ("    def test_x():\n>       assert f() == 2\nE       assert 1 == 2\nE        +  where 1 = f()"),
     "pytest verbose": "tests/test_a.py::test_one PASSED [ 50%]\ntests/test_a.py::test_two FAILED [100%]",
     "go test": "=== RUN   TestParse\n--- FAIL: TestParse (0.00s)\n    parse_test.go:12: got 1",
     "npm": "npm ERR! code ELIFECYCLE\nnpm ERR! errno 1",
@@ -108,10 +103,7 @@ DECISION_CASES = {
 }
 
 TOOL_CASES = {
-    "ls -l": (
-        "$ ls -la\ntotal 8\ndrwxr-xr-x 2 me me 4096 Nov 29 10:00 .\n"
-        "-rw-r--r-- 1 me me  120 Nov 29 10:00 a.txt"
-    ),
+    "ls -l": ("$ ls -la\ntotal 8\ndrwxr-xr-x 2 me me 4096 Nov 29 10:00 .\n-rw-r--r-- 1 me me  120 Nov 29 10:00 a.txt"),
     "listing alone": "drwxr-xr-x 2 me me 4096 Nov 29 10:00 src\n-rw-r--r-- 1 me me 120 Nov 29 10:00 a.txt",
     "prompt": "$ uname -a\nLinux box 6.1.0 x86_64 GNU/Linux",
     "user@host prompt": "me@box:~/proj$ make\nnothing to do",
@@ -124,12 +116,9 @@ TOOL_CASES = {
     "markdown table": "| name | size |\n|------|------|\n| a    | 1    |",
     "ascii table": "+----+------+\n| id | name |\n+----+------+",
     "grep": "src/app.py:12:    return x\nsrc/util.py:40:    y = 2",
-    "grep single file": (
-        "99:class BaseModelAdmin(metaclass=forms.MediaDefiningClass):\n120:    def check(self):"
-    ),
+    "grep single file": ("99:class BaseModelAdmin(metaclass=forms.MediaDefiningClass):\n120:    def check(self):"),
     "pip": (
-        "Collecting requests\n  Downloading requests-2.32.3-py3-none-any.whl (64 kB)\n"
-        "Successfully installed requests"
+        "Collecting requests\n  Downloading requests-2.32.3-py3-none-any.whl (64 kB)\nSuccessfully installed requests"
     ),
     "cargo": "   Compiling serde v1.0.195\n   Compiling app v0.1.0 (/src/app)",
     "cmake": "[ 50%] Building CXX object src/CMakeFiles/app.dir/main.cpp.o",
@@ -313,9 +302,7 @@ def test_auto_tags_infrastructure(text: str, tag: str) -> None:
     assert tag in auto_tags(text, PROSE)
 
 
-@pytest.mark.parametrize(
-    "text", ["digital digits", "awesome laws", "the postgresfoo", "predocker", "gitignore rules"]
-)
+@pytest.mark.parametrize("text", ["digital digits", "awesome laws", "the postgresfoo", "predocker", "gitignore rules"])
 def test_auto_tags_infrastructure_needs_word_boundaries(text: str) -> None:
     assert auto_tags(text, PROSE) == ["prose"]
 

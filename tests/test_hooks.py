@@ -35,11 +35,11 @@ def hook(event: str, payload: dict | str, state_dir: Path, *extra: str) -> subpr
     )
 
 
-def pre_compact_payload(path: Path, sid: str = SID) -> dict:
+def pre_compact_payload(path: Path, sid: str = SID, cwd: str = "/home/me/shop") -> dict:
     return {
         "session_id": sid,
         "transcript_path": str(path),
-        "cwd": "/home/me/shop",
+        "cwd": cwd,
         "hook_event_name": "PreCompact",
         "trigger": "auto",
         "custom_instructions": "",
@@ -49,7 +49,7 @@ def pre_compact_payload(path: Path, sid: str = SID) -> dict:
 def session_items(state_dir: Path, sid: str = SID) -> dict[str, str]:
     s = Store(state_dir=state_dir)
     try:
-        hits = s.query(tags=session_tag(sid), limit=20, include_archived=True)
+        hits = s.query(tags=session_tag(sid), limit=20, include_archived=True, scope="all")
         return {next(t for t in h.item.tags if t in C.DIGEST_IMPORTANCE): h.item.content for h in hits}
     finally:
         s.close()
@@ -123,7 +123,7 @@ def test_session_start_context_stays_under_the_cap(tmp_path, state_dir):
         t.tool("Bash", {"command": f"run case {i}"}, f"ValueError: case {i} {words}", is_error=True)
     path = t.write(tmp_path / "long.jsonl")
     assert hook("pre-compact", pre_compact_payload(path), state_dir).returncode == 0
-    res = hook("session-start", {"session_id": SID, "source": "compact"}, state_dir)
+    res = hook("session-start", {"session_id": SID, "source": "compact", "cwd": "/home/me/shop"}, state_dir)
     ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
     assert len(ctx) <= C.HOOK_CONTEXT_CHARS and ctx.endswith("query compactor for the rest)")
     assert "Saved from this session" in ctx
@@ -138,9 +138,12 @@ def test_pre_compact_without_a_transcript_fails_cleanly(state_dir, tmp_path):
 
 def test_pre_compact_beside_a_running_server(tmp_path, state_dir):
     path = sample(SID).write(tmp_path / "t.jsonl")
-    with StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600") as srv:
+    project = tmp_path / "shop"
+    (project / ".git").mkdir(parents=True)
+    # Claude Code runs the hook with the project as cwd, where the server runs too.
+    with StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600", cwd=project) as srv:
         srv.ok("store", content="stored by the agent before compaction")
-        res = hook("pre-compact", pre_compact_payload(path), state_dir)
+        res = hook("pre-compact", pre_compact_payload(path, cwd=str(project)), state_dir)
         assert res.returncode == 0, res.stderr
         found = srv.ok("query", tags=[session_tag(SID)], limit=10)
         assert len(found["items"]) == 5

@@ -14,7 +14,8 @@ from typing import Any, TextIO
 
 from ..persist import JOURNAL, SNAPSHOT
 from ..report import StateFiles
-from ..store import Store
+from ..scope import project_scope
+from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -79,6 +80,11 @@ def add_state_dir(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="the state dir a server uses (default: env COMPACTOR_STATE_DIR)",
     )
+    p.add_argument(
+        "--scope",
+        default=argparse.SUPPRESS,
+        help="project scope (default: the git root of the current directory; 'all' reads every project)",
+    )
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -97,13 +103,19 @@ def has_state(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def opened(args: argparse.Namespace, *, create: bool = False) -> Iterator[Store]:
+def opened(args: argparse.Namespace, *, create: bool = False, cwd: str | None = None) -> Iterator[Store]:
     """The Store over the state dir, coordinated with any server running on it (flock +
-    journal). Reading never creates a state dir that is not there."""
+    journal), in the same project scope a server started here would use (or --scope).
+    Reading never creates a state dir that is not there."""
     path = state_dir_of(args)
     if not create and not has_state(path):
         raise CliError(f"no compactor state in {path} (nothing stored there yet, or a wrong --state-dir)")
-    store = Store(state_dir=path)
+    scope = getattr(args, "scope", None) or os.environ.get("COMPACTOR_SCOPE")
+    if scope == ALL_SCOPES:
+        store = Store(state_dir=path, scope=GLOBAL_SCOPE)
+        store.default_read_scope = ALL_SCOPES
+    else:
+        store = Store(state_dir=path, scope=scope or project_scope(Path(cwd) if cwd else None))
     try:
         yield store
     finally:

@@ -41,7 +41,7 @@ def cmd_session_start(args: argparse.Namespace, out: Out) -> int:
     if not has_state(path):
         context = hooks.session_context(None, payload)
     else:
-        with opened(args) as store:
+        with opened(args, cwd=_cwd(payload)) as store:
             context = hooks.session_context(store, payload)
     out.stream.write(json.dumps(hooks.session_start_output(context), ensure_ascii=False) + "\n")
     return EXIT_OK
@@ -52,7 +52,7 @@ def cmd_pre_compact(args: argparse.Namespace, out: Out) -> int:
     extractive digest before the conversation is compacted: what the user asked for, decisions,
     errors, files touched and open tasks, tagged session:<id>. Safe beside a running server."""
     payload = hooks.read_payload(sys.stdin)
-    with opened(args, create=True) as store:
+    with opened(args, create=True, cwd=_cwd(payload)) as store:
         try:
             saved = hooks.pre_compact(store, payload)
         except ValueError as exc:
@@ -75,3 +75,9 @@ def cmd_pre_compact(args: argparse.Namespace, out: Out) -> int:
         f"({parts}); {len(saved.already)} already saved; {saved.malformed} malformed lines skipped."
     )
     return EXIT_OK
+
+
+def _cwd(payload: object) -> str | None:
+    """The project the hook fired in: Claude Code sends its working directory as `cwd`."""
+    cwd = payload.get("cwd") if isinstance(payload, dict) else None
+    return cwd if isinstance(cwd, str) and cwd else None
