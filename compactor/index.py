@@ -225,9 +225,7 @@ class BM25Index:
         """Give live documents dense ids again, once 2**24 adds have used the id space up."""
         new_of = {old: new for new, old in enumerate(d for d, e in enumerate(self._ext) if e is not None)}
         self._post = [
-            array(
-                "I", [new_of[e >> _TF_BITS] << _TF_BITS | e & _TF_MASK for e in p if e >> _TF_BITS in new_of]
-            )
+            array("I", [new_of[e >> _TF_BITS] << _TF_BITS | e & _TF_MASK for e in p if e >> _TF_BITS in new_of])
             for p in self._post
         ]
         self._big_tf = {tid: {new_of[d]: v for d, v in m.items()} for tid, m in self._big_tf.items()}

@@ -259,9 +259,7 @@ _TEXT = st.builds(
     st.sampled_from([0, 0, 0, 70]),
 )
 _DOC = st.tuples(_TEXT, st.none() | _TEXT, st.lists(st.sampled_from(_WORDS), max_size=2))
-_OPS = st.lists(
-    st.tuples(st.sampled_from(["put", "put", "remove"]), st.integers(0, 7), _DOC), min_size=1, max_size=40
-)
+_OPS = st.lists(st.tuples(st.sampled_from(["put", "put", "remove"]), st.integers(0, 7), _DOC), min_size=1, max_size=40)
 _QUERIES = ["alpha", "beta gamma", "key error", "query", "spam delta", "max_items alpha beta", "nothing"]
 
 
