@@ -18,12 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-# --- tuning constants (the lead may move these to compactor/constants.py) -------------------------
-MAX_AUTO_TAGS = 5  # the brief: "at most 5 tags total"; more stops being a useful facet
-MAX_TAG_LENGTH = 64  # the brief: reject longer tags; long enough for "ticket-1234-some-slug"
-JSON_PARSE_LIMIT = 4 * 1024 * 1024  # parsing bigger blobs costs more than the label is worth
-TAG_SCAN_CHARS = 64 * 1024  # tags come from the head; keeps auto_tags ~1 ms on a 1 MiB item
-# ---------------------------------------------------------------------------------------------------
+from . import constants as C
 
 
 class ContentType(StrEnum):
@@ -302,7 +297,7 @@ _JSON_LOOSE = re.compile(r"\"[^\"\n]{1,200}\"[ \t]*:")
 def _looks_like_json(stripped: str) -> bool:
     if not stripped or stripped[0] not in "{[" or stripped[-1] not in "}]":
         return False
-    if len(stripped) > JSON_PARSE_LIMIT:
+    if len(stripped) > C.JSON_PARSE_LIMIT:
         return _JSON_LOOSE.search(stripped, 0, 4096) is not None
     try:
         json.loads(stripped)
@@ -487,20 +482,20 @@ def _infrastructure(lowered: str) -> list[str]:
 
 
 def auto_tags(content: str, content_type: ContentType | str) -> list[str]:
-    """Up to MAX_AUTO_TAGS tags: the type, languages, infrastructure, then `reference` for a URL.
+    """Up to 5 (AUTO_TAG_LIMIT) tags: the type, languages, infrastructure, then `reference` for a URL.
 
     Within languages and infrastructure the order is that of first mention, so the result is
-    deterministic and the earliest subject comes first. Only the first TAG_SCAN_CHARS characters
+    deterministic and the earliest subject comes first. Only the first C.TAG_SCAN_CHARS characters
     are read: with first-mention order and a cap of five, later text could only add tags to an
     item whose head names fewer than five subjects.
     """
     tags: list[str] = [str(ContentType(content_type))]
-    head = content[:TAG_SCAN_CHARS]
+    head = content[: C.TAG_SCAN_CHARS]
     candidates = [*_languages(head), *_infrastructure(head.lower())]
     if _URL_RE.search(head):
         candidates.append("reference")
     for tag in candidates:
-        if len(tags) >= MAX_AUTO_TAGS:
+        if len(tags) >= C.AUTO_TAG_LIMIT:
             break
         if tag not in tags:
             tags.append(tag)
@@ -511,8 +506,8 @@ def _check_tag(tag: str) -> str:
     if any(unicodedata.category(ch) == "Cc" for ch in tag):
         raise ValueError(f"tag {tag[:40]!r} contains a newline or another control character")
     cleaned = tag.strip()
-    if len(cleaned) > MAX_TAG_LENGTH:
-        raise ValueError(f"tag {cleaned[:40]!r}... is {len(cleaned)} characters long; the limit is {MAX_TAG_LENGTH}")
+    if len(cleaned) > C.MAX_TAG_CHARS:
+        raise ValueError(f"tag {cleaned[:40]!r}... is {len(cleaned)} characters long; the limit is {C.MAX_TAG_CHARS}")
     return cleaned
 
 
@@ -535,7 +530,7 @@ def _dedupe(tags: Iterable[str]) -> list[str]:
 def parse_tags(value: str | Sequence[str] | None) -> list[str]:
     """Tags from a list or a comma-separated string: normalised, empties dropped, duplicates removed.
 
-    Raises ValueError for a tag longer than MAX_TAG_LENGTH or holding a newline/control character,
+    Raises ValueError for a tag longer than C.MAX_TAG_CHARS or holding a newline/control character,
     and TypeError for a list element that is not a string.
     """
     if value is None:

@@ -79,6 +79,18 @@ MAX_TAG_CHARS: Final = 64
 AUTO_TAG_LIMIT: Final = 5
 IMPORTANCE_DEFAULT: Final = 5
 
+# --- content types and tags (classify.py) ---------------------------------------------------
+# Parsing a bigger JSON blob to decide "tool output" costs more than the label is worth.
+JSON_PARSE_LIMIT: Final = 4 * 1024 * 1024
+# Tags come from the head: keeps auto_tags ~1 ms on a 1 MiB item; first mentions decide anyway.
+TAG_SCAN_CHARS: Final = 64 * 1024
+
+# --- secret redaction (redact.py) ----------------------------------------------------------
+MIN_HUMAN_SECRET: Final = 4  # shorter `password=` values are test dummies ("x", "pw"), not credentials
+MIN_MACHINE_SECRET: Final = 8  # generated keys/tokens are far longer; 8 keeps short lexer tokens out
+MIN_BEARER_TOKEN: Final = 16  # OAuth/JWT bearer tokens are 20+ chars; shorter "Bearer xyz" is prose
+MAX_PASSES: Final = 4  # text with secrets settles after one pass (a second one confirms); see `redact`
+
 # --- output bounds ------------------------------------------------------------------------
 # Claude Code warns above 10k tokens of tool output; stay well under it (~4 chars a token).
 MAX_OUTPUT_CHARS: Final = 24_000

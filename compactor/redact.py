@@ -30,12 +30,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# --- tuning constants (the lead may move these to compactor/constants.py) -------------------------
-MIN_HUMAN_SECRET = 4  # shorter `password=` values are test dummies ("x", "pw"), not credentials
-MIN_MACHINE_SECRET = 8  # generated keys/tokens are far longer; 8 keeps short lexer tokens out
-MIN_BEARER_TOKEN = 16  # OAuth/JWT bearer tokens are 20+ chars; shorter "Bearer xyz" is prose
-MAX_PASSES = 4  # text with secrets settles after one pass (a second one confirms); see `redact`
-# ---------------------------------------------------------------------------------------------------
+from . import constants as C
 
 REDACTION_KINDS: tuple[str, ...] = (
     "private_key",
@@ -86,7 +81,7 @@ def _is_placeholder(value: str) -> bool:
     return not value or value.lower() in _DUMMIES or _PLACEHOLDER_RE.match(value) is not None
 
 
-def _looks_generated(value: str, min_length: int = MIN_MACHINE_SECRET) -> bool:
+def _looks_generated(value: str, min_length: int = C.MIN_MACHINE_SECRET) -> bool:
     classes = any(c.islower() for c in value) + any(c.isupper() for c in value) + any(c.isdigit() for c in value)
     return len(value) >= min_length and classes >= 2
 
@@ -196,7 +191,7 @@ _AWS_SECRET_RE = re.compile(
     r"secret_?(?:access_?)?key[\"']?" + _SEP + r"[\"']?(?P<value>[a-z0-9/+=]{40})(?![a-z0-9/+=])"
 )
 _BEARER_RE = re.compile(
-    rf"bearer(?<![a-z0-9]bearer)[ \t]+(?P<value>[a-z0-9._~+/-]{{{MIN_BEARER_TOKEN},}}=*)(?![a-z0-9._~+/=-])"
+    rf"bearer(?<![a-z0-9]bearer)[ \t]+(?P<value>[a-z0-9._~+/-]{{{C.MIN_BEARER_TOKEN},}}=*)(?![a-z0-9._~+/=-])"
 )
 # The key ends in one of these words; whatever comes before is part of the key ("DB_PASSWORD").
 _HUMAN_RE = re.compile(r"(?:pass(?:word|wd|phrase)|pwd)" + _ASSIGNED)
@@ -229,7 +224,7 @@ def _aws_secret(text: str, lowered: str, m: re.Match[str]) -> Span | None:
 
 def _bearer(text: str, lowered: str, m: re.Match[str]) -> Span | None:
     value = text[m.start("value") : m.end("value")]
-    ok = _looks_generated(value, MIN_BEARER_TOKEN) and _has_digit_and_letter(value)
+    ok = _looks_generated(value, C.MIN_BEARER_TOKEN) and _has_digit_and_letter(value)
     return m.span("value") if ok and not _is_placeholder(value) else None
 
 
@@ -239,7 +234,7 @@ def _assigned_value(text: str, lowered: str, m: re.Match[str], human: bool) -> S
             value = text[m.start(quoted) : m.end(quoted)]
             if any(c.isspace() for c in value) or _is_placeholder(value):
                 return None  # a message such as "Enter your password:", or a placeholder
-            ok = len(value) >= MIN_HUMAN_SECRET if human else _looks_generated(value)
+            ok = len(value) >= C.MIN_HUMAN_SECRET if human else _looks_generated(value)
             return m.span(quoted) if ok else None
     start = m.start("bare")
     value = text[start : m.end("bare")].rstrip(")]}>")
@@ -254,7 +249,7 @@ def _assigned_value(text: str, lowered: str, m: re.Match[str], human: bool) -> S
         or (_IDENTIFIER_RE.fullmatch(value) is not None and not any(c.isdigit() for c in value))
     ):
         return None  # code: a call, an index, a variable or an attribute
-    ok = len(value) >= MIN_HUMAN_SECRET if human else _looks_generated(value)
+    ok = len(value) >= C.MIN_HUMAN_SECRET if human else _looks_generated(value)
     return (start, start + len(value)) if ok else None
 
 
@@ -325,7 +320,7 @@ def redact(text: str) -> tuple[str, list[Redaction]]:
     # A replacement can change how its neighbour reads ("x...PASSWORD=[REDACTED:password]" now
     # ends a long run at "=", which reads as a bearer token), so passes repeat until nothing
     # changes: that is what makes redact(redact(t)) == redact(t). Text without secrets takes one.
-    for _ in range(MAX_PASSES):
+    for _ in range(C.MAX_PASSES):
         redacted = _redact_once(text, counts)
         if redacted == text:
             break

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compactor import constants as C
 from compactor.classify import (
-    MAX_AUTO_TAGS,
-    MAX_TAG_LENGTH,
     ContentType,
     auto_tags,
     detect_type,
@@ -315,7 +314,7 @@ def test_auto_tags_reference_for_a_url() -> None:
 def test_auto_tags_cap_and_priority() -> None:
     text = "a.py b.go c.rs d.java e.rb with docker and redis, see https://x.io"
     tags = auto_tags(text, CODE)
-    assert len(tags) == MAX_AUTO_TAGS
+    assert len(tags) == C.AUTO_TAG_LIMIT
     assert tags == ["code", "python", "go", "rust", "java"]
 
 
@@ -353,12 +352,12 @@ def test_parse_tags(value: str | list[str] | tuple[str, ...] | None, expected: l
 
 
 def test_parse_tags_accepts_the_maximum_length() -> None:
-    assert parse_tags("a" * MAX_TAG_LENGTH) == ["a" * MAX_TAG_LENGTH]
+    assert parse_tags("a" * C.MAX_TAG_CHARS) == ["a" * C.MAX_TAG_CHARS]
 
 
-@pytest.mark.parametrize("value", ["a" * (MAX_TAG_LENGTH + 1), ["ok", "b" * 100]])
+@pytest.mark.parametrize("value", ["a" * (C.MAX_TAG_CHARS + 1), ["ok", "b" * 100]])
 def test_parse_tags_rejects_long_tags(value: str | list[str]) -> None:
-    with pytest.raises(ValueError, match=str(MAX_TAG_LENGTH)):
+    with pytest.raises(ValueError, match=str(C.MAX_TAG_CHARS)):
         parse_tags(value)
 
 
@@ -428,7 +427,7 @@ def test_auto_tags_invariants(text: str) -> None:
     content_type = detect_type(text)
     tags = auto_tags(text, content_type)
     assert tags[0] == content_type.value
-    assert len(tags) <= MAX_AUTO_TAGS
+    assert len(tags) <= C.AUTO_TAG_LIMIT
     assert len(set(tags)) == len(tags)
     assert tags == auto_tags(text, content_type)  # deterministic
     assert all(tag == normalize_tag(tag) for tag in tags)
