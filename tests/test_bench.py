@@ -305,7 +305,7 @@ def test_proc_finds_a_child_and_its_peak_memory() -> None:
 def test_smoke_run_against_the_dev_stub(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     stub = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench' / '_devstub.py'))}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COMPACTOR_BENCH_CALL_TIMEOUT": "60"}
     run = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--sizes", "200", "--server", stub, "--out", str(out)],
         cwd=ROOT,
