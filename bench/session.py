@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import json
+import os
 import time
 from dataclasses import dataclass
 from types import TracebackType
