@@ -91,6 +91,10 @@ def run_server(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["doctor"]:
+        from .doctor import main as doctor_main
+
+        return doctor_main(args[1:])
     return run_server(args)
 
 
