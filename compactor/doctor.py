@@ -359,7 +359,7 @@ def _check_journal(dir_: Path, raw: bytes | None, report: DoctorReport) -> _Jour
     except (ValueError, KeyError, TypeError) as exc:
         report.error(
             "journal",
-            f"{path} has a bad header line ({exc}); it should be like {{\"journal\": 1, \"gen\": 1}}.",
+            f'{path} has a bad header line ({exc}); it should be like {{"journal": 1, "gen": 1}}.',
             f"Keep a copy (`cp {path} {path}.bad`). If the snapshot is healthy and recent, move the journal "
             f"aside (`mv {path} {path}.bad`): compactor starts a new one, losing only writes since the snapshot.",
         )
@@ -737,9 +737,7 @@ def render(report: DoctorReport) -> str:
         out.append("  snapshot: none yet")
     journal = f.get("journal")
     if journal:
-        out.append(
-            f"  journal: generation {journal['gen']}, {journal['lines']:,} lines, {journal['bytes']:,} bytes"
-        )
+        out.append(f"  journal: generation {journal['gen']}, {journal['lines']:,} lines, {journal['bytes']:,} bytes")
     items = f.get("items")
     if items:
         out.append(
