@@ -142,11 +142,15 @@ class StateDir:
             )
         return snap
 
-    def read_journal(self, start: int | None = None) -> tuple[int, list[list[Op]], int, list[str]]:
+    def read_journal(
+        self, start: int | None = None, expect_gen: int | None = None
+    ) -> tuple[int, list[list[Op]], int, list[str]]:
         """Return (gen, batches from `start` (default: after the header), end offset, warnings).
 
         A torn final line (a crash mid-write) is reported as a warning and not returned; a bad
-        line anywhere else raises StateCorruptError.
+        line anywhere else raises StateCorruptError. With `expect_gen`, a journal of another
+        generation returns (gen, [], 0, []) unread: `start` is an offset into a file that no
+        longer exists, and parsing from it would land mid-line.
         """
         try:
             with open(self.journal_path, "rb") as fh:
@@ -167,6 +171,8 @@ class StateDir:
             raise StateCorruptError(
                 f"Journal {self.journal_path} has a bad header ({exc}). {self._hint(self.journal_path)}"
             ) from exc
+        if expect_gen is not None and gen != expect_gen:
+            return gen, [], 0, []
         pos = nl + 1 if start is None else start
         batches: list[list[Op]] = []
         warnings: list[str] = []
@@ -270,9 +276,15 @@ class StateDir:
     def read_new(self) -> list[list[Op]] | None:
         """Batches other processes appended since our offset; None if the journal was rotated
         (a new generation): the caller must reload from the snapshot."""
-        gen, batches, end, _ = self.read_journal(start=self.offset)
+        gen, batches, end, warnings = self.read_journal(start=self.offset, expect_gen=self.gen)
         if gen != self.gen:
             return None
+        if warnings:
+            # A torn tail under the lock is a dead writer's (killed mid-append): cut it, or our
+            # next O_APPEND line would be glued onto it and lost as "torn" at the next load.
+            for warning in warnings:
+                log.warning("%s", warning)
+            self._truncate_journal(end)
         self.offset = end
         self._remember_inode()
         return batches

@@ -26,8 +26,8 @@ from . import constants as C
 from . import resources
 from . import schemas as S
 from .condense import depth_instruction, gist
-from .errors import CompactorError
-from .models import CompactReport
+from .errors import CompactorError, NotFoundError
+from .models import CompactReport, Item
 from .render import budget_line, item_line, preview
 from .scope import scope_from_root_uri
 from .store import Store, StoreInput
@@ -454,7 +454,10 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
             r = store.compact(target_usage)
             needs = []
             for item_id in r.needs_summary[: C.NEEDS_SUMMARY_LIMIT]:
-                it = store.get(item_id)
+                try:
+                    it = store.get(item_id)
+                except NotFoundError:
+                    continue  # another process forgot it since: the compaction itself succeeded
                 needs.append(S.NeedsSummary(id=it.id, tokens=it.content_tokens, preview=preview(it.content, 120)))
             lines = [
                 f"Compacted {r.tokens_before:,} -> {r.tokens_after:,} tokens (target {r.target_tokens:,}).",
@@ -498,9 +501,10 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         return await run(ctx, go)
 
     def item_result(
-        it_id: str, verb: str, report: CompactReport | None = None, warnings: list[str] | None = None
+        it: Item, verb: str, report: CompactReport | None = None, warnings: list[str] | None = None
     ) -> CallToolResult:
-        it = store.get(it_id)
+        # `it` is what the call returned, not a fresh get(): another process may forget the item
+        # between the two, and a call that succeeded must not be reported as an error.
         model = S.ItemResult(
             id=it.id,
             tier=it.tier,
@@ -534,7 +538,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     ) -> Annotated[CallToolResult, S.ItemResult]:
         def go() -> CallToolResult:
             res = store.update(id, summary=summary, content=content, tags=tags, importance=importance)
-            return item_result(id, "Updated", warnings=res.warnings)
+            return item_result(res.item, "Updated", warnings=res.warnings)
 
         return await run(ctx, go)
 
@@ -544,11 +548,11 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         description="Pin an item: compaction never switches it to its summary or archives it.",
     )
     async def pin(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
-        return await run(ctx, lambda: (store.pin(id), item_result(id, "Pinned"))[1])
+        return await run(ctx, lambda: item_result(store.pin(id), "Pinned"))
 
     @mcp.tool(name="unpin", annotations=WRITE_IDEMPOTENT, description="Unpin an item so compaction may move it again.")
     async def unpin(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
-        return await run(ctx, lambda: (store.unpin(id), item_result(id, "Unpinned"))[1])
+        return await run(ctx, lambda: item_result(store.unpin(id), "Unpinned"))
 
     @mcp.tool(
         name="restore",
@@ -560,8 +564,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     )
     async def restore(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
         def go() -> CallToolResult:
-            _, report = store.restore(id)
-            return item_result(id, "Restored", report)
+            it, report = store.restore(id)
+            return item_result(it, "Restored", report)
 
         return await run(ctx, go)
 

@@ -206,6 +206,13 @@ class Store:
             self._dir.open()
             with self._dir.locked():
                 self._reload()
+                self._init_budget(budget)
+        else:
+            self._init_budget(budget)
+
+    def _init_budget(self, budget: int | None) -> None:
+        """Under the lock that loaded the state: an append outside it would land after other
+        processes' appends while our offset still points before them."""
         # An explicit --budget is the person's choice: it wins over a client default but not
         # over a budget the agent or person set with `configure` and that was saved.
         if budget is not None and self.settings.budget_source in ("default", "client", "cli"):
@@ -1699,11 +1706,14 @@ class Store:
             self._dirty = True
             return
         with self._locked():
+            # Catch up first: only that reveals a rotation by another process (it reloads and
+            # moves sd.gen). Checking before it let a stale snapshot replace a newer one and
+            # cut the new journal at our old offset, mid-line.
+            self._sync()
             if sd.gen != gen:
                 # Someone else rotated meanwhile (forget, another process): ours is stale.
                 self._discard_tmp()
                 return
-            self._sync()
             if self._degraded is not None:
                 # Calls made while degraded are only in memory: save all of it instead.
                 self._discard_tmp()

@@ -1,0 +1,786 @@
+"""`compactor doctor --state-dir DIR`: check a state dir and say what is wrong and how to fix it.
+
+Read-only by construction: the two state files are read once, under a shared flock on DIR/lock
+when that file exists (so no writer is mid-append), and everything else happens in memory. The
+doctor never creates, truncates, renames or chmods anything; every repair is a command the
+person runs after reading the report.
+
+Checks, in order (later ones are skipped when an earlier one makes them meaningless):
+    permissions   DIR is 0700, every file in it 0600 (memory may hold secrets)
+    snapshot      parses, has an items list, a supported schema version, well-formed records
+    journal       header and every line parse; a torn last line is a warning (compactor cuts it
+                  on the next start), a bad line before the end is an error naming the line
+    generation    the journal belongs with the snapshot (see persist.py)
+    replay        snapshot + journal rebuild in memory through the Store's own apply path
+    index         the rebuilt search index holds exactly the items, with the terms a fresh
+                  index gives them; the derived counters (tokens used, tiers) agree too
+    lineage       children/parents exist (or are recorded as gone), links are two-way,
+                  merged_into points at an item, no cycles, every archived item is reachable
+                  from an active summary (a warning: query and get still find it)
+
+Exit status: 0 healthy (warnings allowed), 1 at least one error, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import stat
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from . import constants as C
+from .index import BM25Index
+from .models import CONTENT_TYPES, Item
+from .persist import JOURNAL, LOCK, SNAPSHOT
+
+# --- tuning (the lead may move these to constants.py) -------------------------------------
+# A writer holds the lock for one fsync'd append (milliseconds) or one snapshot (well under a
+# second for 100k items); 5 s without it means a stuck process, and reading anyway is better
+# than hanging.
+LOCK_WAIT_S = 5.0
+# Enough examples to find the damage without flooding a terminal.
+MAX_EXAMPLES = 10
+# --------------------------------------------------------------------------------------------
+
+Severity = Literal["error", "warning"]
+_TIERS = ("active", "archived")
+_VIEWS = ("content", "summary")
+
+
+@dataclass(slots=True)
+class Problem:
+    severity: Severity
+    check: str
+    what: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"severity": self.severity, "check": self.check, "what": self.what, "fix": self.fix}
+
+
+@dataclass(slots=True)
+class DoctorReport:
+    state_dir: Path
+    problems: list[Problem] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    checks: list[str] = field(default_factory=list)  # the checks that ran
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state_dir": str(self.state_dir),
+            "healthy": self.healthy,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "checks": self.checks,
+            "facts": self.facts,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+    def error(self, check: str, what: str, fix: str) -> None:
+        self.problems.append(Problem("error", check, what, fix))
+
+    def warn(self, check: str, what: str, fix: str) -> None:
+        self.problems.append(Problem("warning", check, what, fix))
+
+
+def _examples(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:MAX_EXAMPLES])
+    return shown + (f" (+{len(ids) - MAX_EXAMPLES} more)" if len(ids) > MAX_EXAMPLES else "")
+
+
+def _bug_fix(dir_: Path) -> str:
+    return (
+        f"This is a compactor bug, not something you did. Keep a copy (`cp -a {dir_} {dir_}.bak`) and "
+        "report it with that copy; the server skips broken links, so memory keeps working meanwhile."
+    )
+
+
+# --- reading (the only I/O) ------------------------------------------------------------------
+@contextlib.contextmanager
+def _shared_lock(dir_: Path, report: DoctorReport) -> Iterator[None]:
+    """Hold LOCK_SH on an existing lock file; never create it (that would be a write)."""
+    try:
+        fd = os.open(dir_ / LOCK, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        locked = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                locked = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+        if not locked:
+            report.warn(
+                "lock",
+                f"another process held {dir_ / LOCK} for over {LOCK_WAIT_S:g} s; read the files without it, so "
+                "the check may see a write in progress.",
+                "Run the doctor again; if it keeps happening, look for a hung compactor process (`fuser "
+                f"{dir_ / LOCK}`).",
+            )
+        try:
+            yield
+        finally:
+            if locked:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path, report: DoctorReport, check: str) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        report.error(
+            check,
+            f"cannot read {path}: {exc.strerror or exc}.",
+            f"Run the doctor as the user that runs compactor, or fix ownership: `chown $USER {path}`.",
+        )
+        return None
+
+
+# --- permissions -----------------------------------------------------------------------------
+def _check_permissions(dir_: Path, report: DoctorReport) -> None:
+    report.checks.append("permissions")
+    mode = stat.S_IMODE(dir_.stat().st_mode)
+    if mode & 0o077:
+        report.error(
+            "permissions",
+            f"{dir_} has mode {mode:04o}: other users can list it. Memory can hold secrets.",
+            f"`chmod 700 {dir_}`",
+        )
+    elif mode & 0o700 != 0o700:
+        report.error(
+            "permissions",
+            f"{dir_} has mode {mode:04o}: compactor cannot read and write it.",
+            f"`chmod 700 {dir_}`",
+        )
+    for entry in sorted(dir_.iterdir()):
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        fmode = stat.S_IMODE(st.st_mode)
+        if fmode & 0o077:
+            report.error(
+                "permissions",
+                f"{entry} has mode {fmode:04o}: other users can read it. Memory can hold secrets.",
+                f"`chmod 600 {entry}`",
+            )
+        elif fmode & 0o600 != 0o600:
+            report.error(
+                "permissions",
+                f"{entry} has mode {fmode:04o}: compactor cannot read and write it.",
+                f"`chmod 600 {entry}`",
+            )
+        if entry.name.endswith(".tmp"):
+            report.warn(
+                "temp files",
+                f"{entry} is a temporary file left by an interrupted snapshot.",
+                f"Harmless; compactor deletes it at its next snapshot, or delete it now: `rm {entry}`.",
+            )
+
+
+# --- records -----------------------------------------------------------------------------------
+_REQUIRED = tuple(f.name for f in fields(Item) if f.default is MISSING and f.default_factory is MISSING)
+
+
+def _record_problem(rec: Any) -> str | None:
+    """Why `rec` is not a well-formed item record, or None."""
+    if not isinstance(rec, dict):
+        return f"is a {type(rec).__name__}, not an object"
+    missing = [k for k in _REQUIRED if k not in rec]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+
+    def bad(key: str, ok: bool) -> str | None:
+        return None if ok else f"has a bad {key} ({rec.get(key)!r:.60})"
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def str_list(v: Any) -> bool:
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+    checks = [
+        bad("id", isinstance(rec["id"], str) and bool(rec["id"])),
+        bad("seq", is_int(rec["seq"]) and rec["seq"] > 0),
+        bad("content", isinstance(rec["content"], str)),
+        bad("summary", rec["summary"] is None or isinstance(rec["summary"], str)),
+        bad("tags", str_list(rec["tags"])),
+        bad("content_type", rec["content_type"] in CONTENT_TYPES),
+        bad("content_tokens", is_int(rec["content_tokens"]) and rec["content_tokens"] >= 0),
+        bad("summary_tokens", is_int(rec["summary_tokens"]) and rec["summary_tokens"] >= 0),
+        bad("tier", rec.get("tier", "active") in _TIERS),
+        bad("view", rec.get("view", "content") in _VIEWS),
+        bad("depth", is_int(rec.get("depth", 0)) and rec.get("depth", 0) >= 0),
+        *(bad(k, str_list(rec.get(k, []))) for k in ("children", "parents", "gone_children")),
+        bad("merged_into", rec.get("merged_into") is None or isinstance(rec.get("merged_into"), str)),
+    ]
+    return next((c for c in checks if c), None)
+
+
+# --- snapshot ----------------------------------------------------------------------------------
+def _check_snapshot(dir_: Path, raw: bytes | None, report: DoctorReport) -> dict[str, Any] | None:
+    """The parsed snapshot if it can be used; None if absent or broken (an error says which)."""
+    report.checks.append("snapshot")
+    path = dir_ / SNAPSHOT
+    if raw is None:
+        report.facts["snapshot"] = None
+        return None
+    aside = f"`mv {path} {path}.bad`"
+    try:
+        snap = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        report.error(
+            "snapshot",
+            f"{path} is not valid JSON ({exc}).",
+            f"Restore it from a backup if you have one. Otherwise move it aside ({aside}); compactor then "
+            "starts from what the journal holds, which may be little if a snapshot truncated it.",
+        )
+        return None
+    if not isinstance(snap, dict) or not isinstance(snap.get("items"), list):
+        report.error(
+            "snapshot",
+            f"{path} is JSON but not a compactor snapshot (no items list).",
+            f"Move it aside ({aside}) and check what wrote it.",
+        )
+        return None
+    version = snap.get("schema")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        report.error(
+            "snapshot",
+            f"{path} has no valid schema version ({version!r}).",
+            f"Restore it from a backup, or move it aside ({aside}).",
+        )
+        return None
+    if version > C.SCHEMA_VERSION:
+        report.error(
+            "snapshot",
+            f"{path} has schema version {version}; this compactor reads up to {C.SCHEMA_VERSION}.",
+            "Upgrade compactor (`pip install -U compactor`); do not let an older version touch this dir.",
+        )
+        return None
+    for key in ("gen", "prev_gen", "prev_offset"):
+        value = snap.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            report.error(
+                "snapshot",
+                f"{path} has a bad {key} ({value!r}).",
+                f"Restore it from a backup, or move it aside ({aside}).",
+            )
+            return None
+    if not isinstance(snap.get("settings", {}), dict):
+        report.error("snapshot", f"{path} has settings that are not an object.", f"Move it aside ({aside}).")
+        return None
+    bad: list[str] = []
+    seen: set[str] = set()
+    dupes: list[str] = []
+    for i, rec in enumerate(snap["items"]):
+        why = _record_problem(rec)
+        if why:
+            bad.append(f"items[{i}] {why}")
+        elif rec["id"] in seen:
+            dupes.append(rec["id"])
+        else:
+            seen.add(rec["id"])
+    if bad:
+        report.error(
+            "snapshot",
+            f"{path} has {len(bad)} malformed item record(s): {'; '.join(bad[:MAX_EXAMPLES])}.",
+            f"Restore it from a backup, or move it aside ({aside}) and re-import an export if you have one.",
+        )
+        return None
+    if dupes:
+        report.error("snapshot", f"{path} holds these ids more than once: {_examples(dupes)}.", _bug_fix(dir_))
+    report.facts["snapshot"] = {
+        "schema": version,
+        "gen": snap.get("gen", 1),
+        "items": len(snap["items"]),
+        "bytes": len(raw),
+    }
+    return snap
+
+
+# --- journal -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Journal:
+    gen: int
+    lines: list[tuple[int, int, list[dict[str, Any]]]]  # (line number, byte offset, ops)
+    size: int
+
+
+def _check_journal(dir_: Path, raw: bytes | None, report: DoctorReport) -> _Journal | None:
+    report.checks.append("journal")
+    path = dir_ / JOURNAL
+    if not raw:
+        report.facts["journal"] = None
+        return None
+    nl = raw.find(b"\n")
+    try:
+        if nl < 0:
+            raise ValueError("no complete first line")
+        header = orjson.loads(raw[:nl])
+        gen = header["gen"]
+        if not isinstance(gen, int) or isinstance(gen, bool) or gen < 1:
+            raise ValueError(f"generation {gen!r}")
+    except (ValueError, KeyError, TypeError) as exc:
+        report.error(
+            "journal",
+            f'{path} has a bad header line ({exc}); it should be like {{"journal": 1, "gen": 1}}.',
+            f"Keep a copy (`cp {path} {path}.bad`). If the snapshot is healthy and recent, move the journal "
+            f"aside (`mv {path} {path}.bad`): compactor starts a new one, losing only writes since the snapshot.",
+        )
+        return None
+    lines: list[tuple[int, int, list[dict[str, Any]]]] = []
+    bad: list[tuple[int, str]] = []
+    pos, lineno = nl + 1, 2
+    while pos < len(raw):
+        end = raw.find(b"\n", pos)
+        if end < 0:
+            report.warn(
+                "journal",
+                f"{path} line {lineno} is torn ({len(raw) - pos} bytes without a newline): a crash hit mid-write. "
+                "That call was never acknowledged.",
+                "Nothing to do: compactor cuts the torn line at its next start.",
+            )
+            break
+        try:
+            entry = orjson.loads(raw[pos:end])
+            ops = entry["ops"]
+            if not isinstance(ops, list) or not all(isinstance(o, dict) and isinstance(o.get("op"), str) for o in ops):
+                raise TypeError("ops is not a list of {op: ...} objects")
+        except (ValueError, KeyError, TypeError) as exc:
+            is_last = not raw[end + 1 :].strip()
+            if is_last:
+                report.warn(
+                    "journal",
+                    f"{path} line {lineno} (the last) does not parse ({exc}): a crash hit mid-write. That call was "
+                    "never acknowledged.",
+                    "Nothing to do: compactor skips and cuts it at its next start.",
+                )
+                break
+            bad.append((lineno, str(exc)))
+        else:
+            lines.append((lineno, pos, ops))
+        pos, lineno = end + 1, lineno + 1
+    if bad:
+        first, why = bad[0]
+        report.error(
+            "journal",
+            f"{path} line {first} is corrupt ({why})"
+            + (f"; so are lines {_examples([str(n) for n, _ in bad[1:]])}" if len(bad) > 1 else "")
+            + f". compactor refuses to start: lines after {first} hold acknowledged writes it cannot place.",
+            f"Keep a copy (`cp {path} {path}.bad`). To keep everything before line {first} and lose that line "
+            f"and all after it: `head -n {first - 1} {path}.bad > {path}`. If you can see what line {first} "
+            "should be (e.g. a flipped byte), fix that line by hand instead and lose nothing.",
+        )
+    report.facts["journal"] = {"gen": gen, "lines": len(lines), "bytes": len(raw)}
+    return _Journal(gen=gen, lines=lines, size=len(raw))
+
+
+# --- generation --------------------------------------------------------------------------------
+def _batches_to_replay(
+    dir_: Path, snap: dict[str, Any] | None, journal: _Journal | None, report: DoctorReport
+) -> list[tuple[int, list[dict[str, Any]]]] | None:
+    """The (line, ops) compactor would replay on top of the snapshot; None if they don't belong."""
+    report.checks.append("generation")
+    snap_gen = int(snap.get("gen", 1)) if snap else 1
+    if journal is None:
+        if snap is not None:
+            report.warn(
+                "generation",
+                f"there is no journal ({dir_ / JOURNAL} missing or empty).",
+                "Nothing to do if compactor was stopped cleanly: it starts a new journal at the snapshot's "
+                "generation. If the journal was deleted, writes since the last snapshot are gone.",
+            )
+        return []
+    if journal.gen == snap_gen:
+        return [(n, ops) for n, _, ops in journal.lines]
+    prev_gen = int(snap.get("prev_gen", 0)) if snap else 0
+    prev_offset = int(snap.get("prev_offset", 0)) if snap else 0
+    if snap is not None and journal.gen == prev_gen:
+        starts = {off for _, off, _ in journal.lines}
+        if prev_offset > journal.size or (prev_offset < journal.size and prev_offset not in starts):
+            report.error(
+                "generation",
+                f"the snapshot (generation {snap_gen}) says it holds journal generation {prev_gen} up to byte "
+                f"{prev_offset}, but that is not a line boundary of the journal ({journal.size} bytes).",
+                "Restore both files from the same backup, or move the journal aside "
+                f"(`mv {dir_ / JOURNAL} {dir_ / JOURNAL}.bad`) to start from the snapshot.",
+            )
+            return None
+        report.warn(
+            "generation",
+            f"a journal rotation was interrupted: the journal is still generation {prev_gen} while the snapshot "
+            f"is {snap_gen}.",
+            "Nothing to do: compactor finishes the rotation at its next start, keeping every write.",
+        )
+        return [(n, ops) for n, off, ops in journal.lines if off >= prev_offset]
+    if snap is None:
+        what = (
+            f"the journal is generation {journal.gen} but there is no snapshot: generation {journal.gen} "
+            "starts only after a snapshot was written, so snapshot.json was lost."
+        )
+        fix = (
+            f"Restore snapshot.json from a backup. Otherwise move the journal aside "
+            f"(`mv {dir_ / JOURNAL} {dir_ / JOURNAL}.bad`); compactor then starts empty."
+        )
+    else:
+        what = (
+            f"the journal is generation {journal.gen} but the snapshot is generation {snap_gen} "
+            f"(follows journal generation {prev_gen}): they do not belong together, e.g. one was restored "
+            "from a backup."
+        )
+        fix = (
+            "Restore the matching file from the same backup. Otherwise keep the newer one: to start from the "
+            f"snapshot alone, `mv {dir_ / JOURNAL} {dir_ / JOURNAL}.bad` (the journal's writes are lost)."
+        )
+    report.error("generation", what, fix)
+    return None
+
+
+# --- replay ------------------------------------------------------------------------------------
+def _replay(
+    dir_: Path, snap: dict[str, Any] | None, batches: list[tuple[int, list[dict[str, Any]]]], report: DoctorReport
+) -> Any:
+    """Rebuild an in-memory Store through its own apply path, as startup does."""
+    from .models import Settings
+    from .store import Store
+
+    report.checks.append("replay")
+    store = Store()
+    settings = Settings(token_budget=C.BUDGET_DEFAULT)
+    failures: list[str] = []
+    try:
+        if snap:
+            for key, value in (snap.get("settings") or {}).items():
+                if hasattr(settings, key):
+                    setattr(settings, key, value)
+            store.settings = settings
+            for rec in snap["items"]:
+                store._put(store._s, Item.from_record(rec))
+    except Exception as exc:
+        report.error("replay", f"the snapshot's items cannot be loaded ({exc!r}).", _bug_fix(dir_))
+        return None
+    for lineno, ops in batches:
+        for k, op in enumerate(ops):
+            try:
+                store._apply(op)
+            except Exception as exc:
+                failures.append(f"line {lineno} op {k} ({op.get('op')!r}): {exc!r:.120}")
+    if failures:
+        report.error(
+            "replay",
+            f"{len(failures)} journal op(s) cannot be applied: {'; '.join(failures[:MAX_EXAMPLES])}.",
+            f"Keep a copy of the journal (`cp {dir_ / JOURNAL} {dir_ / JOURNAL}.bad`); cutting it before the "
+            f"first bad line (`head -n <line - 1> {dir_ / JOURNAL}.bad > {dir_ / JOURNAL}`) loses that line "
+            "and everything after it. " + _bug_fix(dir_),
+        )
+    items = dict(store._s.items)
+    active = sum(1 for it in items.values() if it.tier == "active")
+    report.facts["items"] = {
+        "total": len(items),
+        "active": active,
+        "archived": len(items) - active,
+        "summaries": sum(1 for it in items.values() if it.depth),
+        "tokens_used": store.tokens_used,
+        "token_budget": store.budget,
+    }
+    return store
+
+
+# --- index -------------------------------------------------------------------------------------
+def _check_index(dir_: Path, store: Any, snap: dict[str, Any] | None, report: DoctorReport) -> None:
+    report.checks.append("index")
+    items: dict[str, Item] = store._s.items
+    fresh = BM25Index()
+    for it in items.values():
+        fresh.add(it.id, it.content, it.summary, it.tags)
+    rebuilt: BM25Index = store._s.index
+    indexed = {e for e in rebuilt.to_state()["ext"] if e is not None}
+    missing = sorted(set(items) - indexed)
+    extra = sorted(indexed - set(items))
+    stale = sorted(i for i in set(items) & indexed if rebuilt.terms(i) != fresh.terms(i))
+    how = (
+        "The index is rebuilt from the items at every start, so a restart fixes what you run now; "
+        "a mismatch after replay means the incremental index update has a bug. " + _bug_fix(dir_)
+    )
+    if missing:
+        report.error("index", f"{len(missing)} item(s) are not in the search index: {_examples(missing)}.", how)
+    if extra:
+        report.error("index", f"the search index holds {len(extra)} id(s) with no item: {_examples(extra)}.", how)
+    if stale:
+        report.error(
+            "index", f"{len(stale)} item(s) are indexed with other terms than their text: {_examples(stale)}.", how
+        )
+    if not (missing or extra or stale) and rebuilt.avg_doc_len != fresh.avg_doc_len:
+        report.error(
+            "index",
+            f"the index's document lengths disagree with the items ({rebuilt.avg_doc_len:.3f} vs "
+            f"{fresh.avg_doc_len:.3f} average): scores would be off.",
+            how,
+        )
+    # Derived counters the Store keeps incrementally.
+    used = sum(it.view_tokens for it in items.values() if it.tier == "active")
+    if store.tokens_used != used:
+        report.error(
+            "index",
+            f"tokens used is {store.tokens_used:,} after replay but the active items add up to {used:,}.",
+            how,
+        )
+    for tier in _TIERS:
+        n = sum(1 for it in items.values() if it.tier == tier)
+        if store.count(tier) != n:
+            report.error("index", f"the {tier} order lists {store.count(tier)} items but {n} are {tier}.", how)
+    saved = snap.get("index") if snap else None
+    if isinstance(saved, dict):
+        # A snapshot that carries a serialised index must match its own items.
+        try:
+            loaded = BM25Index.from_state(saved)
+        except (ValueError, KeyError, TypeError) as exc:
+            report.error("index", f"the snapshot's saved index cannot be read ({exc}).", how)
+            return
+        snap_ids = {r["id"] for r in snap["items"]} if snap else set()
+        saved_ids = {e for e in saved.get("ext", []) if e is not None}
+        if saved_ids != snap_ids or len(loaded) != len(snap_ids):
+            report.error(
+                "index",
+                f"the snapshot's saved index covers {len(saved_ids)} ids but the snapshot has {len(snap_ids)} items.",
+                how,
+            )
+
+
+# --- lineage -----------------------------------------------------------------------------------
+def _check_lineage(dir_: Path, items: dict[str, Item], report: DoctorReport) -> None:
+    report.checks.append("lineage")
+    fix = _bug_fix(dir_)
+    dangling_child: list[str] = []
+    dangling_parent: list[str] = []
+    one_way: list[str] = []
+    bad_merge: list[str] = []
+    shape: list[str] = []
+    for it in items.values():
+        gone = set(it.gone_children)
+        for c in it.children:
+            child = items.get(c)
+            if child is None:
+                if c not in gone:
+                    dangling_child.append(f"{it.id}->{c}")
+            elif it.id not in child.parents:
+                one_way.append(f"{it.id} lists child {c}, which does not list it as parent")
+        for p in it.parents:
+            parent = items.get(p)
+            if parent is None:
+                dangling_parent.append(f"{it.id}->{p}")
+            elif it.id not in parent.children:
+                one_way.append(f"{it.id} lists parent {p}, which does not list it as child")
+        if it.merged_into is not None and (it.merged_into not in items or it.merged_into == it.id):
+            bad_merge.append(f"{it.id}->{it.merged_into}")
+        if it.depth == 0 and it.children:
+            shape.append(f"{it.id} is a raw item (depth 0) with children")
+        if it.depth and not (it.children or it.gone_children):
+            shape.append(f"{it.id} is a depth-{it.depth} summary with no children")
+    if dangling_child:
+        report.error(
+            "lineage",
+            f"{len(dangling_child)} summary->child link(s) point at no item and the child is not recorded as "
+            f"forgotten: {_examples(dangling_child)}.",
+            fix,
+        )
+    if dangling_parent:
+        report.error(
+            "lineage",
+            f"{len(dangling_parent)} item->parent link(s) point at no item: {_examples(dangling_parent)}.",
+            fix,
+        )
+    if one_way:
+        report.error("lineage", f"{len(one_way)} one-way lineage link(s): {_examples(one_way)}.", fix)
+    if bad_merge:
+        report.error(
+            "lineage", f"{len(bad_merge)} merged_into link(s) point at no other item: {_examples(bad_merge)}.", fix
+        )
+    if shape:
+        report.error("lineage", f"{len(shape)} malformed node(s): {_examples(shape)}.", fix)
+
+    # Cycles and reachability: walk parents upward from every archived item.
+    covered: dict[str, bool] = {}
+    cyclic: list[str] = []
+
+    def reaches_active(start: Item) -> bool:
+        stack: list[str] = list(start.parents)
+        seen = {start.id}
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                if pid == start.id:
+                    cyclic.append(start.id)
+                continue
+            seen.add(pid)
+            parent = items.get(pid)
+            if parent is None:
+                continue
+            if parent.tier == "active" or covered.get(pid):
+                return True
+            stack.extend(parent.parents)
+        return False
+
+    orphans: list[str] = []
+    for it in sorted(items.values(), key=lambda i: i.seq):
+        if it.tier != "archived":
+            continue
+        ok = reaches_active(it)
+        covered[it.id] = ok
+        if not ok:
+            orphans.append(it.id)
+    if cyclic:
+        report.error("lineage", f"lineage cycles through {_examples(sorted(set(cyclic)))}.", fix)
+    if orphans:
+        report.warn(
+            "lineage",
+            f"{len(orphans)} archived item(s) are not reachable from any active summary: {_examples(orphans)}.",
+            "Nothing is lost: query(include_archived=true) and get(id) still find them, and the next compaction "
+            "covers them with a summary. Run `compact` to do it now.",
+        )
+
+
+# --- entry points ------------------------------------------------------------------------------
+def check(state_dir: Path) -> DoctorReport:
+    """Check `state_dir` without changing anything in it."""
+    dir_ = Path(state_dir)
+    report = DoctorReport(state_dir=dir_)
+    if not dir_.exists():
+        report.error(
+            "state dir",
+            f"{dir_} does not exist.",
+            "Check the path (the one given to `compactor --state-dir`); compactor creates it on first start.",
+        )
+        return report
+    if not dir_.is_dir():
+        report.error("state dir", f"{dir_} is not a directory.", "Pass the directory given to --state-dir.")
+        return report
+    try:
+        _check_permissions(dir_, report)
+    except OSError as exc:
+        report.error("permissions", f"cannot list {dir_}: {exc.strerror or exc}.", f"`chmod 700 {dir_}`")
+        return report
+    with _shared_lock(dir_, report):
+        snap_raw = _read(dir_ / SNAPSHOT, report, "snapshot")
+        journal_raw = _read(dir_ / JOURNAL, report, "journal")
+    if snap_raw is None and not journal_raw and not report.errors:
+        report.facts["empty"] = True
+        return report
+    snap = _check_snapshot(dir_, snap_raw, report)
+    if snap_raw is not None and snap is None:
+        return report  # nothing after this means anything without the snapshot
+    journal = _check_journal(dir_, journal_raw, report)
+    if journal_raw and journal is None:
+        return report
+    if report.errors:
+        return report
+    batches = _batches_to_replay(dir_, snap, journal, report)
+    if batches is None:
+        return report
+    store = _replay(dir_, snap, batches, report)
+    if store is None:
+        return report
+    _check_index(dir_, store, snap, report)
+    _check_lineage(dir_, dict(store._s.items), report)
+    return report
+
+
+def render(report: DoctorReport) -> str:
+    """The human report: facts, then each problem with its fix, then a verdict."""
+    out = [f"compactor doctor: {report.state_dir}"]
+    f = report.facts
+    if f.get("empty"):
+        out.append("  empty state dir (compactor has not written anything yet)")
+    snap = f.get("snapshot")
+    if snap:
+        out.append(
+            f"  snapshot: schema {snap['schema']}, generation {snap['gen']}, {snap['items']:,} items, "
+            f"{snap['bytes']:,} bytes"
+        )
+    elif "snapshot" in f:
+        out.append("  snapshot: none yet")
+    journal = f.get("journal")
+    if journal:
+        out.append(f"  journal: generation {journal['gen']}, {journal['lines']:,} lines, {journal['bytes']:,} bytes")
+    items = f.get("items")
+    if items:
+        out.append(
+            f"  memory: {items['total']:,} items ({items['active']:,} active, {items['archived']:,} archived, "
+            f"{items['summaries']:,} summaries), {items['tokens_used']:,} of {items['token_budget']:,} tokens"
+        )
+    if report.checks:
+        out.append(f"  checked: {', '.join(report.checks)}")
+    for p in report.problems:
+        out.append("")
+        out.append(f"{p.severity.upper()} [{p.check}] {p.what}")
+        out.append(f"  fix: {p.fix}")
+    out.append("")
+    e, w = len(report.errors), len(report.warnings)
+    if e:
+        out.append(f"Problems found: {e} error(s), {w} warning(s). Nothing was changed.")
+    elif w:
+        out.append(f"Healthy, with {w} warning(s). Nothing was changed.")
+    else:
+        out.append("Healthy. Nothing was changed.")
+    return "\n".join(out) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="compactor doctor",
+        description="Check a compactor state dir (read-only) and say what is wrong and how to repair it.",
+    )
+    p.add_argument("--state-dir", type=Path, required=True, help="the directory given to `compactor --state-dir`")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    """0 healthy (warnings allowed), 1 problems found, 2 usage error."""
+    try:
+        args = parser().parse_args(list(argv))
+    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
+        return exc.code if isinstance(exc.code, int) else 2
+    report = check(args.state_dir)
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(render(report))
+    sys.stdout.flush()
+    return 0 if report.healthy else 1
