@@ -264,3 +264,21 @@ def test_cli_beside_a_running_server(state_dir):
 def test_no_subcommand_still_runs_the_server(state_dir):
     with StdioServer("--budget", "5000", "--state-dir", str(state_dir)) as srv:
         assert srv.ok("status")["token_budget"] == 5000
+
+
+def test_doctor_subcommand_reports_health_and_damage(state_dir):
+    from compactor.store import Store
+
+    s = Store(state_dir=state_dir)
+    s.store("healthy item")
+    s.close()
+    ok = cli_proc("doctor", "--state-dir", str(state_dir))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    as_json = cli_proc("doctor", "--state-dir", str(state_dir), "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout)
+    journal = state_dir / "journal.jsonl"
+    journal.write_bytes(journal.read_bytes() + b"garbage line\n{}\n")
+    bad = cli_proc("doctor", "--state-dir", str(state_dir))
+    assert bad.returncode == 1
+    assert "journal" in (bad.stdout + bad.stderr).lower()
+    assert cli_proc("doctor").returncode == 2  # no state dir given: a usage error
