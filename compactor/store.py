@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import contextlib
 import heapq
 import logging
 import re
@@ -261,9 +262,16 @@ class Store:
     def _commit(self, ops: list[Op], *, sync: bool = True) -> None:
         if not ops:
             return
+        with self._txn(sync=sync) as txn:
+            txn.apply(ops)
+
+    @contextlib.contextmanager
+    def _txn(self, sync: bool = True) -> Iterator[_Txn]:
+        """Ops applied inside the block are journaled together when it ends, or all undone if
+        it raises (the journal write included), leaving memory exactly as it was."""
         txn = _Txn(self)
         try:
-            txn.apply(ops)
+            yield txn
             txn.commit(sync=sync)
         except BaseException:
             txn.rollback()
@@ -639,17 +647,12 @@ class Store:
         Ops are applied before journaling so compaction can plan on the resulting state; if
         planning or the journal write fails, everything is undone and memory is as it was.
         """
-        txn = _Txn(self)
-        try:
+        with self._txn() as txn:
             txn.apply(ops)
             if hint_ids:
                 txn.apply(self._dup_hint_ops(hint_ids))
             report = self._auto_compact(txn, protected)
             report = self._enforce_limits(txn, protected, report)
-            txn.commit()
-        except BaseException:
-            txn.rollback()
-            raise
         self._record_drops(report)
         return report
 
@@ -940,14 +943,9 @@ class Store:
         with self._locked():
             self._sync()
             target = int(float(target_usage) * self.settings.token_budget)
-            txn = _Txn(self)
-            try:
+            with self._txn() as txn:
                 report = self._compact_in(txn, target, frozenset(), "manual")
                 self._enforce_limits(txn, frozenset(), report)
-                txn.commit()
-            except BaseException:
-                txn.rollback()
-                raise
             self._record_drops(report)
             return report
 
