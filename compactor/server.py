@@ -848,6 +848,11 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
 
     def final_snapshot() -> None:
         if store.persistent and store.dirty:
+            # A client that closed our stdin sends SIGTERM after a grace period (2 s in the
+            # SDK); dying mid-write would lose nothing (the journal has it all) but would throw
+            # away the saved index and make the next start rebuild it. Finish first.
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_IGN)
             try:
                 store.snapshot()
             except Exception:
