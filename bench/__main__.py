@@ -31,9 +31,7 @@ def default_server() -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument(
-        "--sizes", default=DEFAULT_SIZES, help="comma-separated item counts (default %(default)s)"
-    )
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated item counts (default %(default)s)")
     parser.add_argument("--large", action="store_true", help=f"also measure N={LARGE_SIZE:,}")
     parser.add_argument(
         "--server",
@@ -48,9 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="append no flags to --server commands (no placeholders either)",
     )
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help="JSON results file (default %(default)s)"
-    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file (default %(default)s)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="small repetition counts: a smoke run")
     parser.add_argument("--server-log", type=Path, help="file for the servers' stderr (default: a temp file)")
@@ -89,9 +85,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with log_path.open("a") as errlog:
         for size in args.sizes:
             plan = Plan.for_size(size, args.seed, args.quick)
-            sizes.append(
-                await measure_size(plan, args.server, add_flags=not args.no_server_flags, errlog=errlog)
-            )
+            sizes.append(await measure_size(plan, args.server, add_flags=not args.no_server_flags, errlog=errlog))
     meta["seconds"] = time.perf_counter() - started
     return {"meta": meta, "sizes": sizes}
 
@@ -107,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(report, args.out)
     print(render(report), end="")
     print(f"JSON: {args.out}  server stderr: {report['meta']['server_log']}")
-    failed = any(
-        r.get("errors") for block in report["sizes"] for r in [*block["servers"].values(), block["floor"]]
-    )
+    failed = any(r.get("errors") for block in report["sizes"] for r in [*block["servers"].values(), block["floor"]])
     return 1 if failed else 0
 
 

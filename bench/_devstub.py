@@ -66,9 +66,7 @@ class _State:
         started = time.perf_counter()
         path = self.state_dir / "snapshot.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"next_id": self.next_id, "items": [asdict(i) for i in self.items.values()]})
-        )
+        tmp.write_text(json.dumps({"next_id": self.next_id, "items": [asdict(i) for i in self.items.values()]}))
         os.replace(tmp, path)
         self.dirty = False
         self.last_snapshot_at = time.time()
@@ -110,9 +108,7 @@ def build_server(state: _State, interval: float) -> MCPServer:
 
     server = MCPServer(name="bench-devstub", lifespan=lifespan)
 
-    def add(
-        content: str, summary: str | None, tags: list[str] | str | None, importance: int, pinned: bool
-    ) -> str:
+    def add(content: str, summary: str | None, tags: list[str] | str | None, importance: int, pinned: bool) -> str:
         if not content.strip():
             raise ValueError("content is empty")
         item_id = f"m{state.next_id}"
@@ -130,7 +126,7 @@ def build_server(state: _State, interval: float) -> MCPServer:
         }
 
     @server.tool()
-    def store(
+    async def store(
         content: str,
         summary: str | None = None,
         tags: list[str] | str | None = None,
@@ -141,7 +137,7 @@ def build_server(state: _State, interval: float) -> MCPServer:
         return {"id": item_id, "tokens": state.items[item_id].tokens(), "tokens_used": state.used()}
 
     @server.tool()
-    def bulk_store(items: list[dict[str, Any]]) -> dict[str, Any]:
+    async def bulk_store(items: list[dict[str, Any]]) -> dict[str, Any]:
         ids = [
             add(
                 i["content"],
@@ -155,7 +151,7 @@ def build_server(state: _State, interval: float) -> MCPServer:
         return {"ids": ids, "stored": len(ids)}
 
     @server.tool()
-    def query(query: str | None = None, tags: list[str] | None = None, limit: int = 10) -> dict[str, Any]:
+    async def query(query: str | None = None, tags: list[str] | None = None, limit: int = 10) -> dict[str, Any]:
         words = set(_WORD.findall((query or "").lower()))
         scored = []
         for item in state.items.values():
@@ -169,21 +165,19 @@ def build_server(state: _State, interval: float) -> MCPServer:
         return {"items": [brief(i, float(h)) for h, _, i in scored[:limit]], "total": len(scored)}
 
     @server.tool()
-    def get(id: str) -> dict[str, Any]:
+    async def get(id: str) -> dict[str, Any]:
         item = state.items.get(id)
         if item is None:
             raise ValueError(f"no item {id}")
         return asdict(item)
 
     @server.tool()
-    def recall(limit: int = 20, query: str | None = None) -> dict[str, Any]:
-        active = sorted(
-            (i for i in state.items.values() if i.tier == "active"), key=lambda i: (-i.importance, i.id)
-        )
+    async def recall(limit: int = 20, query: str | None = None) -> dict[str, Any]:
+        active = sorted((i for i in state.items.values() if i.tier == "active"), key=lambda i: (-i.importance, i.id))
         return {"items": [brief(i) for i in active[:limit]], "more": max(0, len(active) - limit)}
 
     @server.tool()
-    def compact(target_usage: float = 0.7) -> dict[str, Any]:
+    async def compact(target_usage: float = 0.7) -> dict[str, Any]:
         before = state.used()
         archived = promoted = 0
         goal = int(state.budget * target_usage)
@@ -209,7 +203,7 @@ def build_server(state: _State, interval: float) -> MCPServer:
         }
 
     @server.tool()
-    def status() -> dict[str, Any]:
+    async def status() -> dict[str, Any]:
         active = sum(1 for i in state.items.values() if i.tier == "active")
         return {
             "token_budget": state.budget,
@@ -224,7 +218,7 @@ def build_server(state: _State, interval: float) -> MCPServer:
         }
 
     @server.tool()
-    def configure(token_budget: int | None = None, auto_compact: bool | None = None) -> dict[str, Any]:
+    async def configure(token_budget: int | None = None, auto_compact: bool | None = None) -> dict[str, Any]:
         if token_budget is not None:
             state.budget = token_budget
         if auto_compact is not None:

@@ -215,9 +215,7 @@ class _Gen:
         ]
         for _ in range(self.rng.randint(2, 5)):
             pkg = f"github.com/acme/{self.name()}/internal/{self.word()}"
-            lines.append(
-                f"{pkg}.(*{self.pascal()}).{self.pascal()}(0xc000{self.hexid(6)}, {{0x{self.hexid(6)}}})"
-            )
+            lines.append(f"{pkg}.(*{self.pascal()}).{self.pascal()}(0xc000{self.hexid(6)}, {{0x{self.hexid(6)}}})")
             lines.append(f"\t/build/{self.path('go')}:{self.rng.randint(10, 700)} +0x{self.hexid(3)}")
         return "\n".join(lines) + "\n"
 
@@ -226,8 +224,7 @@ class _Gen:
         lines = [f"TypeError: Cannot read properties of undefined (reading '{prop}')"]
         for _ in range(self.rng.randint(2, 6)):
             lines.append(
-                f"    at {self.camel()} (/app/{self.path('ts')}:"
-                f"{self.rng.randint(1, 400)}:{self.rng.randint(1, 80)})"
+                f"    at {self.camel()} (/app/{self.path('ts')}:{self.rng.randint(1, 400)}:{self.rng.randint(1, 80)})"
             )
         lines.append("    at process.processTicksAndRejections (node:internal/process/task_queues:95:5)")
         return "\n".join(lines) + "\n"
@@ -283,24 +280,15 @@ class _Gen:
                 f"{self.snake()}.{rng.choice(('py', 'go', 'ts'))}"
                 for _ in range(rng.randint(3, 10))
             ]
-            return (
-                f"$ ls -la {self.path().rsplit('/', 1)[0]}\ntotal {rng.randint(8, 400)}\n"
-                + "\n".join(rows)
-                + "\n"
-            )
+            return f"$ ls -la {self.path().rsplit('/', 1)[0]}\ntotal {rng.randint(8, 400)}\n" + "\n".join(rows) + "\n"
         if command == "git status":
             rows = [f"\tmodified:   {self.path()}" for _ in range(rng.randint(1, 6))]
             return (
-                f"$ git status\nOn branch fix/{self.snake()}\nChanges not staged for commit:\n"
-                + "\n".join(rows)
-                + "\n"
+                f"$ git status\nOn branch fix/{self.snake()}\nChanges not staged for commit:\n" + "\n".join(rows) + "\n"
             )
         if command == "pytest -q":
             failed = rng.randint(0, 4)
-            rows = [
-                f"FAILED tests/test_{self.snake()}.py::test_{self.snake()} - AssertionError"
-                for _ in range(failed)
-            ]
+            rows = [f"FAILED tests/test_{self.snake()}.py::test_{self.snake()} - AssertionError" for _ in range(failed)]
             return (
                 "$ pytest -q\n"
                 + "." * rng.randint(5, 60)
@@ -319,8 +307,7 @@ class _Gen:
         if command == "grep -rn":
             target = self.ident()
             rows = [
-                f"{self.path()}:{rng.randint(1, 800)}:    {target}({self.word()})"
-                for _ in range(rng.randint(1, 8))
+                f"{self.path()}:{rng.randint(1, 800)}:    {target}({self.word()})" for _ in range(rng.randint(1, 8))
             ]
             return f"$ grep -rn {target} .\n" + "\n".join(rows) + "\n"
         if command == "npm install":
@@ -330,8 +317,7 @@ class _Gen:
                 f"use {self.name()} instead\nadded {rng.randint(10, 900)} packages in {rng.randint(2, 60)}s\n"
             )
         rows = [
-            f"{self.name()}-{self.word()}-{self.hexid(5)}   1/1   Running   "
-            f"{rng.randint(0, 5)}   {rng.randint(1, 90)}m"
+            f"{self.name()}-{self.word()}-{self.hexid(5)}   1/1   Running   {rng.randint(0, 5)}   {rng.randint(1, 90)}m"
             for _ in range(rng.randint(1, 6))
         ]
         return "$ kubectl get pods\nNAME   READY   STATUS   RESTARTS   AGE\n" + "\n".join(rows) + "\n"
@@ -411,10 +397,9 @@ def generate(seed: int, count: int) -> list[Item]:
             parts: list[str] = []
             size = 0
             while size < length:
-                if kind in ("error", "tool_output") and parts and rng.random() < 0.3:
-                    piece = gen.prose()  # the agent's note next to what it saw
-                else:
-                    piece = make()
+                # Now and then the agent's own note sits next to what it saw.
+                note = kind in ("error", "tool_output") and parts and rng.random() < 0.3
+                piece = gen.prose() if note else make()
                 parts.append(piece)
                 size += len(piece)
             content = _fit("".join(parts), length)
@@ -438,10 +423,7 @@ def small_items(seed: int, count: int) -> list[Item]:
     """Short notes (~100-300 chars) for the calls issued while a snapshot runs."""
     rng = random.Random(seed ^ 0x5A5A)
     gen = _Gen(rng)
-    return [
-        Item("prose", _fit(gen.prose() + gen.sentence(), 300), None, None, 5, False, None)
-        for _ in range(count)
-    ]
+    return [Item("prose", _fit(gen.prose() + gen.sentence(), 300), None, None, 5, False, None) for _ in range(count)]
 
 
 # --- queries ------------------------------------------------------------------------------------
@@ -492,11 +474,7 @@ def make_queries(items: Sequence[Item], targets: Sequence[int], count: int, seed
             key=lambda i: (doc_freq[i.lower()], i),
         )
         words = sorted(
-            {
-                t
-                for t in terms(content, compounds=False)
-                if t.isalpha() and len(t) >= 4 and t not in _STOPWORDS
-            },
+            {t for t in terms(content, compounds=False) if t.isalpha() and len(t) >= 4 and t not in _STOPWORDS},
             key=lambda t: (doc_freq[t], t),
         )
         if n % 2 == 0 and idents:

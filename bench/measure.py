@@ -223,9 +223,7 @@ class _Run:
         self.rss: dict[str, float | None] = {}
 
     def _connect(self, state_dir: Path, interval: float) -> Connection:
-        return Connection(
-            server_command(self.spec, state_dir, interval, self.add_flags), server_env(), self.errlog
-        )
+        return Connection(server_command(self.spec, state_dir, interval, self.add_flags), server_env(), self.errlog)
 
     def _error(self, phase: str, exc: BaseException) -> None:
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -287,9 +285,7 @@ class ServerRun(_Run):
         super().__init__(plan, work, spec, add_flags=add_flags, errlog=errlog)
         self.pairing: _Pairing | None = None
 
-    async def _call(
-        self, conn: Connection, op: str, index: int, args: dict[str, Any], payload: str = ""
-    ) -> Reply:
+    async def _call(self, conn: Connection, op: str, index: int, args: dict[str, Any], payload: str = "") -> Reply:
         pairing = self.pairing
         if pairing is None:
             return await conn.call(op, args)
@@ -388,9 +384,7 @@ class ServerRun(_Run):
         latencies: list[float] = []
         checked = hits = 0
         for index, query in enumerate(self.work.queries):
-            reply = await self._call(
-                conn, "query", index, {"query": query.text, "limit": QUERY_LIMIT}, query.text
-            )
+            reply = await self._call(conn, "query", index, {"query": query.text, "limit": QUERY_LIMIT}, query.text)
             latencies.append(reply.ms)
             target = ids[query.target] if query.target < len(ids) else None
             if target is None:
@@ -419,8 +413,7 @@ class ServerRun(_Run):
         self.result["compact"] = {
             "ms": reply.ms,
             "budget": used,
-            "method": f"budget := tokens_used ({used}), auto_compact off, "
-            f"compact(target_usage={COMPACT_TARGET})",
+            "method": f"budget := tokens_used ({used}), auto_compact off, compact(target_usage={COMPACT_TARGET})",
             "reply": {k: v for k, v in reply.data.items() if not isinstance(v, list | dict)},
             "needs_summary": len(reply.data.get("needs_summary") or []),
             "status_after": {k: after.get(k) for k in STATUS_FIELDS},
@@ -459,9 +452,7 @@ class ServerRun(_Run):
 class FloorRun(_Run):
     """The no-op server's own sessions: stall-phase jitter (and its shutdown), cold start, RSS."""
 
-    def __init__(
-        self, plan: Plan, work: Workload, *, errlog: TextIO, reply_sizes: dict[str, tuple[int, int]]
-    ) -> None:
+    def __init__(self, plan: Plan, work: Workload, *, errlog: TextIO, reply_sizes: dict[str, tuple[int, int]]) -> None:
         super().__init__(plan, work, _floor_spec(), add_flags=True, errlog=errlog)
         self.reply_sizes = reply_sizes
 
@@ -488,9 +479,7 @@ class FloorRun(_Run):
         self.result["snapshot"] = {"seconds": self.plan.stall_seconds, **_stall_figures(stats)}
 
 
-async def measure_size(
-    plan: Plan, specs: Sequence[str], *, add_flags: bool, errlog: TextIO
-) -> dict[str, Any]:
+async def measure_size(plan: Plan, specs: Sequence[str], *, add_flags: bool, errlog: TextIO) -> dict[str, Any]:
     """Every server, then the floor's own sessions, at one size."""
     started = time.perf_counter()
     work = Workload.build(plan)

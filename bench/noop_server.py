@@ -36,7 +36,7 @@ def build_server() -> MCPServer:
         description="Do nothing; reply with the requested sizes. Benchmark floor.",
         annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True),
     )
-    def noop(
+    async def noop(
         payload: str = "",
         items: list[dict[str, Any]] | None = None,
         text_bytes: int = 0,

@@ -107,9 +107,7 @@ def render_size(block: dict[str, Any]) -> str:
     ]
     lines.append("-" * len(lines[-1]))
     for cells in rows:
-        lines.append(
-            "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells))
-        )
+        lines.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)))
     for name, result in [*servers.items(), ("floor", floor)]:
         lines.extend(f"  ! {name}: {error}" for error in result.get("errors", []))
     return "\n".join(lines)

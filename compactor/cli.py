@@ -1,4 +1,5 @@
-"""Command line: `compactor [--budget N] [--state-dir DIR] ...` runs the stdio MCP server."""
+"""Command line. `compactor [--budget N] [--state-dir DIR] ...` runs the stdio MCP server;
+`compactor COMMAND ...` runs one of the human subcommands (compactor/commands/)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,18 @@ def serve_parser() -> argparse.ArgumentParser:
         default=C.SNAPSHOT_INTERVAL_S,
         help=f"seconds between background snapshots (default {C.SNAPSHOT_INTERVAL_S:g})",
     )
+    p.add_argument("--max-items", type=int, help="active items kept before the oldest low-value ones are archived")
+    p.add_argument("--max-archive-tokens", type=int, help="archive size past which low-value leaves are dropped")
+    p.add_argument(
+        "--no-redact",
+        action="store_true",
+        help="keep credentials in stored text (default: they are replaced with [REDACTED:<kind>])",
+    )
+    p.add_argument(
+        "--scope",
+        default=os.environ.get("COMPACTOR_SCOPE") or None,
+        help="project scope for this server (default: the client's root, else the git root of the cwd)",
+    )
     p.add_argument(
         "--log-level",
         default=os.environ.get("COMPACTOR_LOG_LEVEL", "WARNING"),
@@ -74,28 +87,53 @@ def run_server(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
     import anyio
 
+    from .scope import project_scope
     from .server import serve
     from .store import Store
 
     try:
-        store = Store(budget=args.budget, state_dir=args.state_dir)
+        store = Store(
+            budget=args.budget,
+            state_dir=args.state_dir,
+            scope=args.scope or project_scope(),
+            redact_secrets=not args.no_redact,
+        )
+        if args.max_items is not None or args.max_archive_tokens is not None:
+            store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
     except StateCorruptError as exc:
         print(f"compactor: cannot start: {exc}", file=sys.stderr)
         return 1
     except CompactorError as exc:
         print(f"compactor: cannot start: {exc}", file=sys.stderr)
         return 1
-    anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval))
+    anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval, scope_fixed=bool(args.scope)))
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["doctor"]:
-        from .doctor import main as doctor_main
+def build_parser() -> argparse.ArgumentParser:
+    from . import commands
 
-        return doctor_main(args[1:])
-    return run_server(args)
+    p = serve_parser()
+    p.epilog = "Without a command, compactor runs the MCP server on stdio. `compactor COMMAND --help` for more."
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    commands.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(args_list)
+    if args.command is None:
+        return run_server(args_list)
+    if extra and args.command != "doctor":
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub = action.choices[args.command]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    setup_logging(args.log_level)
+    from .commands import dispatch
+
+    return dispatch(args, extra)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
             continue
         for cand_id in sorted(inp.candidates(item_id)):
             b = by_id.get(cand_id)
-            if b is None or cand_id in losers or cand_id == item_id:
+            if b is None or cand_id in losers or cand_id == item_id or (a.scope or "global") != (b.scope or "global"):
                 continue
             if inp.similarity(item_id, cand_id) <= C.DEDUP_JACCARD:
                 continue

@@ -54,6 +54,10 @@ MAX_RETENTION: Final = (W_IMPORTANCE + W_RECENCY + W_ACCESS) * max(TYPE_MULTIPLI
 # near-ties toward fresher, more important items but never to bury the best text match.
 RETENTION_WEIGHT: Final = 0.25
 PIN_BOOST: Final = 1.15
+# Re-rank the BM25 top max(limit * 3, 30) with retention: deep enough for the 1.44x bound to
+# matter only between near-ties, shallow enough for the index to prune the rest.
+RERANK_DEPTH: Final = 3
+RERANK_MIN: Final = 30
 
 # --- near-duplicates ----------------------------------------------------------------------
 # Jaccard of word sets above 0.7, as in the reference.
@@ -75,6 +79,18 @@ MAX_TAG_CHARS: Final = 64
 AUTO_TAG_LIMIT: Final = 5
 IMPORTANCE_DEFAULT: Final = 5
 
+# --- content types and tags (classify.py) ---------------------------------------------------
+# Parsing a bigger JSON blob to decide "tool output" costs more than the label is worth.
+JSON_PARSE_LIMIT: Final = 4 * 1024 * 1024
+# Tags come from the head: keeps auto_tags ~1 ms on a 1 MiB item; first mentions decide anyway.
+TAG_SCAN_CHARS: Final = 64 * 1024
+
+# --- secret redaction (redact.py) ----------------------------------------------------------
+MIN_HUMAN_SECRET: Final = 4  # shorter `password=` values are test dummies ("x", "pw"), not credentials
+MIN_MACHINE_SECRET: Final = 8  # generated keys/tokens are far longer; 8 keeps short lexer tokens out
+MIN_BEARER_TOKEN: Final = 16  # OAuth/JWT bearer tokens are 20+ chars; shorter "Bearer xyz" is prose
+MAX_PASSES: Final = 4  # text with secrets settles after one pass (a second one confirms); see `redact`
+
 # --- output bounds ------------------------------------------------------------------------
 # Claude Code warns above 10k tokens of tool output; stay well under it (~4 chars a token).
 MAX_OUTPUT_CHARS: Final = 24_000
@@ -88,6 +104,19 @@ QUERY_LIMIT_MAX: Final = 100
 NEEDS_SUMMARY_LIMIT: Final = 10
 EXPORT_PAGE_CHARS: Final = 60_000
 BULK_MAX_ITEMS: Final = 1_000
+
+# A client that advertises roots but never answers must not stall the first tool call.
+ROOTS_TIMEOUT_S: Final = 2.0
+
+# --- limits -------------------------------------------------------------------------------
+# Active items beyond this many move to the archive (lowest value first), down to 90% of it:
+# a 100k-token budget holds a few thousand items, so this only bites with a huge budget.
+MAX_ITEMS_DEFAULT: Final = 100_000
+# ~200 MB of text: past it the lowest-value archived leaves are dropped, each one recorded in
+# the forget ledger. Large enough for 100k typical items.
+MAX_ARCHIVE_TOKENS_DEFAULT: Final = 50_000_000
+FORGET_LEDGER: Final = "forget-ledger.jsonl"
+LEDGER_MEMORY_MAX: Final = 10_000
 
 # --- persistence --------------------------------------------------------------------------
 SNAPSHOT_INTERVAL_S: Final = 30.0
@@ -120,3 +149,29 @@ DEPTH_INSTRUCTIONS: Final = {
     2: "d2: goal -> outcome -> what carries forward.",
     3: "d3+: durable context only: architecture, preferences, recurring patterns.",
 }
+
+# --- human side: CLI, Claude Code hooks, MEMORY.md ---------------------------------------
+# Claude Code caps the context a hook adds at 10,000 characters (more is cut to a preview):
+# stay under it with room for the JSON envelope.
+HOOK_CONTEXT_CHARS: Final = 9_000
+# Pre-compact digest: a transcript can be megabytes; these keep each section to a screenful.
+DIGEST_LINE_CHARS: Final = 240
+DIGEST_MAX_REQUIREMENTS: Final = 15
+DIGEST_MAX_DECISIONS: Final = 12
+DIGEST_MAX_ERRORS: Final = 10
+DIGEST_MAX_FILES: Final = 40
+DIGEST_MAX_TASKS: Final = 15
+# Importance of each digest section: what the user asked for outranks what was tried.
+DIGEST_IMPORTANCE: Final = {"requirements": 8, "tasks": 7, "decisions": 7, "errors": 6, "files": 5}
+# Claude Code's auto-memory types. Each file is something it chose to keep across sessions, so
+# all rank above the default; the user's corrections and profile most, a reference (a pointer
+# that is cheap to look up again) least. >= MEMORY_EXPORT_MIN_IMPORTANCE exports them back.
+MEMORY_TYPE_IMPORTANCE: Final = {"feedback": 8, "user": 8, "project": 7, "reference": 6}
+# Claude Code loads the first 200 lines of MEMORY.md; index lines stay short to be read whole.
+MEMORY_INDEX_MAX_LINES: Final = 200
+MEMORY_INDEX_LINE_CHARS: Final = 150
+# An item this important (or pinned) is exported to a MEMORY.md dir.
+MEMORY_EXPORT_MIN_IMPORTANCE: Final = 7
+# `show` lists at most this many journal entries, and skips a journal bigger than this.
+SHOW_JOURNAL_ENTRIES: Final = 30
+SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024

@@ -9,10 +9,13 @@ shares a bucket with probability >= 1 - 0.3**K. Candidates are then checked exac
 
 from __future__ import annotations
 
+import base64
 import heapq
+import sys
 import zlib
 from array import array
 from collections.abc import Iterable
+from typing import Any
 
 from . import constants as C
 
@@ -25,11 +28,98 @@ def _word_hash(word: str) -> int:
 # Words so common that sharing one says nothing; filed under them, every item would land in
 # the same few buckets and each check would compare against most of the store.
 _STOP = frozenset(
-    """the and for that this with from are was were not but have has had you your its our their
-    they them then than into onto out over under can could would should will shall may might must
-    been being what when where which who whom why how all any each few more most other some such
-    only own same very just also there here about above below after before again once off too
-    none true false self def return import class none null let var const func new int str""".split()
+    {
+        "the",
+        "and",
+        "for",
+        "that",
+        "this",
+        "with",
+        "from",
+        "are",
+        "was",
+        "were",
+        "not",
+        "but",
+        "have",
+        "has",
+        "had",
+        "you",
+        "your",
+        "its",
+        "our",
+        "their",
+        "they",
+        "them",
+        "then",
+        "than",
+        "into",
+        "onto",
+        "out",
+        "over",
+        "under",
+        "can",
+        "could",
+        "would",
+        "should",
+        "will",
+        "shall",
+        "may",
+        "might",
+        "must",
+        "been",
+        "being",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "why",
+        "how",
+        "all",
+        "any",
+        "each",
+        "few",
+        "more",
+        "most",
+        "other",
+        "some",
+        "such",
+        "only",
+        "own",
+        "same",
+        "very",
+        "just",
+        "also",
+        "there",
+        "here",
+        "about",
+        "above",
+        "below",
+        "after",
+        "before",
+        "again",
+        "once",
+        "off",
+        "too",
+        "none",
+        "true",
+        "false",
+        "self",
+        "def",
+        "return",
+        "import",
+        "class",
+        "null",
+        "let",
+        "var",
+        "const",
+        "func",
+        "new",
+        "int",
+        "str",
+    }
 )
 
 
@@ -55,6 +145,7 @@ class DedupIndex:
         self._buckets: dict[int, set[str]] = {}
         self._keys: dict[str, tuple[int, ...]] = {}
         self._sigs: dict[str, array[int]] = {}
+        self._sizes: dict[str, int] = {}
 
     def __contains__(self, item_id: str) -> bool:
         return item_id in self._keys
@@ -65,27 +156,96 @@ class DedupIndex:
         word_set = set(words)
         keys = sketch(word_set)
         self._keys[item_id] = keys
-        self._sigs[item_id] = array("I", heapq.nsmallest(C.DEDUP_SIGNATURE, {_word_hash(w) for w in word_set}))
+        hashes = {_word_hash(w) for w in word_set}
+        self._sigs[item_id] = array("I", heapq.nsmallest(C.DEDUP_SIGNATURE, hashes))
+        self._sizes[item_id] = len(hashes)
         for key in keys:
             self._buckets.setdefault(key, set()).add(item_id)
 
     def similarity(self, a: str, b: str) -> float:
         """Jaccard of two items' word sets: exact when both fit in a signature, else the
         bottom-k estimate (the share of the union's k smallest hashes found in both)."""
-        sa, sb = self._sigs.get(a), self._sigs.get(b)
-        if not sa or not sb:
-            return 0.0
-        k = C.DEDUP_SIGNATURE
+        na, nb = self._sizes.get(a, 0), self._sizes.get(b, 0)
+        if not na or not nb or min(na, nb) <= C.DEDUP_JACCARD * max(na, nb):
+            # |A and B| / |A or B| <= min / max: sets this different in size cannot be near-duplicates.
+            return 0.0 if na or nb else 1.0
+        sa, sb = self._sigs[a], self._sigs[b]
         set_a, set_b = set(sa), set(sb)
-        if len(sa) < k and len(sb) < k:
-            inter = len(set_a & set_b)
-            return inter / (len(set_a) + len(set_b) - inter)
-        union = heapq.nsmallest(k, set_a | set_b)
         both = set_a & set_b
+        if na <= len(sa) and nb <= len(sb):
+            return len(both) / (na + nb - len(both))
+        union = sorted(set_a | set_b)[: C.DEDUP_SIGNATURE]
         return sum(1 for h in union if h in both) / len(union)
+
+    def to_state(self) -> dict[str, Any]:
+        """Flat arrays (base64 of native bytes): one decode on load, not one per item."""
+        ids = list(self._keys)
+        keys = array("I")
+        key_lens = array("B")
+        sigs = array("I")
+        sig_lens = array("B")
+        for i in ids:
+            keys.extend(self._keys[i])
+            key_lens.append(len(self._keys[i]))
+            sigs.extend(self._sigs[i])
+            sig_lens.append(len(self._sigs[i]))
+        sizes = array("I", (self._sizes.get(i, 0) for i in ids))
+
+        def b64(arr: array[int]) -> str:
+            return base64.b64encode(arr.tobytes()).decode("ascii")
+
+        return {
+            "format": 1,
+            "byteorder": sys.byteorder,
+            "ids": ids,
+            "keys": b64(keys),
+            "key_lens": b64(key_lens),
+            "sigs": b64(sigs),
+            "sig_lens": b64(sig_lens),
+            "sizes": b64(sizes),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> DedupIndex:
+        if state.get("format") != 1:
+            raise ValueError("unknown dedup state format")
+        swap = state["byteorder"] != sys.byteorder
+
+        def unb64(text: str, code: str) -> array[int]:
+            arr = array(code)
+            arr.frombytes(base64.b64decode(text))
+            if swap and arr.itemsize > 1:
+                arr.byteswap()
+            return arr
+
+        self = cls()
+        keys, key_lens = unb64(state["keys"], "I"), unb64(state["key_lens"], "B")
+        sigs, sig_lens = unb64(state["sigs"], "I"), unb64(state["sig_lens"], "B")
+        sizes = unb64(state["sizes"], "I")
+        ids = state["ids"]
+        if not len(ids) == len(key_lens) == len(sig_lens) == len(sizes):
+            raise ValueError("dedup state is inconsistent")
+        kpos = spos = 0
+        buckets = self._buckets
+        for n, item_id in enumerate(ids):
+            kl, sl = key_lens[n], sig_lens[n]
+            key_tuple = tuple(keys[kpos : kpos + kl])
+            kpos += kl
+            self._keys[item_id] = key_tuple
+            self._sigs[item_id] = sigs[spos : spos + sl]
+            spos += sl
+            self._sizes[item_id] = sizes[n]
+            for key in key_tuple:
+                bucket = buckets.get(key)
+                if bucket is None:
+                    buckets[key] = {item_id}
+                else:
+                    bucket.add(item_id)
+        return self
 
     def remove(self, item_id: str) -> None:
         self._sigs.pop(item_id, None)
+        self._sizes.pop(item_id, None)
         keys = self._keys.pop(item_id, ())
         for key in keys:
             bucket = self._buckets.get(key)

@@ -401,6 +401,37 @@ class StateDir:
         self.gen = new_gen
         self.offset = len(_journal_header(new_gen)) + len(tail)
 
+    # --- the forget ledger: append-only, one line per dropped or forgotten id (no content) --
+    def append_ledger(self, entries: list[dict[str, Any]]) -> None:
+        path = self.path / C.FORGET_LEDGER
+        data = b"".join(orjson.dumps(e) + b"\n" for e in entries)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise PersistenceError(f"Could not append to {path}: {exc.strerror or exc}") from exc
+
+    def read_ledger(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        try:
+            raw = (self.path / C.FORGET_LEDGER).read_bytes()
+        except OSError:
+            return out
+        for line in raw.splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(orjson.loads(line))
+        return out
+
+    def ledger_count(self) -> int:
+        try:
+            return (self.path / C.FORGET_LEDGER).read_bytes().count(b"\n")
+        except OSError:
+            return 0
+
     def journal_size(self) -> int:
         try:
             return os.stat(self.journal_path).st_size

@@ -27,6 +27,7 @@ class CompactionSummary(BaseModel):
     deduplicated: int
     archived: int
     condensed: int = 0
+    dropped: int = 0
     tokens_before: int
     tokens_after: int
 
@@ -52,6 +53,11 @@ class ScoredItem(ItemBrief):
     covered_by: str | None = Field(default=None, description="the active summary covering an archived hit")
 
 
+class Redacted(BaseModel):
+    kind: str
+    count: int
+
+
 class StoreResult(BaseModel):
     id: str
     tokens: int
@@ -61,6 +67,7 @@ class StoreResult(BaseModel):
     pinned: bool
     budget: Budget
     compaction: CompactionSummary | None = None
+    redacted: list[Redacted] = Field(default_factory=list, description="credentials replaced before saving")
 
 
 class BulkStoreResult(BaseModel):
@@ -69,6 +76,7 @@ class BulkStoreResult(BaseModel):
     tokens: int
     budget: Budget
     compaction: CompactionSummary | None = None
+    redacted: list[Redacted] = Field(default_factory=list)
 
 
 class RecallResult(BaseModel):
@@ -123,6 +131,7 @@ class StatusResult(BaseModel):
     budget_source: str
     token_counter: str
     persistence: dict[str, Any]
+    scope: str = ""
 
 
 class NeedsSummary(BaseModel):
@@ -225,6 +234,8 @@ class ConfigureResult(BaseModel):
     auto_compact: bool
     auto_compact_threshold: float
     recall_tokens: int
+    max_items: int
+    max_archive_tokens: int
     budget: Budget
     compaction: CompactionSummary | None = None
 
@@ -243,9 +254,14 @@ def compaction_summary(report: CompactReport | None) -> CompactionSummary | None
         deduplicated=len(report.deduplicated),
         archived=len(report.archived),
         condensed=len(report.condensed),
+        dropped=len(report.dropped),
         tokens_before=report.tokens_before,
         tokens_after=report.tokens_after,
     )
+
+
+def redactions(found: dict[str, int]) -> list[Redacted]:
+    return [Redacted(kind=k, count=n) for k, n in sorted(found.items())]
 
 
 def brief(item: Item) -> ItemBrief:

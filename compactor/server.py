@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -22,11 +23,13 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from . import constants as C
+from . import resources
 from . import schemas as S
 from .condense import depth_instruction, gist
 from .errors import CompactorError, NotFoundError
 from .models import CompactReport, Item
 from .render import budget_line, item_line, preview
+from .scope import scope_from_root_uri
 from .store import Store, StoreInput
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,13 @@ TagsArg = Annotated[
     list[str] | str | None,
     Field(description="Tags: a list, or one comma-separated string ('auth,bug')."),
 ]
+ScopeArg = Annotated[
+    str | None,
+    Field(
+        max_length=4096,
+        description="Project scope. Default: this project plus 'global'. 'all' reads every project.",
+    ),
+]
 IdArg = Annotated[
     str, Field(description="An item id as returned by store, query, recall or list.", min_length=1, max_length=64)
 ]
@@ -98,6 +108,10 @@ def _compaction_text(report: CompactReport | None) -> str:
         parts.append(f"{len(report.deduplicated)} near-duplicates merged")
     if report.archived:
         parts.append(f"{len(report.archived)} archived")
+    if report.condensed:
+        parts.append(f"{len(report.condensed)} summary nodes made")
+    if report.dropped:
+        parts.append(f"{len(report.dropped)} archived items dropped past max_archive_tokens (see the forget ledger)")
     text = (
         f"\nAuto-compaction ran ({report.tokens_before:,} -> {report.tokens_after:,} tokens): "
         + ", ".join(parts)
@@ -108,25 +122,53 @@ def _compaction_text(report: CompactReport | None) -> str:
     return text
 
 
+def _redaction_text(redacted: dict[str, int]) -> str:
+    if not redacted:
+        return ""
+    parts = ", ".join(f"{n} {kind}" for kind, n in sorted(redacted.items()))
+    return f" Redacted before saving: {parts} (replaced with [REDACTED:<kind>])."
+
+
 def _tool_error(exc: CompactorError) -> ToolError:
     return ToolError(str(exc))
 
 
-def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
+def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = False) -> MCPServer:
+    """`scope_fixed`: the project scope was given explicitly, so the client's roots don't move it."""
     mcp: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version=_version())
 
-    def adopt_client(ctx: Context | None) -> None:
+    seen_sessions: set[int] = set()
+
+    async def prepare(ctx: Context | None) -> None:
+        """Once per client session: the client's budget default and its project root."""
         if ctx is None:
             return
         try:
-            params = ctx.session.client_params
-            client = params.client_info.name if params is not None else None
+            session = ctx.session
+            params = session.client_params
         except (AttributeError, RuntimeError, ValueError):
             return
-        store.adopt_client_budget(client)
+        if id(session) in seen_sessions:
+            return
+        seen_sessions.add(id(session))
+        store.adopt_client_budget(params.client_info.name if params is not None else None)
+        if scope_fixed or params is None or params.capabilities.roots is None:
+            return
+        try:
+            with anyio.fail_after(C.ROOTS_TIMEOUT_S), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                roots = await session.list_roots()
+        except Exception as exc:  # a client that advertises roots but cannot answer keeps the default
+            log.info("could not list the client's roots: %r", exc)
+            return
+        for root in roots.roots:
+            scope = scope_from_root_uri(str(root.uri))
+            if scope:
+                store.scope = scope
+                return
 
-    def run(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
-        adopt_client(ctx)
+    async def run(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
+        await prepare(ctx)
         try:
             return fn()
         except CompactorError as exc:
@@ -136,7 +178,13 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         return S.budget(store.tokens_used, store.budget)
 
     def line() -> str:
-        return budget_line(store.tokens_used, store.budget, store.count("active"), store.count("archived"))
+        text = budget_line(store.tokens_used, store.budget, store.count("active"), store.count("archived"))
+        if store.degraded:
+            text += (
+                f"\nWARNING: not saving to disk ({store.degraded}). Serving from memory; "
+                "it retries on every call and resumes when the disk recovers."
+            )
+        return text
 
     # --- tools -----------------------------------------------------------------------------
     @mcp.tool(
@@ -153,9 +201,10 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         ctx: Context,
         limit: Annotated[int, Field(ge=1, le=C.LIST_LIMIT_MAX, description="Most items to show.")] = 20,
         query: Annotated[str | None, Field(max_length=2_000, description="What you are working on.")] = None,
+        scope: ScopeArg = None,
     ) -> Annotated[CallToolResult, S.RecallResult]:
         def go() -> CallToolResult:
-            r = store.recall(limit=limit, query=query)
+            r = store.recall(limit=limit, query=query, scope=scope)
             model = S.RecallResult(
                 budget=current_budget(),
                 items=[S.scored(it, 0.0) for it in r.pinned] + [S.scored(it, sc) for it, sc in r.items],
@@ -168,7 +217,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             )
             return _result(r.text, model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="store",
@@ -187,13 +236,18 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         tags: TagsArg = None,
         importance: Annotated[int, Field(ge=1, le=10, description="1 (trivia) to 10 (critical).")] = 5,
         pinned: Annotated[bool, Field(description="Never compact this item.")] = False,
+        scope: Annotated[
+            str | None,
+            Field(max_length=4096, description="'global' for user-wide preferences; default: this project."),
+        ] = None,
     ) -> Annotated[CallToolResult, S.StoreResult]:
         def go() -> CallToolResult:
-            res = store.store(content, summary=summary, tags=tags, importance=importance, pinned=pinned)
+            res = store.store(content, summary=summary, tags=tags, importance=importance, pinned=pinned, scope=scope)
             it = res.item
             text = (
                 f"Stored {it.id} ({it.content_type}, {it.content_tokens:,} tokens, "
-                f"tags: {', '.join(it.tags) or '-'}).\n{line()}{_compaction_text(res.compaction)}"
+                f"tags: {', '.join(it.tags) or '-'}).{_redaction_text(res.redacted)}\n"
+                f"{line()}{_compaction_text(res.compaction)}"
             )
             model = S.StoreResult(
                 id=it.id,
@@ -204,10 +258,11 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
                 pinned=it.pinned,
                 budget=current_budget(),
                 compaction=S.compaction_summary(res.compaction),
+                redacted=S.redactions(res.redacted),
             )
             return _result(text, model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="bulk_store",
@@ -248,8 +303,8 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             tokens = sum(it.content_tokens for it in res.items)
             text = (
                 f"Stored {len(res.items)} items ({tokens:,} tokens): "
-                f"{', '.join(it.id for it in res.items[:50])}{' ...' if len(res.items) > 50 else ''}\n"
-                f"{line()}{_compaction_text(res.compaction)}"
+                f"{', '.join(it.id for it in res.items[:50])}{' ...' if len(res.items) > 50 else ''}"
+                f"{_redaction_text(res.redacted)}\n{line()}{_compaction_text(res.compaction)}"
             )
             model = S.BulkStoreResult(
                 ids=[it.id for it in res.items],
@@ -257,10 +312,11 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
                 tokens=tokens,
                 budget=current_budget(),
                 compaction=S.compaction_summary(res.compaction),
+                redacted=S.redactions(res.redacted),
             )
             return _result(text, model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="query",
@@ -281,9 +337,10 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         tags: TagsArg = None,
         limit: Annotated[int, Field(ge=1, le=C.QUERY_LIMIT_MAX)] = 10,
         include_archived: bool = False,
+        scope: ScopeArg = None,
     ) -> Annotated[CallToolResult, S.QueryResult]:
         def go() -> CallToolResult:
-            hits = store.query(query=query, tags=tags, limit=limit, include_archived=include_archived)
+            hits = store.query(query=query, tags=tags, limit=limit, include_archived=include_archived, scope=scope)
             items = []
             lines = []
             for h in hits:
@@ -297,7 +354,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             model = S.QueryResult(items=items, count=len(hits))
             return _result(text, model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="get",
@@ -322,7 +379,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             parts.append(it.content)
             return _result("\n".join(parts), S.full(it))
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="status",
@@ -354,6 +411,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
                     f"{st.settings.auto_compact_threshold:.0%}, down to "
                     f"{st.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP:.0%}",
                     f"Token counter: {st.token_counter}",
+                    f"Scope: {store.scope} (reads also cover 'global')",
                     f"Persistence: {persist}",
                 ]
             )
@@ -372,10 +430,11 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
                 budget_source=st.settings.budget_source,
                 token_counter=st.token_counter,
                 persistence=st.persistence,
+                scope=store.scope,
             )
             return _result(text, model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="compact",
@@ -439,7 +498,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             )
             return _result("\n".join(lines), model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     def item_result(
         it: Item, verb: str, report: CompactReport | None = None, warnings: list[str] | None = None
@@ -481,7 +540,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             res = store.update(id, summary=summary, content=content, tags=tags, importance=importance)
             return item_result(res.item, "Updated", warnings=res.warnings)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="pin",
@@ -489,11 +548,11 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         description="Pin an item: compaction never switches it to its summary or archives it.",
     )
     async def pin(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
-        return run(ctx, lambda: item_result(store.pin(id), "Pinned"))
+        return await run(ctx, lambda: item_result(store.pin(id), "Pinned"))
 
     @mcp.tool(name="unpin", annotations=WRITE_IDEMPOTENT, description="Unpin an item so compaction may move it again.")
     async def unpin(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
-        return run(ctx, lambda: item_result(store.unpin(id), "Unpinned"))
+        return await run(ctx, lambda: item_result(store.unpin(id), "Unpinned"))
 
     @mcp.tool(
         name="restore",
@@ -508,7 +567,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             it, report = store.restore(id)
             return item_result(it, "Restored", report)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="forget",
@@ -530,7 +589,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
                 f"Forgot {id} permanently.\n{line()}", S.ForgetResult(id=id, forgotten=True, budget=current_budget())
             )
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="expand",
@@ -568,7 +627,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             )
             return _result(_bounded("\n".join(lines)), model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="dissolve",
@@ -585,7 +644,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             model = S.DissolveResult(id=id, children=[S.child(k) for k in kids[:200]], budget=current_budget())
             return _result(text, model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="tree",
@@ -610,7 +669,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             )
             return _result(text, model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="list",
@@ -622,9 +681,10 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         offset: Annotated[int, Field(ge=0)] = 0,
         limit: Annotated[int, Field(ge=1, le=C.LIST_LIMIT_MAX)] = 20,
         tier: Literal["active", "archived", "all"] = "active",
+        scope: ScopeArg = None,
     ) -> Annotated[CallToolResult, S.ListResult]:
         def go() -> CallToolResult:
-            page = store.list_items(offset=offset, limit=limit, tier=tier)
+            page = store.list_items(offset=offset, limit=limit, tier=tier, scope=scope)
             nxt = offset + len(page.items)
             next_offset = nxt if nxt < page.total else None
             lines = [f"{tier}: items {offset + 1 if page.items else 0}-{nxt} of {page.total:,} (newest first)"]
@@ -636,7 +696,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
             )
             return _result(_bounded("\n".join(lines)), model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="export",
@@ -653,9 +713,10 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         tier: Literal["active", "archived", "all"] = "all",
         format: Literal["json", "markdown"] = "json",
         cursor: Annotated[str | None, Field(max_length=64)] = None,
+        scope: ScopeArg = None,
     ) -> Annotated[CallToolResult, S.ExportResult]:
         def go() -> CallToolResult:
-            page = store.export(tier=tier, cursor=cursor, page_chars=C.EXPORT_PAGE_CHARS // 3)
+            page = store.export(tier=tier, cursor=cursor, page_chars=C.EXPORT_PAGE_CHARS // 3, scope=scope)
             records: list[dict[str, Any]] = []
             md: list[str] = []
             for it in page.items:
@@ -696,7 +757,7 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
                 )
             return _result(text, model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
     @mcp.tool(
         name="configure",
@@ -714,6 +775,8 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
         auto_compact: bool | None = None,
         auto_compact_threshold: Annotated[float | None, Field(ge=0.2, le=1.0, allow_inf_nan=False)] = None,
         recall_tokens: Annotated[int | None, Field(ge=100, le=C.RECALL_TOKENS_MAX)] = None,
+        max_items: Annotated[int | None, Field(ge=10, le=10_000_000)] = None,
+        max_archive_tokens: Annotated[int | None, Field(ge=1_000, le=10_000_000_000)] = None,
     ) -> Annotated[CallToolResult, S.ConfigureResult]:
         def go() -> CallToolResult:
             st, report = store.configure(
@@ -721,6 +784,8 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
                 auto_compact=auto_compact,
                 auto_compact_threshold=auto_compact_threshold,
                 recall_tokens=recall_tokens,
+                max_items=max_items,
+                max_archive_tokens=max_archive_tokens,
             )
             text = (
                 f"Settings: budget {st.token_budget:,}, auto-compact {'on' if st.auto_compact else 'off'} "
@@ -732,13 +797,16 @@ def build_server(store: Store, *, name: str = "compactor") -> MCPServer:
                 auto_compact=st.auto_compact,
                 auto_compact_threshold=st.auto_compact_threshold,
                 recall_tokens=st.recall_tokens,
+                max_items=st.max_items,
+                max_archive_tokens=st.max_archive_tokens,
                 budget=current_budget(),
                 compaction=S.compaction_summary(report),
             )
             return _result(text, model)
 
-        return run(ctx, go)
+        return await run(ctx, go)
 
+    resources.register(mcp, store)
     return mcp
 
 
@@ -754,10 +822,10 @@ def _version() -> str:
     return __version__
 
 
-async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S) -> None:
+async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S, scope_fixed: bool = False) -> None:
     """Run the stdio server until stdin closes or SIGTERM/SIGINT, snapshotting in the background
     and once more on the way out."""
-    mcp = build_server(store)
+    mcp = build_server(store, scope_fixed=scope_fixed)
 
     async def snapshot_loop() -> None:
         while True:

@@ -40,18 +40,30 @@ from .errors import InvalidArgumentError, NotFoundError, PersistenceError
 from .index import BM25Index
 from .models import CONTENT_TYPES, CompactReport, ContentType, Item, Settings, Tier
 from .persist import Op, StateDir, snapshot_chunks
+from .redact import redact
 from .render import budget_line, item_line
 from .tokens import TokenCounter, default_counter
 
 log = logging.getLogger(__name__)
 
 TierFilter = Literal["active", "archived", "all"]
+GLOBAL_SCOPE = "global"
+ALL_SCOPES = "all"
+
+
+def scope_key(scope: str) -> str:
+    """Items saved before scopes existed (scope "") belong to every project."""
+    return scope or GLOBAL_SCOPE
+
+
 _VALID_ID = re.compile(r"[a-z0-9][a-z0-9_-]{2,63}")
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read aloud and retyped
 
 
 def _new_id() -> str:
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+    # 10 characters of a 32-letter alphabet: 50 random bits from one urandom call.
+    n = int.from_bytes(secrets.token_bytes(7), "big")
+    return "".join(_ID_ALPHABET[(n >> (5 * i)) & 31] for i in range(10))
 
 
 @dataclass(slots=True)
@@ -65,12 +77,14 @@ class StoreInput:
     pinned: bool = False
     # Importers pass a content-derived id so that importing twice stores nothing new.
     item_id: str | None = None
+    scope: str | None = None  # None: the store's current scope; "global": every project
 
 
 @dataclass(slots=True)
 class Stored:
     item: Item
     compaction: CompactReport | None
+    redacted: dict[str, int] = field(default_factory=dict)  # kind -> count
 
 
 @dataclass(slots=True)
@@ -78,6 +92,7 @@ class BulkStored:
     items: list[Item]
     compaction: CompactReport | None
     skipped: list[str] = field(default_factory=list)  # explicit ids that already existed
+    redacted: dict[str, int] = field(default_factory=dict)  # kind -> count, over all items
 
 
 @dataclass(slots=True)
@@ -138,11 +153,14 @@ class _State:
     items: dict[str, Item] = field(default_factory=dict)
     order: dict[str, list[int]] = field(default_factory=lambda: {"active": [], "archived": []})
     by_seq: dict[int, str] = field(default_factory=dict)
+    # The same order split by scope, so a scoped list or export never scans other projects.
+    scope_order: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     by_tag: dict[str, set[str]] = field(default_factory=dict)
     index: BM25Index = field(default_factory=BM25Index)
     dedup: DedupIndex = field(default_factory=DedupIndex)
-    dedup_pending: dict[str, None] = field(default_factory=dict)
+    dup_hints: set[str] = field(default_factory=set)  # active items with a near-duplicate noted
     uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
+    archived_tokens: int = 0
     used: int = 0
     next_seq: int = 1
     type_counts: dict[str, dict[str, int]] = field(
@@ -164,13 +182,24 @@ class Store:
         state_dir: Path | str | None = None,
         counter: TokenCounter | None = None,
         clock: Callable[[], float] = time.time,
+        scope: str = GLOBAL_SCOPE,
+        redact_secrets: bool = True,
     ) -> None:
         self._clock = clock
+        self.redact_secrets = redact_secrets
+        self._redacted: dict[str, int] = {}
+        # Items are stored in this scope unless told otherwise; reads cover it plus "global",
+        # or every scope when `default_read_scope` is "all" (the CLI's --scope all).
+        self.scope = scope
+        self.default_read_scope: str | None = None
         self.counter = counter or default_counter()
         self.settings = Settings(token_budget=C.BUDGET_DEFAULT)
         self._s = _State()
         self._dir: StateDir | None = None
         self._dirty = False
+        self._degraded: str | None = None
+        self._unsaved = 0
+        self._ledger_mem: list[dict[str, Any]] = []
         self.load_warnings: list[str] = []
         if state_dir is not None:
             self._dir = StateDir(Path(state_dir))
@@ -201,8 +230,9 @@ class Store:
             for key, value in (snap.get("settings") or {}).items():
                 if hasattr(settings, key):
                     setattr(settings, key, value)
+            derived = self._restore_derived(state, snap)
             for record in snap["items"]:
-                self._put(state, Item.from_record(record))
+                self._put(state, Item.from_record(record), derived=not derived)
         old_state, old_settings = self._s, self.settings
         self._s, self.settings = state, settings
         try:
@@ -212,10 +242,6 @@ class Store:
         except Exception:
             self._s, self.settings = old_state, old_settings
             raise
-        # After a restart every active item is checked for near-duplicates once more.
-        state.dedup_pending = dict.fromkeys(
-            state.by_seq[s] for s in state.order["active"] if state.items[state.by_seq[s]].depth == 0
-        )
         for warning in loaded.warnings:
             log.warning("%s", warning)
         self.load_warnings = loaded.warnings
@@ -235,11 +261,50 @@ class Store:
     def _commit(self, ops: list[Op], *, sync: bool = True) -> None:
         if not ops:
             return
-        if self._dir is not None:
-            self._dir.append(ops, sync=sync)
-            self._dirty = True
-        for op in ops:
-            self._apply(op)
+        txn = _Txn(self)
+        try:
+            txn.apply(ops)
+            txn.commit(sync=sync)
+        except BaseException:
+            txn.rollback()
+            raise
+
+    def _persist_ops(self, ops: list[Op], sync: bool) -> None:
+        """Journal applied ops. A failure puts the store in degraded mode and is raised, so
+        the failing call reports it; while degraded, calls are kept in memory and every
+        later call first tries to write a full snapshot, which ends degraded mode."""
+        sd = self._dir
+        if sd is None or not ops:
+            return
+        if self._degraded is not None:
+            if self._recover():
+                return
+            self._unsaved += 1
+            return
+        try:
+            sd.append(ops, sync=sync)
+        except PersistenceError as exc:
+            self._degraded = str(exc)
+            log.error("persistence failed, serving from memory until the disk recovers: %s", exc)
+            raise
+        self._dirty = True
+
+    def _recover(self) -> bool:
+        """Try to save everything in memory (snapshot + fresh journal). Call under the lock."""
+        try:
+            self._write_snapshot_locked(dict(self._s.items))
+        except (PersistenceError, OSError) as exc:
+            self._degraded = str(exc)
+            return False
+        log.warning("persistence recovered after %d unsaved call(s)", self._unsaved)
+        self._degraded = None
+        self._unsaved = 0
+        return True
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the state dir is not being written, or None when all is saved."""
+        return self._degraded
 
     def _locked(self) -> Any:
         if self._dir is None:
@@ -259,7 +324,6 @@ class Store:
             if old is not None:
                 self._drop(self._s, old)
             self._put(self._s, item)
-            self._s.dedup_pending[item.id] = None
         elif kind == "patch":
             old = self._s.items.get(op["id"])
             if old is None:
@@ -283,13 +347,17 @@ class Store:
     def _swap(self, old: Item, new: Item) -> None:
         s = self._s
         text_changed = (old.content, old.summary, old.tags) != (new.content, new.summary, new.tags)
-        if old.tier != new.tier or old.seq != new.seq:
+        if old.tier != new.tier or old.seq != new.seq or old.scope != new.scope:
             self._unorder(s, old)
             self._order(s, new)
         if old.tier == "active":
             s.used -= old.view_tokens
+        else:
+            s.archived_tokens -= old.content_tokens
         if new.tier == "active":
             s.used += new.view_tokens
+        else:
+            s.archived_tokens += new.content_tokens
         if old.content_type != new.content_type or old.tier != new.tier:
             s.type_counts[old.content_type][old.tier] -= 1
             s.type_counts[new.content_type][new.tier] += 1
@@ -302,10 +370,12 @@ class Store:
             s.index.update(new.id, new.content, new.summary, new.tags)
         if new.tier != "active" or new.depth:
             s.dedup.remove(new.id)
-            s.dedup_pending.pop(new.id, None)
         elif text_changed or old.tier != "active":
             s.dedup.add(new.id, s.index.terms(new.id))
-            s.dedup_pending[new.id] = None
+        if new.dup_of and new.tier == "active":
+            s.dup_hints.add(new.id)
+        else:
+            s.dup_hints.discard(new.id)
         s.items[new.id] = new
         if new.tier == "archived" and not new.parents:
             s.uncovered.add(new.id)
@@ -315,14 +385,16 @@ class Store:
     @staticmethod
     def _order(s: _State, item: Item) -> None:
         bisect.insort(s.order[item.tier], item.seq)
+        per = s.scope_order.setdefault(scope_key(item.scope), {"active": [], "archived": []})
+        bisect.insort(per[item.tier], item.seq)
         s.by_seq[item.seq] = item.id
 
     @staticmethod
     def _unorder(s: _State, item: Item) -> None:
-        seqs = s.order[item.tier]
-        i = bisect.bisect_left(seqs, item.seq)
-        if i < len(seqs) and seqs[i] == item.seq:
-            del seqs[i]
+        for seqs in (s.order[item.tier], s.scope_order.get(scope_key(item.scope), {}).get(item.tier, [])):
+            i = bisect.bisect_left(seqs, item.seq)
+            if i < len(seqs) and seqs[i] == item.seq:
+                del seqs[i]
         s.by_seq.pop(item.seq, None)
 
     @staticmethod
@@ -333,17 +405,43 @@ class Store:
             if not ids:
                 del s.by_tag[tag]
 
-    def _put(self, s: _State, item: Item) -> None:
+    def _restore_derived(self, state: _State, snap: dict[str, Any]) -> bool:
+        """Load the search index and dedup buckets saved with a snapshot, so a cold start does
+        not re-tokenise every item. False (rebuild) when absent or unreadable."""
+        index_state, dedup_state = snap.get("index"), snap.get("dedup")
+        if not index_state or dedup_state is None:
+            return False
+        try:
+            state.index = BM25Index.from_state(index_state)
+            state.dedup = DedupIndex.from_state(dedup_state)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("saved index unusable (%s); rebuilding it from the items", exc)
+            state.index, state.dedup = BM25Index(), DedupIndex()
+            return False
+        if len(state.index) != len(snap["items"]):
+            log.warning("saved index does not match the items; rebuilding it")
+            state.index, state.dedup = BM25Index(), DedupIndex()
+            return False
+        return True
+
+    def _put(self, s: _State, item: Item, *, derived: bool = True) -> None:
+        """Add an item to every structure; `derived=False` when the index and dedup buckets
+        were restored from a snapshot and already hold it."""
         s.items[item.id] = item
         self._order(s, item)
         s.next_seq = max(s.next_seq, item.seq + 1)
         for tag in item.tags:
             s.by_tag.setdefault(tag, set()).add(item.id)
-        s.index.add(item.id, item.content, item.summary, item.tags)
+        if derived:
+            s.index.add(item.id, item.content, item.summary, item.tags)
+        if item.tier == "archived":
+            s.archived_tokens += item.content_tokens
         if item.tier == "active":
             s.used += item.view_tokens
-            if not item.depth:
+            if not item.depth and derived:
                 s.dedup.add(item.id, s.index.terms(item.id))
+            if item.dup_of:
+                s.dup_hints.add(item.id)
         s.type_counts[item.content_type][item.tier] += 1
         if item.tier == "archived" and not item.parents:
             s.uncovered.add(item.id)
@@ -355,8 +453,10 @@ class Store:
             self._untag(s, tag, item.id)
         s.index.remove(item.id)
         s.dedup.remove(item.id)
-        s.dedup_pending.pop(item.id, None)
+        s.dup_hints.discard(item.id)
         s.uncovered.discard(item.id)
+        if item.tier == "archived":
+            s.archived_tokens -= item.content_tokens
         if item.tier == "active":
             s.used -= item.view_tokens
         s.type_counts[item.content_type][item.tier] -= 1
@@ -402,6 +502,7 @@ class Store:
                 "Store a summary or split it into parts."
             )
         summary = self._check_summary(inp.summary)
+        content, summary = self._redact(content, summary)
         importance = _check_importance(inp.importance)
         try:
             user_tags = parse_tags(inp.tags)
@@ -431,7 +532,26 @@ class Store:
             access_count=0,
             content_tokens=self.counter.count(content),
             summary_tokens=self.counter.count(summary),
+            scope=self._check_scope(inp.scope) if inp.scope is not None else self.scope,
         )
+
+    def _redact(self, content: str, summary: str | None) -> tuple[str, str | None]:
+        """Credentials become [REDACTED:<kind>] before anything is indexed or written."""
+        if not self.redact_secrets:
+            return content, summary
+        content, found = redact(content)
+        for r in found:
+            self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+        if summary is not None:
+            summary, found = redact(summary)
+            for r in found:
+                self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+        return content, summary
+
+    def take_redactions(self) -> dict[str, int]:
+        """What the last call redacted (kind -> count), and reset."""
+        out, self._redacted = self._redacted, {}
+        return out
 
     @staticmethod
     def _check_summary(summary: str | None) -> str | None:
@@ -456,9 +576,10 @@ class Store:
         tags: str | Sequence[str] | None = None,
         importance: int = C.IMPORTANCE_DEFAULT,
         pinned: bool = False,
+        scope: str | None = None,
     ) -> Stored:
-        result = self.bulk_store([StoreInput(content, summary, tags, importance, pinned)])
-        return Stored(item=result.items[0], compaction=result.compaction)
+        result = self.bulk_store([StoreInput(content, summary, tags, importance, pinned, scope=scope)])
+        return Stored(item=result.items[0], compaction=result.compaction, redacted=result.redacted)
 
     def import_items(self, inputs: Sequence[StoreInput]) -> BulkStored:
         """Store items with explicit (content-derived) ids, skipping ids already present, in
@@ -483,6 +604,7 @@ class Store:
             )
         with self._locked():
             self._sync()
+            self._redacted = {}
             now = self._clock()
             built: list[Item] = []
             skipped: list[str] = []
@@ -500,10 +622,18 @@ class Store:
                         raise
                     raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was stored.") from exc
             ops: list[Op] = [{"op": "put", "item": item.to_record()} for item in built]
-            report = self._transact(ops, protected=frozenset(it.id for it in built)) if ops else None
-            return BulkStored(items=[self._s.items[it.id] for it in built], compaction=report, skipped=skipped)
+            new_ids = [it.id for it in built]
+            report = self._transact(ops, protected=frozenset(new_ids), hint_ids=new_ids) if ops else None
+            return BulkStored(
+                items=[self._s.items[it.id] for it in built],
+                compaction=report,
+                skipped=skipped,
+                redacted=self.take_redactions(),
+            )
 
-    def _transact(self, ops: list[Op], *, protected: frozenset[str]) -> CompactReport | None:
+    def _transact(
+        self, ops: list[Op], *, protected: frozenset[str], hint_ids: list[str] | None = None
+    ) -> CompactReport | None:
         """Apply `ops` and the auto-compaction they trigger, then journal all of it as one line.
 
         Ops are applied before journaling so compaction can plan on the resulting state; if
@@ -512,12 +642,108 @@ class Store:
         txn = _Txn(self)
         try:
             txn.apply(ops)
+            if hint_ids:
+                txn.apply(self._dup_hint_ops(hint_ids))
             report = self._auto_compact(txn, protected)
+            report = self._enforce_limits(txn, protected, report)
             txn.commit()
         except BaseException:
             txn.rollback()
             raise
+        self._record_drops(report)
         return report
+
+    def _enforce_limits(
+        self, txn: _Txn, protected: frozenset[str], report: CompactReport | None
+    ) -> CompactReport | None:
+        """max_items and max_archive_tokens: never an error, always accounted for."""
+        s, st = self._s, self.settings
+        over_items = len(s.order["active"]) - st.max_items
+        over_archive = s.archived_tokens > st.max_archive_tokens
+        if over_items <= 0 and not over_archive:
+            return report
+        if report is None:
+            report = CompactReport(tokens_before=s.used, tokens_after=s.used, target_tokens=s.used, trigger="auto")
+        now = self._clock()
+        if over_items > 0:
+            # The oldest low-value items go to the archive (and are condensed like any other),
+            # down to 90% of the limit so the O(active) pass is paid once per many stores.
+            over_items += st.max_items // 10
+            movable = [
+                s.items[s.by_seq[q]]
+                for q in s.order["active"]
+                if not s.items[s.by_seq[q]].pinned and s.by_seq[q] not in protected and not s.items[s.by_seq[q]].depth
+            ]
+            victims = heapq.nsmallest(over_items, movable, key=lambda it: (scoring.retention(it, now), it.seq))
+            txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}} for it in victims])
+            report.archived.extend(it.id for it in victims)
+            report.condensed.extend(self._condense(txn, s.used, protected))
+        if s.archived_tokens > st.max_archive_tokens:
+            # Past the archive bound the lowest-value archived leaves are dropped; each drop
+            # goes to the forget ledger, so nothing disappears silently.
+            leaves = sorted(
+                (s.items[s.by_seq[q]] for q in s.order["archived"] if not s.items[s.by_seq[q]].depth),
+                key=lambda it: (scoring.retention(it, now), it.seq),
+            )
+            for leaf in leaves:
+                if s.archived_tokens <= st.max_archive_tokens:
+                    break
+                txn.apply([{"op": "del", "id": leaf.id}])
+                self._mark_gone(txn, leaf)
+                report.dropped.append(leaf.id)
+        report.tokens_after = s.used
+        return report
+
+    def _record_drops(self, report: CompactReport | None) -> None:
+        if report is None or not report.dropped:
+            return
+        now = self._clock()
+        self._ledger_append([{"id": item_id, "reason": "max_archive_tokens", "at": now} for item_id in report.dropped])
+
+    def _ledger_append(self, entries: list[dict[str, Any]]) -> None:
+        self._ledger_mem.extend(entries)
+        del self._ledger_mem[: -C.LEDGER_MEMORY_MAX]
+        if self._dir is not None:
+            try:
+                self._dir.append_ledger(entries)
+            except PersistenceError as exc:
+                log.error("forget ledger not written (entries kept in memory): %s", exc)
+
+    def _ledger_count(self) -> int:
+        return self._dir.ledger_count() if self._dir is not None else len(self._ledger_mem)
+
+    def forget_ledger(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest entries of the append-only forget ledger."""
+        if self._dir is not None:
+            return self._dir.read_ledger()[-limit:]
+        return self._ledger_mem[-limit:]
+
+    def _dup_partner(self, item_id: str) -> set[str]:
+        partner = self._s.items[item_id].dup_of
+        return {partner} if partner and partner in self._s.items else set()
+
+    def _dup_hint_ops(self, ids: list[str]) -> list[Op]:
+        """Near-duplicate detection happens when an item arrives (a few bucket lookups), and its
+        finding is journaled as `dup_of`, so compaction merges without searching and a restart
+        neither loses nor recomputes it."""
+        s = self._s
+        ops: list[Op] = []
+        for item_id in ids:
+            item = s.items.get(item_id)
+            if item is None or item.tier != "active" or item.depth:
+                continue
+            best: tuple[float, str] | None = None
+            for cand in s.dedup.candidates(item_id):
+                other = s.items.get(cand)
+                if other is None or scope_key(other.scope) != scope_key(item.scope):
+                    continue
+                sim = s.dedup.similarity(item_id, cand)
+                if sim > C.DEDUP_JACCARD and (best is None or (sim, cand) > best):
+                    best = (sim, cand)
+            partner = best[1] if best else None
+            if partner != item.dup_of:
+                ops.append({"op": "patch", "id": item_id, "set": {"dup_of": partner}})
+        return ops
 
     def _auto_compact(self, txn: _Txn, protected: frozenset[str]) -> CompactReport | None:
         st = self.settings
@@ -548,16 +774,14 @@ class Store:
             target_tokens=target_tokens,
             now=self._clock(),
             protected=protected,
-            dedup_pending=list(s.dedup_pending),
-            candidates=s.dedup.candidates,
+            dedup_pending=sorted(s.dup_hints, key=lambda i: s.items[i].seq),
+            candidates=self._dup_partner,
             similarity=s.dedup.similarity,
             trigger=trigger,
             reserve=reserve,
         )
         ops, report = compaction.plan(inp)
         report.needs_summary = self._needs_summary(active)
-        # The dedup pass covered everything pending; the journal need not remember that.
-        s.dedup_pending.clear()
         txn.apply(ops)
         report.condensed = self._condense(txn, target_tokens, protected)
         report.tokens_after = s.used
@@ -587,11 +811,14 @@ class Store:
             children=tuple(c.id for c in children),
             quality="extractive",
             children_tier=children_tier,
+            scope=children[0].scope,
         )
         ops: list[Op] = [{"op": "put", "item": node.to_record()}]
         for c in children:
             change: dict[str, Any] = {"parents": [*c.parents, node_id]}
-            if c.tier != "archived":
+            # Overflow condensation moves active nodes under the new one; condensing the
+            # archive leaves a restored child where the agent put it.
+            if children_tier == "active" and c.tier != "archived":
                 change["tier"] = "archived"
             ops.append({"op": "patch", "id": c.id, "set": change})
         txn.apply(ops)
@@ -602,8 +829,14 @@ class Store:
         made: list[str] = []
         # 4a. Every archived item no summary covers goes into a d1 node (deeper if it is itself a
         # node that was evicted), in coherent groups of neighbours in time.
-        if s.uncovered:
-            pending = sorted((s.items[i] for i in s.uncovered), key=lambda it: it.seq)
+        # A summary never mixes scopes: it would show one project's memories to another.
+        by_scope: dict[str, list[Item]] = {}
+        for item_id in s.uncovered:
+            it = s.items[item_id]
+            by_scope.setdefault(scope_key(it.scope), []).append(it)
+        for scope, scope_items in by_scope.items():
+            pending = sorted(scope_items, key=lambda it: it.seq)
+            pending = self._extend_latest_node(txn, scope, pending, made)
             for group in group_coherent(pending, C.CHUNK_SIZE, s.index.terms):
                 depth = min(C.MAX_DEPTH, 1 + max(c.depth for c in group))
                 node_id = self._make_node(txn, depth, group, "archived")
@@ -613,18 +846,20 @@ class Store:
         # 4b. More than FANOUT active nodes at one depth condense into the next depth; under
         # budget pressure, any two do.
         for depth in range(1, C.MAX_DEPTH):
-            nodes = [
-                s.items[s.by_seq[q]]
-                for q in s.order["active"]
-                if s.items[s.by_seq[q]].depth == depth and not s.items[s.by_seq[q]].pinned
-            ]
-            while len(nodes) > C.FANOUT or (s.used > target_tokens and len(nodes) >= 2):
-                group, nodes = nodes[: C.FANOUT], nodes[C.FANOUT :]
-                if len(group) < 2:
-                    break
-                node_id = self._make_node(txn, depth + 1, group, "active")
-                if node_id:
-                    made.append(node_id)
+            per_scope: dict[str, list[Item]] = {}
+            for q in s.order["active"]:
+                it = s.items[s.by_seq[q]]
+                if it.depth == depth and not it.pinned:
+                    per_scope.setdefault(scope_key(it.scope), []).append(it)
+            for scope_nodes in per_scope.values():
+                nodes = scope_nodes
+                while len(nodes) > C.FANOUT or (s.used > target_tokens and len(nodes) >= 2):
+                    group, nodes = nodes[: C.FANOUT], nodes[C.FANOUT :]
+                    if len(group) < 2:
+                        break
+                    node_id = self._make_node(txn, depth + 1, group, "active")
+                    if node_id:
+                        made.append(node_id)
 
         # 4c. Last resort for budgets smaller than the summaries themselves: archive the
         # lowest-value nodes. They stay reachable by query and are re-covered next time.
@@ -643,6 +878,45 @@ class Store:
                     break
                 txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}}])
         return made
+
+    def _extend_latest_node(self, txn: _Txn, scope: str, pending: list[Item], made: list[str]) -> list[Item]:
+        """A few newly archived raw items join the newest d1 node that has room rather than
+        making a node of their own: small auto-compactions would otherwise leave a trail of
+        one-item summaries. The node is re-made (its id follows its children), so only a
+        stand-in (extractive) node is extended, never one whose text the agent wrote."""
+        s = self._s
+        raw = [it for it in pending if not it.depth]
+        if not raw or len(pending) >= C.CHUNK_SIZE // 2:
+            return pending
+        latest: Item | None = None
+        for q in reversed(s.order["active"]):
+            it = s.items[s.by_seq[q]]
+            if it.depth == 1 and scope_key(it.scope) == scope:
+                latest = it
+                break
+        if (
+            latest is None
+            or latest.quality != "extractive"
+            or latest.pinned
+            or latest.parents
+            or latest.children_tier != "archived"
+            or len(latest.children) >= C.CHUNK_SIZE
+        ):
+            return pending
+        take = raw[: C.CHUNK_SIZE - len(latest.children)]
+        kids = [s.items[c] for c in latest.children if c in s.items]
+        ops: list[Op] = [{"op": "del", "id": latest.id}]
+        ops.extend(
+            {"op": "patch", "id": k.id, "set": {"parents": [p for p in k.parents if p != latest.id]}} for k in kids
+        )
+        txn.apply(ops)
+        node_id = self._make_node(txn, 1, [s.items[k.id] for k in kids] + take, "archived")
+        if node_id:
+            if latest.id in made:
+                made.remove(latest.id)
+            made.append(node_id)
+        taken = {t.id for t in take}
+        return [it for it in pending if it.id not in taken]
 
     def _needs_text(self) -> list[str]:
         s = self._s
@@ -669,10 +943,12 @@ class Store:
             txn = _Txn(self)
             try:
                 report = self._compact_in(txn, target, frozenset(), "manual")
+                self._enforce_limits(txn, frozenset(), report)
                 txn.commit()
             except BaseException:
                 txn.rollback()
                 raise
+            self._record_drops(report)
             return report
 
     def update(
@@ -690,6 +966,11 @@ class Store:
             old = self._get(item_id)
             changes: dict[str, Any] = {}
             warnings: list[str] = []
+            self._redacted = {}
+            if content is not None or summary is not None:
+                red_content, red_summary = self._redact(content or "", summary)
+                content = red_content if content is not None else None
+                summary = red_summary
             if old.depth and content is not None:
                 raise InvalidArgumentError(
                     f"{item_id} is a summary node: write its text with summary=..., not content."
@@ -736,7 +1017,16 @@ class Store:
                 ctype = changes.get("content_type", old.content_type)
                 text = changes.get("content", old.content)
                 changes["tags"] = merge_tags(user, auto_tags(text, ctype))[: C.MAX_TAGS]
-            self._commit([{"op": "patch", "id": item_id, "set": changes}])
+            self._transact(
+                [{"op": "patch", "id": item_id, "set": changes}],
+                protected=frozenset({item_id}),
+                hint_ids=[item_id] if "content" in changes or "summary" in changes else None,
+            )
+            redacted = self.take_redactions()
+            if redacted:
+                warnings.append(
+                    "Redacted before saving: " + ", ".join(f"{n} {kind}" for kind, n in sorted(redacted.items()))
+                )
             return Updated(self._s.items[item_id], warnings)
 
     def _lineage_text(self, node: Item, chars: int = 400_000) -> list[str]:
@@ -815,6 +1105,7 @@ class Store:
             except BaseException:
                 txn.rollback()
                 raise
+            self._ledger_append([{"id": item_id, "reason": "forget", "at": self._clock()}])
             return item
 
     def _mark_gone(self, txn: _Txn, item: Item) -> None:
@@ -964,6 +1255,8 @@ class Store:
         auto_compact: bool | None = None,
         auto_compact_threshold: float | None = None,
         recall_tokens: int | None = None,
+        max_items: int | None = None,
+        max_archive_tokens: int | None = None,
     ) -> tuple[Settings, CompactReport | None]:
         changes: dict[str, Any] = {}
         if token_budget is not None:
@@ -984,6 +1277,14 @@ class Store:
             if isinstance(recall_tokens, bool) or not 100 <= recall_tokens <= C.RECALL_TOKENS_MAX:
                 raise InvalidArgumentError(f"recall_tokens must be from 100 to {C.RECALL_TOKENS_MAX:,}.")
             changes["recall_tokens"] = int(recall_tokens)
+        if max_items is not None:
+            if isinstance(max_items, bool) or not 10 <= max_items <= 10_000_000:
+                raise InvalidArgumentError("max_items must be from 10 to 10,000,000.")
+            changes["max_items"] = int(max_items)
+        if max_archive_tokens is not None:
+            if isinstance(max_archive_tokens, bool) or not 1_000 <= max_archive_tokens <= 10_000_000_000:
+                raise InvalidArgumentError("max_archive_tokens must be from 1,000 to 10,000,000,000.")
+            changes["max_archive_tokens"] = int(max_archive_tokens)
         with self._locked():
             self._sync()
             report = None
@@ -1015,6 +1316,7 @@ class Store:
         tags: str | Sequence[str] | None = None,
         limit: int = 10,
         include_archived: bool = False,
+        scope: str | None = None,
     ) -> list[Hit]:
         if not 1 <= limit <= C.QUERY_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.QUERY_LIMIT_MAX}.")
@@ -1027,11 +1329,13 @@ class Store:
             raise InvalidArgumentError("Give a query, tags, or both.")
         with self._locked():
             self._sync()
-            hits = self._search(text, tag_list, limit, include_archived)
+            hits = self._search(text, tag_list, limit, include_archived, self._scopes(scope))
             self._touch([h.item.id for h in hits])
             return [Hit(self._s.items[h.item.id], h.score, h.matched) for h in hits]
 
-    def _search(self, text: str, tag_list: list[str], limit: int, include_archived: bool) -> list[Hit]:
+    def _search(
+        self, text: str, tag_list: list[str], limit: int, include_archived: bool, scopes: frozenset[str] | None
+    ) -> list[Hit]:
         s = self._s
         now = self._clock()
         allowed: set[str] | None = None
@@ -1043,32 +1347,30 @@ class Store:
         def accept(item_id: str) -> bool:
             if allowed is not None and item_id not in allowed:
                 return False
-            return include_archived or s.items[item_id].tier == "active"
+            item = s.items[item_id]
+            if scopes is not None and scope_key(item.scope) not in scopes:
+                return False
+            return include_archived or item.tier == "active"
 
         if not text:
             pool = [s.items[i] for i in (allowed or ()) if accept(i)]
             best = heapq.nlargest(limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now), it.seq))
             return [Hit(it, scoring.rank_score(1.0, it, now), ()) for it in best]
 
-        # Retention can lift a BM25 score by at most MAX_RANK_FACTOR, so once the weakest of
-        # the top `limit` final scores beats the next BM25 score times that factor, no deeper
-        # hit can enter: fetch more only when that bound is not yet met.
-        fetch = max(limit * 4, 20)
-        while True:
-            raw = s.index.search(text, limit=fetch, accept=accept)
-            ranked = sorted(
-                (
-                    Hit(s.items[h.doc_id], scoring.rank_score(h.score, s.items[h.doc_id], now), tuple(h.matched))
-                    for h in raw
-                ),
-                key=lambda h: (-h.score, -h.item.seq),
-            )
-            if len(raw) < fetch:
-                return ranked[:limit]
-            floor = ranked[limit - 1].score if len(ranked) >= limit else 0.0
-            if raw[-1].score * scoring.MAX_RANK_FACTOR <= floor:
-                return ranked[:limit]
-            fetch *= 4
+        # Retention lifts a BM25 score by at most MAX_RANK_FACTOR (1.44), so the final top
+        # `limit` is drawn from the BM25 top few times `limit`: a hit below that would need a
+        # relevance far under the leaders' to overtake them, which the bound rules out in
+        # practice, and the index can prune everything deeper.
+        fetch = max(limit * C.RERANK_DEPTH, C.RERANK_MIN)
+        raw = s.index.search(text, limit=fetch, accept=accept)
+        ranked = sorted(
+            (
+                Hit(s.items[h.doc_id], scoring.rank_score(h.score, s.items[h.doc_id], now), tuple(h.matched))
+                for h in raw
+            ),
+            key=lambda h: (-h.score, -h.item.seq),
+        )
+        return ranked[:limit]
 
     def _touch(self, ids: list[str]) -> None:
         """A query is an access. Journaled without fsync: losing one on power loss is harmless."""
@@ -1092,7 +1394,7 @@ class Store:
             for op in ops:
                 self._apply(op)
 
-    def recall(self, limit: int = 20, query: str | None = None) -> Recall:
+    def recall(self, limit: int = 20, query: str | None = None, scope: str | None = None) -> Recall:
         """A context assembled within `recall_tokens`: pinned items, a fresh tail of the most
         recent items, then items and summary nodes by relevance (or retention), where a summary
         stands in for its archived children. Shown oldest first; reports what it left out."""
@@ -1102,13 +1404,14 @@ class Store:
             s = self._s
             now = self._clock()
             cap = self.settings.recall_tokens
-            active = [s.items[s.by_seq[q]] for q in reversed(s.order["active"])]  # newest first
+            scopes = self._scopes(scope)
+            active = [s.items[s.by_seq[q]] for q in reversed(self._visible_seqs("active", scopes))]  # newest first
             pinned = [it for it in active if it.pinned]
             tail = [it for it in active if not it.pinned and not it.depth][: C.FRESH_TAIL]
             text = (query or "").strip()
             ranked: list[tuple[Item, float]]
             if text:
-                hits = self._search(text, [], C.QUERY_LIMIT_MAX, False)
+                hits = self._search(text, [], C.QUERY_LIMIT_MAX, False, scopes)
                 ranked = [(h.item, h.score) for h in hits]
             else:
                 best = heapq.nlargest(
@@ -1149,7 +1452,7 @@ class Store:
             taken = list(chosen)  # in priority order: pinned, recent, then by score
             while True:
                 ordered = sorted((chosen[i] for i in taken), key=lambda c: (c[0].created_at, c[0].seq))
-                rendered, needs = self._render_recall(head, ordered, text, left_out, len(s.order["active"]), cap)
+                rendered, needs = self._render_recall(head, ordered, text, left_out, len(active), cap)
                 tokens = self.counter.count(rendered)
                 if tokens <= cap or not taken:
                     break
@@ -1158,7 +1461,7 @@ class Store:
             shown_pinned = [c[0] for c in ordered if c[0].pinned]
             shown = [(c[0], c[1] or 0.0) for c in ordered if not c[0].pinned]
             lines = [c[2] for c in ordered if c[0].pinned] + [c[2] for c in ordered if not c[0].pinned]
-            more = max(len(s.order["active"]) - len(ordered), 0)
+            more = max(len(active) - len(ordered), 0)
             return Recall(
                 pinned=shown_pinned,
                 items=shown,
@@ -1190,7 +1493,12 @@ class Store:
             body.append(f"Memory, oldest first (recent, then {kind}):")
             body.extend(other_lines)
         if not ordered:
-            body.append("Memory is empty." if not self._s.items else "No active items fit.")
+            if not self._s.items:
+                body.append("Memory is empty.")
+            elif not active_count:
+                body.append(f"No active items in scope {self.scope!r} (other projects' items exist; scope='all').")
+            else:
+                body.append("No active items fit within recall_tokens.")
         more = active_count - len(ordered)
         if more > 0:
             sample = ", ".join(list(dict.fromkeys(left_out))[:8])
@@ -1226,13 +1534,15 @@ class Store:
         with self._read():
             return [(self._s.items[n], self._needs_text_block(self._s.items[n])) for n in self._needs_text()[:limit]]
 
-    def list_items(self, offset: int = 0, limit: int = 20, tier: TierFilter = "active") -> Page:
+    def list_items(
+        self, offset: int = 0, limit: int = 20, tier: TierFilter = "active", scope: str | None = None
+    ) -> Page:
         if offset < 0:
             raise InvalidArgumentError("offset must be 0 or more.")
         if not 1 <= limit <= C.LIST_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.LIST_LIMIT_MAX}.")
         with self._read():
-            seqs = self._seqs(tier)
+            seqs = self._seqs(tier, self._scopes(scope))
             total = len(seqs)
             # Newest first: walk from the end.
             hi = total - offset
@@ -1240,15 +1550,46 @@ class Store:
             picked = [self._s.items[self._s.by_seq[q]] for q in reversed(seqs[lo:hi])] if hi > 0 else []
             return Page(items=picked, total=total, offset=offset)
 
-    def _seqs(self, tier: TierFilter) -> list[int]:
+    def _seqs(self, tier: TierFilter, scopes: frozenset[str] | None = None) -> list[int]:
         if tier == "all":
-            return list(heapq.merge(self._s.order["active"], self._s.order["archived"]))
+            return list(heapq.merge(self._visible_seqs("active", scopes), self._visible_seqs("archived", scopes)))
         if tier not in ("active", "archived"):
             raise InvalidArgumentError("tier must be one of: active, archived, all.")
-        return self._s.order[tier]
+        return self._visible_seqs(tier, scopes)
+
+    def _visible_seqs(self, tier: str, scopes: frozenset[str] | None) -> list[int]:
+        """Seqs of one tier in the given scopes (all scopes if None), ascending."""
+        if scopes is None:
+            return self._s.order[tier]
+        lists = [self._s.scope_order.get(sc, {}).get(tier, []) for sc in scopes]
+        lists = [seqs for seqs in lists if seqs]
+        if len(lists) == 1:
+            return lists[0]
+        return list(heapq.merge(*lists))
+
+    def _scopes(self, scope: str | None) -> frozenset[str] | None:
+        """What a read covers: None = every scope ("all"); else the scope plus global."""
+        if scope is None:
+            scope = self.default_read_scope or self.scope
+        if scope == ALL_SCOPES:
+            return None
+        return frozenset({scope_key(self._check_scope(scope)), GLOBAL_SCOPE})
+
+    @staticmethod
+    def _check_scope(scope: str) -> str:
+        scope = scope.strip()
+        if not scope or len(scope) > 4096 or any(ch in scope for ch in "\n\r\x00"):
+            raise InvalidArgumentError("scope must be a non-empty single-line name (or 'global', or 'all' to read).")
+        if scope == ALL_SCOPES:
+            raise InvalidArgumentError("'all' is for reading; store into a project scope or 'global'.")
+        return scope
 
     def export(
-        self, tier: TierFilter = "all", cursor: str | None = None, page_chars: int = C.EXPORT_PAGE_CHARS
+        self,
+        tier: TierFilter = "all",
+        cursor: str | None = None,
+        page_chars: int = C.EXPORT_PAGE_CHARS,
+        scope: str | None = None,
     ) -> ExportPage:
         """Oldest first, paged by a cursor that survives concurrent stores (it is a seq)."""
         after = 0
@@ -1258,7 +1599,7 @@ class Store:
             except (ValueError, UnicodeDecodeError) as exc:
                 raise InvalidArgumentError("cursor is not one this server issued; omit it to start over.") from exc
         with self._read():
-            seqs = self._seqs(tier)
+            seqs = self._seqs(tier, self._scopes(scope))
             start = bisect.bisect_right(seqs, after)
             out: list[Item] = []
             used = 0
@@ -1289,6 +1630,10 @@ class Store:
                     journal_bytes=self._dir.journal_size(),
                     generation=self._dir.gen,
                     dirty=self._dirty,
+                    degraded=self._degraded is not None,
+                    degraded_reason=self._degraded,
+                    unsaved_calls=self._unsaved,
+                    forget_ledger_entries=self._ledger_count(),
                 )
             pinned = sum(1 for q in s.order["active"] if s.items[s.by_seq[q]].pinned)
             return Status(
@@ -1326,6 +1671,10 @@ class Store:
         assert self._dir is not None
         gen, offset = self._dir.gen, self._dir.offset
         header = self._snapshot_header(gen + 1, gen, offset)
+        # Synchronous snapshots (shutdown, forget, recovery) hold the lock anyway, so they also
+        # save the index: the next start then loads it instead of re-tokenising everything.
+        header["index"] = self._s.index.to_state()
+        header["dedup"] = self._s.dedup.to_state()
         self._dir.write_snapshot(snapshot_chunks(header, list(items.values())))
         self._dir.rotate(gen + 1, offset)
         self._dir.remove_temp_files()
@@ -1364,6 +1713,11 @@ class Store:
             if sd.gen != gen:
                 # Someone else rotated meanwhile (forget, another process): ours is stale.
                 self._discard_tmp()
+                return
+            if self._degraded is not None:
+                # Calls made while degraded are only in memory: save all of it instead.
+                self._discard_tmp()
+                self._recover()
                 return
             try:
                 sd.install_snapshot_tmp()
@@ -1413,10 +1767,7 @@ class _Txn:
             self.ops.append(op)
 
     def commit(self, sync: bool = True) -> None:
-        st = self._store
-        if st._dir is not None and self.ops:
-            st._dir.append(self.ops, sync=sync)
-            st._dirty = True
+        self._store._persist_ops(self.ops, sync)
 
     def rollback(self) -> None:
         st = self._store

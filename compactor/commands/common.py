@@ -1,0 +1,145 @@
+"""What every subcommand shares: finding and opening the state dir, printing for people or for
+scripts, colour only on a terminal, and errors that become exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..persist import JOURNAL, SNAPSHOT
+from ..report import StateFiles
+from ..scope import project_scope
+from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+_ANSI = {"head": "1", "dim": "2", "ok": "32", "warn": "33", "bad": "31", "id": "36"}
+
+
+class CliError(Exception):
+    """A failure to report in one line, with its exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def wants_color(stream: TextIO) -> bool:
+    """Colour only on a terminal, never with NO_COLOR set (no-color.org) or a dumb terminal."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class Out:
+    """Where a subcommand writes: lines for people, one JSON document for scripts."""
+
+    def __init__(self, stream: TextIO, *, json_mode: bool = False, color: bool | None = None) -> None:
+        self.stream = stream
+        self.json_mode = json_mode
+        self.color = wants_color(stream) if color is None else color
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        self.unicode = encoding.startswith("utf")
+
+    def paint(self, text: str, role: str) -> str:
+        code = _ANSI.get(role)
+        if not self.color or code is None:
+            return text
+        return f"\x1b[{code}m{text}\x1b[0m"
+
+    def line(self, text: str = "") -> None:
+        self.stream.write(text + "\n")
+
+    def lines(self, texts: list[str]) -> None:
+        for text in texts:
+            self.line(text)
+
+    def json(self, value: Any) -> None:
+        self.stream.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+
+    @property
+    def width(self) -> int:
+        return shutil.get_terminal_size((100, 24)).columns
+
+
+def add_state_dir(p: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a value given before the subcommand (or from the environment) survives.
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="the state dir a server uses (default: env COMPACTOR_STATE_DIR)",
+    )
+    p.add_argument(
+        "--scope",
+        default=argparse.SUPPRESS,
+        help="project scope (default: the git root of the current directory; 'all' reads every project)",
+    )
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON document for scripts")
+
+
+def state_dir_of(args: argparse.Namespace) -> Path:
+    value = getattr(args, "state_dir", None) or os.environ.get("COMPACTOR_STATE_DIR")
+    if not value:
+        raise CliError("no state dir: pass --state-dir DIR or set COMPACTOR_STATE_DIR", EXIT_USAGE)
+    return Path(value).expanduser()
+
+
+def has_state(path: Path) -> bool:
+    return (path / JOURNAL).exists() or (path / SNAPSHOT).exists()
+
+
+@contextlib.contextmanager
+def opened(args: argparse.Namespace, *, create: bool = False, cwd: str | None = None) -> Iterator[Store]:
+    """The Store over the state dir, coordinated with any server running on it (flock +
+    journal), in the same project scope a server started here would use (or --scope).
+    Reading never creates a state dir that is not there."""
+    path = state_dir_of(args)
+    if not create and not has_state(path):
+        raise CliError(f"no compactor state in {path} (nothing stored there yet, or a wrong --state-dir)")
+    scope = getattr(args, "scope", None) or os.environ.get("COMPACTOR_SCOPE")
+    if scope == ALL_SCOPES:
+        store = Store(state_dir=path, scope=GLOBAL_SCOPE)
+        store.default_read_scope = ALL_SCOPES
+    else:
+        store = Store(state_dir=path, scope=scope or project_scope(Path(cwd) if cwd else None))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def state_files(path: Path) -> StateFiles:
+    def size(p: Path) -> int:
+        try:
+            return p.stat().st_size
+        except OSError:
+            return 0
+
+    try:
+        snap_at: float | None = (path / SNAPSHOT).stat().st_mtime
+    except OSError:
+        snap_at = None
+    return StateFiles(str(path), size(path / JOURNAL), size(path / SNAPSHOT), snap_at)
+
+
+def item_json(item: Any, *, full: bool = True) -> dict[str, Any]:
+    """An item for scripts: every field (content included when `full`)."""
+    record: dict[str, Any] = item.to_record()
+    record.pop("seq", None)
+    if not full:
+        record.pop("content", None)
+    return record

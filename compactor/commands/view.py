@@ -1,0 +1,284 @@
+"""Read-only subcommands: status, list, show, query, tree."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import constants as C
+from ..errors import StateCorruptError
+from ..models import Item
+from ..persist import JOURNAL, StateDir
+from ..render import preview
+from ..report import ago, item_report, per_depth, status_report
+from ..store import Store
+from .common import EXIT_OK, Out, add_json, add_state_dir, item_json, opened, state_dir_of, state_files
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("status", help="budget bar and counts per tier, type and depth", description=cmd_status.__doc__)
+    add_state_dir(p)
+    add_json(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("list", help="list items, newest first", description=cmd_list.__doc__)
+    add_state_dir(p)
+    add_json(p)
+    p.add_argument("--tier", choices=["active", "archived", "all"], default="active", help="default: active")
+    p.add_argument("--limit", type=_limit, default=20, help="items per page (1-200, default 20)")
+    p.add_argument("--offset", type=_offset, default=0, help="skip this many of the newest first")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="one item in full: content, lineage and history", description=cmd_show.__doc__)
+    add_state_dir(p)
+    add_json(p)
+    p.add_argument("id", help="item id")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("query", help="search memory (BM25 + retention)", description=cmd_query.__doc__)
+    add_state_dir(p)
+    add_json(p)
+    p.add_argument("text", nargs="?", default="", help="what to look for")
+    p.add_argument("--tags", help="only items with one of these tags (comma-separated)")
+    p.add_argument("--limit", type=_query_limit, default=10, help="most results (1-100, default 10)")
+    p.add_argument("--archived", action="store_true", help="search the archive too")
+    p.set_defaults(func=cmd_query)
+
+    p = sub.add_parser("tree", help="the summary DAG, from its roots or one node", description=cmd_tree.__doc__)
+    add_state_dir(p)
+    add_json(p)
+    p.add_argument("root", nargs="?", help="start from this node (default: every active root)")
+    p.add_argument("--depth", type=_depth, default=2, help="levels to show (1-10, default 2)")
+    p.set_defaults(func=cmd_tree)
+
+
+def _int_in(lo: int, hi: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be from {lo} to {hi}")
+        return value
+
+    return parse
+
+
+_limit = _int_in(1, C.LIST_LIMIT_MAX)
+_offset = _int_in(0, 1 << 40)
+_query_limit = _int_in(1, C.QUERY_LIMIT_MAX)
+_depth = _int_in(1, 10)
+
+
+def cmd_status(args: argparse.Namespace, out: Out) -> int:
+    """Show the token budget as a bar, and the number of items per tier, content type and
+    summary depth."""
+    with opened(args) as store:
+        st = store.status()
+        shape = store.dag_shape()
+    files = state_files(state_dir_of(args))
+    if out.json_mode:
+        out.json(
+            {
+                "token_budget": st.token_budget,
+                "tokens_used": st.tokens_used,
+                "usage_percent": round(100.0 * st.tokens_used / st.token_budget, 2) if st.token_budget else 0.0,
+                "budget_source": st.settings.budget_source,
+                "active_items": st.active_items,
+                "archived_items": st.archived_items,
+                "pinned_items": st.pinned_items,
+                "per_type": st.per_type,
+                "per_depth": {str(d): v for d, v in per_depth(st, shape).items()},
+                "settings": st.settings.to_record(),
+                "state_dir": files.path,
+                "journal_bytes": files.journal_bytes,
+                "snapshot_bytes": files.snapshot_bytes,
+                "snapshot_at": files.snapshot_at,
+            }
+        )
+        return EXIT_OK
+    out.lines(status_report(st, shape, files, paint=out.paint, unicode=out.unicode))
+    return EXIT_OK
+
+
+def _id_width(items: list[Item]) -> int:
+    return max([10, *(len(it.id) for it in items)])
+
+
+def _row(out: Out, it: Item, now: float, width: int, extra: str = "") -> str:
+    flags = "".join(
+        flag for flag, on in (("P", it.pinned), ("A", it.tier == "archived"), ("S", it.view == "summary")) if on
+    )
+    kind = f"d{it.depth}" if it.depth else it.content_type
+    age = ago(it.created_at, now)
+    head = f"{it.id:<{width}} {kind:<11} {it.importance:>3} {it.view_tokens:>6,} {flags:<3} {age:>4}"
+    room = max(20, out.width - len(head) - len(extra) - 2)
+    text = preview(it.summary or it.content, room)
+    return f"{out.paint(it.id, 'id')}{head[len(it.id) :]}{extra}  {text}"
+
+
+def _header(out: Out, width: int, extra: str = "") -> str:
+    head = f"{'ID':<{width}} {'TYPE':<11} {'IMP':>3} {'TOKENS':>6} {'FLG':<3} {'AGE':>4}{extra}  TEXT"
+    return out.paint(head, "dim")
+
+
+def cmd_list(args: argparse.Namespace, out: Out) -> int:
+    """List items newest first, one line each. Flags: P pinned, A archived, S shown as its
+    summary."""
+    with opened(args) as store:
+        page = store.list_items(offset=args.offset, limit=args.limit, tier=args.tier)
+    if out.json_mode:
+        out.json(
+            {
+                "items": [item_json(it, full=False) for it in page.items],
+                "total": page.total,
+                "offset": page.offset,
+                "next_offset": page.offset + len(page.items) if page.offset + len(page.items) < page.total else None,
+            }
+        )
+        return EXIT_OK
+    now = time.time()
+    if not page.items:
+        out.line(f"No {args.tier} items." if args.tier != "all" else "No items.")
+        return EXIT_OK
+    width = _id_width(page.items)
+    out.line(_header(out, width))
+    for it in page.items:
+        out.line(_row(out, it, now, width))
+    shown_to = page.offset + len(page.items)
+    note = f"{page.offset + 1}-{shown_to} of {page.total:,} {args.tier}"
+    if shown_to < page.total:
+        note += f"; next: --offset {shown_to}"
+    out.line(out.paint(note, "dim"))
+    return EXIT_OK
+
+
+def journal_entries(path: Path, item_id: str, limit: int = C.SHOW_JOURNAL_ENTRIES) -> list[str]:
+    """What the journal (changes since the last snapshot) records about one item; [] when the
+    journal is too big to read for a glance or cannot be read."""
+    try:
+        if (path / JOURNAL).stat().st_size > C.SHOW_JOURNAL_MAX_BYTES:
+            return []
+        _, batches, _, _ = StateDir(path).read_journal()
+    except (OSError, StateCorruptError):
+        return []
+    found: list[str] = []
+    for lineno, batch in enumerate(batches, start=2):  # line 1 is the journal header
+        for op in batch:
+            target = op.get("id") or (op.get("item") or {}).get("id")
+            if target == item_id:
+                found.append(f"line {lineno}: {_describe_op(op)}")
+    return found[-limit:]
+
+
+def _describe_op(op: dict[str, Any]) -> str:
+    kind = op.get("op")
+    if kind == "put":
+        return "stored (put)"
+    if kind == "del":
+        return "deleted"
+    changes = dict(op.get("set") or {})
+    if set(changes) <= {"last_accessed_at", "access_count"}:
+        return f"accessed (count {changes.get('access_count', '?')})"
+    shown: list[str] = []
+    for key, value in changes.items():
+        if key in ("content_tokens", "summary_tokens", "last_accessed_at", "access_count"):
+            continue
+        if key in ("content", "summary"):
+            shown.append(f"{key} rewritten")
+        elif isinstance(value, list):
+            shown.append(f"{key}=[{', '.join(map(str, value[:4]))}{', …' if len(value) > 4 else ''}]")
+        else:
+            shown.append(f"{key}={value}")
+    return "changed " + ", ".join(shown)
+
+
+def cmd_show(args: argparse.Namespace, out: Out) -> int:
+    """Show one item in full: its content and summary, its lineage (parents, children, the
+    item it was merged into, the path up to its active ancestor) and its history (created,
+    last accessed, access count, tier and view, and what the journal recorded since the last
+    snapshot)."""
+    with opened(args) as store:
+        item = store.get(args.id)
+        path = store.ancestors(item)
+        journal = journal_entries(state_dir_of(args), item.id)
+        if out.json_mode:
+            record = item_json(item)
+            record["active_via"] = path
+            record["journal"] = journal
+            out.json(record)
+            return EXIT_OK
+        out.lines(item_report(store, item, paint=out.paint, journal=journal))
+    return EXIT_OK
+
+
+def cmd_query(args: argparse.Namespace, out: Out) -> int:
+    """Search memory as the agent's `query` tool does: BM25 over content, summary and tags,
+    lifted a little by retention. Give TEXT, --tags, or both. Counts as an access, as the tool
+    does."""
+    with opened(args) as store:
+        hits = store.query(args.text, tags=args.tags, limit=args.limit, include_archived=args.archived)
+    if out.json_mode:
+        out.json(
+            {
+                "items": [
+                    {**item_json(h.item, full=False), "score": round(h.score, 4), "matched": list(h.matched)}
+                    for h in hits
+                ]
+            }
+        )
+        return EXIT_OK
+    if not hits:
+        out.line("No matches." + ("" if args.archived else " (--archived searches the archive too)"))
+        return EXIT_OK
+    now = time.time()
+    width = _id_width([h.item for h in hits])
+    out.line(_header(out, width, f" {'SCORE':>6}"))
+    for h in hits:
+        out.line(_row(out, h.item, now, width, f" {h.score:>6.3f}"))
+    return EXIT_OK
+
+
+def _tree_json(store: Store, node: Item, levels: int, budget: list[int]) -> dict[str, Any]:
+    budget[0] -= 1
+    record: dict[str, Any] = {
+        "id": node.id,
+        "depth": node.depth,
+        "tier": node.tier,
+        "tokens": node.view_tokens,
+        "quality": node.quality,
+        "text": preview(node.summary or node.content, 160),
+    }
+    if node.depth:
+        record["child_count"] = len(node.children)
+        if levels > 1:
+            kids: list[dict[str, Any]] = []
+            for child_id in node.children:
+                if budget[0] <= 0:
+                    break
+                try:
+                    kids.append(_tree_json(store, store.get(child_id), levels - 1, budget))
+                except KeyError:
+                    continue
+            record["children"] = kids
+    return record
+
+
+def cmd_tree(args: argparse.Namespace, out: Out) -> int:
+    """Draw the summary DAG: each node with its depth, tokens, quality (extractive, agent,
+    stale), tier, and first line; children indented under it."""
+    with opened(args) as store:
+        if out.json_mode:
+            starts = [store.get(args.root)] if args.root else store.roots()
+            budget = [2_000]
+            out.json({"roots": [_tree_json(store, n, args.depth, budget) for n in starts]})
+            return EXIT_OK
+        text = store.tree(root=args.root, max_depth=args.depth)
+    for line in text.splitlines():
+        ident, sep, rest = line.lstrip().partition(" ")
+        indent = line[: len(line) - len(line.lstrip())]
+        out.line(f"{indent}{out.paint(ident, 'id')}{sep}{rest}" if sep and not ident.startswith("…") else line)
+    return EXIT_OK

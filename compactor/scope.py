@@ -1,0 +1,28 @@
+"""Which project a memory belongs to: the client's first root, else the git root of the
+server's working directory, else that directory itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+
+def git_root(start: Path) -> Path | None:
+    for candidate in (start, *start.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
+def project_scope(cwd: Path | None = None) -> str:
+    here = (cwd or Path.cwd()).resolve()
+    return str(git_root(here) or here)
+
+
+def scope_from_root_uri(uri: str) -> str | None:
+    """A `file://` root becomes its project's scope; other schemes say nothing about a path."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "file" or not parsed.path:
+        return None
+    path = Path(unquote(parsed.path))
+    return str(git_root(path) or path)

@@ -1,0 +1,94 @@
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compactor.analyze import query_terms, tokenize
+
+
+def test_camel_case_with_acronym_gives_parts_and_whole():
+    assert tokenize("parseHTTPResponse") == ["parsehttpresponse", "parse", "http", "response"]
+
+
+def test_error_names_split_into_kind_and_error():
+    assert set(tokenize("KeyError")) == {"keyerror", "key", "error"}
+    assert set(tokenize("raise ValueError(x)")) >= {"valueerror", "value", "error", "raise"}
+
+
+def test_snake_case():
+    assert tokenize("max_items") == ["max_items", "max", "items"]
+
+
+def test_kebab_case():
+    assert tokenize("rank-bm25") == ["rank-bm25", "rank", "bm25"]
+
+
+def test_dotted_name_keeps_whole_and_parts():
+    toks = tokenize("os.path.join")
+    assert toks[0] == "os.path.join"
+    assert {"os", "path", "join"} <= set(toks)
+
+
+def test_relative_path_gives_whole_basename_stem_and_directories():
+    toks = tokenize("django/db/models/query.py")
+    assert toks[0] == "django/db/models/query.py"
+    assert {"query.py", "query", "django", "db", "models", "py"} == set(toks[1:])
+
+
+def test_absolute_path_is_kept_as_written_with_its_parts():
+    toks = set(tokenize("File /testbed/django/db/models/Query.py, line 3"))
+    assert {"/testbed/django/db/models/query.py", "testbed", "django", "models", "query.py", "query"} <= toks
+
+
+def test_dot_slash_prefix_is_kept_on_the_whole():
+    assert set(tokenize("./setup.py")) == {"./setup.py", "setup.py", "setup", "py"}
+
+
+def test_sentence_punctuation_is_not_part_of_a_token():
+    assert tokenize("see query.py.") == ["see", "query.py", "query", "py"]
+    assert tokenize("--verbose") == ["verbose"]
+
+
+def test_numbers_of_two_or_more_chars_are_tokens_and_single_chars_are_dropped():
+    assert tokenize("port 8080 gave 404 x 1 y") == ["port", "8080", "gave", "404"]
+
+
+def test_blob_is_not_a_term_but_its_parts_are():
+    blob = "x" * 200
+    assert tokenize(blob) == []
+    assert tokenize(f"{blob}/setup.py") == ["setup.py", "setup", "py"]
+
+
+def test_lowercases_and_keeps_document_order_and_duplicates():
+    assert tokenize("Foo bar FOO") == ["foo", "bar", "foo"]
+
+
+def test_non_ascii_words_are_lowercased_not_mangled():
+    assert tokenize("Größe Straße") == ["größe", "straße"]
+
+
+def test_query_terms_drop_duplicates_keeping_first_order():
+    assert query_terms("error KeyError error key") == ["error", "keyerror", "key"]
+
+
+_TEXT = st.text(alphabet=st.sampled_from("aZ9_-./ ~:é\n"), max_size=60) | st.text(max_size=60)
+
+
+@given(_TEXT)
+def test_tokens_are_lowercase_and_at_least_two_chars(text):
+    for tok in tokenize(text):
+        assert 2 <= len(tok) <= 128
+        assert tok == tok.lower()
+        assert not re.search(r"\s", tok)
+
+
+@given(_TEXT, _TEXT)
+def test_tokenization_is_local_to_whitespace_separated_chunks(a, b):
+    assert tokenize(f"{a} {b}") == tokenize(a) + tokenize(b)
+
+
+@given(_TEXT)
+def test_query_terms_are_the_distinct_tokens(text):
+    terms = query_terms(text)
+    assert len(terms) == len(set(terms))
+    assert set(terms) == set(tokenize(text))

@@ -1,0 +1,67 @@
+"""The Docker image's entrypoint exits on stdin EOF: run the exact command the Dockerfile's
+ENTRYPOINT (and CMD) name, with the `compactor` console script of the environment running the
+tests, close its stdin, and check it exits 0 promptly."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT, server_env
+
+
+def instruction(dockerfile: str, name: str) -> list[str] | None:
+    """The last ENTRYPOINT or CMD, in exec form (a JSON array) or shell form."""
+    found: list[str] | None = None
+    logical = dockerfile.replace("\\\n", " ")
+    for line in logical.splitlines():
+        stripped = line.strip()
+        if stripped.upper().startswith(name + " "):
+            value = stripped[len(name) :].strip()
+            if value.startswith("["):
+                parsed = json.loads(value)
+                assert isinstance(parsed, list) and all(isinstance(p, str) for p in parsed), value
+                found = parsed
+            else:
+                found = ["/bin/sh", "-c", value]
+    return found
+
+
+def test_dockerfile_entrypoint_exits_on_stdin_eof(tmp_path):
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    entrypoint = instruction(dockerfile, "ENTRYPOINT")
+    cmd = instruction(dockerfile, "CMD") or []
+    assert entrypoint, "the Dockerfile has no ENTRYPOINT"
+    assert entrypoint[0] == "compactor", f"expected the compactor console script, got {entrypoint}"
+    script = Path(sys.executable).parent / "compactor"
+    assert script.exists(), f"{script} is missing: install the project (`pip install -e .`) to get the console script"
+
+    argv = [str(script), *entrypoint[1:], *cmd, "--state-dir", str(tmp_path / "data")]
+    with open(tmp_path / "stderr", "w+b") as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=server_env())
+        started = time.monotonic()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"`{shlex.join(argv)}` did not exit within 60 s of stdin closing") from None
+        finally:
+            out = proc.stdout.read()
+            proc.stdout.close()
+        err.seek(0)
+        assert code == 0, err.read().decode(errors="replace")
+    assert out == b""  # nothing on the protocol channel without a request
+    assert time.monotonic() - started < 60
+
+
+def test_instruction_parsing_handles_both_forms():
+    text = 'FROM x\nENTRYPOINT ["compactor", "--log-level", "INFO"]\nCMD --state-dir /data \\\n  --budget 5000\n'
+    assert instruction(text, "ENTRYPOINT") == ["compactor", "--log-level", "INFO"]
+    assert instruction(text, "CMD") == ["/bin/sh", "-c", "--state-dir /data    --budget 5000"]

@@ -1,0 +1,201 @@
+"""Claude Code hooks on transcripts built in Claude Code's JSONL shape, run as Claude Code runs
+them: a process with the hook JSON on stdin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compactor import constants as C
+from compactor.hooks import session_tag
+from compactor.store import Store
+from compactor.transcript import digest_transcript
+from tests.cc_transcript import Transcript, sample, text_block
+from tests.conftest import server_command, server_env
+from tests.stdio_client import StdioServer
+
+SID = "5f0c1d2e-7a3b-4c59-9e21-0b8d4f6a7c13"
+
+
+def hook(event: str, payload: dict | str, state_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    stdin = payload if isinstance(payload, str) else json.dumps(payload)
+    return subprocess.run(
+        server_command("hook", event, "--state-dir", str(state_dir), *extra),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=server_env(),
+        timeout=120,
+    )
+
+
+def pre_compact_payload(path: Path, sid: str = SID, cwd: str = "/home/me/shop") -> dict:
+    return {
+        "session_id": sid,
+        "transcript_path": str(path),
+        "cwd": cwd,
+        "hook_event_name": "PreCompact",
+        "trigger": "auto",
+        "custom_instructions": "",
+    }
+
+
+def session_items(state_dir: Path, sid: str = SID) -> dict[str, str]:
+    s = Store(state_dir=state_dir)
+    try:
+        hits = s.query(tags=session_tag(sid), limit=20, include_archived=True, scope="all")
+        return {next(t for t in h.item.tags if t in C.DIGEST_IMPORTANCE): h.item.content for h in hits}
+    finally:
+        s.close()
+
+
+def test_pre_compact_stores_a_digest_of_each_kind(tmp_path, state_dir):
+    path = sample(SID).write(tmp_path / f"{SID}.jsonl")
+    res = hook("pre-compact", pre_compact_payload(path), state_dir, "--json")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["session_id"] == SID and report["malformed_lines"] == 1
+    assert set(report["sections"]) == {"requirements", "decisions", "errors", "files", "tasks"}
+
+    items = session_items(state_dir)
+    req = items["requirements"]
+    assert "Refactor the checkout flow" in req and "keep Python 3.9 compatibility" in req
+    assert "PaymentDeclined" in req and "/model" not in req  # injected command echoes are not requirements
+    assert "adapter instead of subclassing" in items["decisions"] and "root cause" in items["decisions"]
+    assert "AttributeError: 'NoneType' object has no attribute 'charge'" in items["errors"]
+    assert "pytest tests/test_checkout.py" in items["errors"]
+    assert "edited shop/checkout.py" in items["files"] and "edited shop/gateway_adapter.py" in items["files"]
+    assert "[in_progress] Route checkout() through the adapter" in items["tasks"]
+    assert "[pending] Update tests for declined cards" in items["tasks"]
+    assert "Add PaymentGateway adapter" not in items["tasks"]  # completed
+
+    # The same transcript again stores nothing new.
+    again = json.loads(hook("pre-compact", pre_compact_payload(path), state_dir, "--json").stdout)
+    assert again["stored"] == [] and sorted(again["already_present"]) == sorted(report["stored"])
+
+
+def test_session_start_prints_hook_json_with_recall_and_the_session_digest(tmp_path, state_dir):
+    path = sample(SID).write(tmp_path / "t.jsonl")
+    assert hook("pre-compact", pre_compact_payload(path), state_dir).returncode == 0
+    s = Store(state_dir=state_dir)
+    pinned = s.store("Always run the linter before committing.", pinned=True).item.id
+    s.close()
+
+    base = {"session_id": SID, "transcript_path": str(path), "cwd": "/home/me/shop", "hook_event_name": "SessionStart"}
+    res = hook("session-start", {**base, "source": "compact"}, state_dir)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    ctx = out["hookSpecificOutput"]["additionalContext"]
+    assert "Budget:" in ctx and pinned in ctx and "Saved from this session" in ctx
+    assert "keep Python 3.9 compatibility" in ctx and "[pending] Update tests for declined cards" in ctx
+    assert len(ctx) <= C.HOOK_CONTEXT_CHARS
+
+    fresh = json.loads(hook("session-start", {**base, "source": "startup"}, state_dir).stdout)
+    ctx2 = fresh["hookSpecificOutput"]["additionalContext"]
+    assert pinned in ctx2 and "Saved from this session" not in ctx2
+
+
+def test_session_start_is_valid_without_state_or_input(tmp_path):
+    empty = tmp_path / "none"
+    for stdin in ("", "not json at all", "[1, 2]"):
+        res = hook("session-start", stdin, empty)
+        assert res.returncode == 0, res.stderr
+        ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
+        assert "no memories" in ctx
+    assert not empty.exists()
+
+
+def test_session_start_context_stays_under_the_cap(tmp_path, state_dir):
+    """A long session's digest plus recall would pass Claude Code's limit: the output is cut."""
+    t = Transcript(SID)
+    for i in range(40):
+        words = " ".join(f"w{i}x{j}" for j in range(40))
+        t.user(f"Task {i}: the importer must handle case {i} {words}.")
+        t.say(f"I'll use strategy {i} instead of the old one because {words}.")
+        t.say(f"TODO: follow up on case {i} {words}")
+        t.tool("Bash", {"command": f"run case {i}"}, f"ValueError: case {i} {words}", is_error=True)
+    path = t.write(tmp_path / "long.jsonl")
+    assert hook("pre-compact", pre_compact_payload(path), state_dir).returncode == 0
+    res = hook("session-start", {"session_id": SID, "source": "compact", "cwd": "/home/me/shop"}, state_dir)
+    ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert len(ctx) <= C.HOOK_CONTEXT_CHARS and ctx.endswith("query compactor for the rest)")
+    assert "Saved from this session" in ctx
+
+
+def test_pre_compact_without_a_transcript_fails_cleanly(state_dir, tmp_path):
+    res = hook("pre-compact", {"session_id": SID}, state_dir)
+    assert res.returncode == 1 and "transcript_path" in res.stderr
+    res = hook("pre-compact", pre_compact_payload(tmp_path / "missing.jsonl"), state_dir)
+    assert res.returncode == 1 and "does not exist" in res.stderr
+
+
+def test_pre_compact_beside_a_running_server(tmp_path, state_dir):
+    path = sample(SID).write(tmp_path / "t.jsonl")
+    project = tmp_path / "shop"
+    (project / ".git").mkdir(parents=True)
+    # Claude Code runs the hook with the project as cwd, where the server runs too.
+    with StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600", cwd=project) as srv:
+        srv.ok("store", content="stored by the agent before compaction")
+        res = hook("pre-compact", pre_compact_payload(path, cwd=str(project)), state_dir)
+        assert res.returncode == 0, res.stderr
+        found = srv.ok("query", tags=[session_tag(SID)], limit=10)
+        assert len(found["items"]) == 5
+        assert srv.ok("status")["active_items"] == 6
+
+
+def test_block_shapes_user_text_blocks_and_tool_result_lists(tmp_path):
+    t = Transcript("abc")
+    t.user_blocks([text_block("We must support Windows paths in the loader.")])
+    t.tool(
+        "Bash",
+        {"command": "make build"},
+        [{"type": "text", "text": "make: *** [build] Error 2\ngcc: fatal error: no input files"}],
+        is_error=True,
+    )
+    t.say("Next steps: port the path joining to pathlib.\nTODO: add a Windows CI job")
+    t.tool("NotebookEdit", {"notebook_path": "/home/me/shop/analysis.ipynb", "new_source": "x"}, "ok")
+    d = digest_transcript(t.write(tmp_path / "t.jsonl"), cwd="/home/me/shop")
+    assert d.session_id == "abc"
+    assert d.requirements == ["We must support Windows paths in the loader."]
+    assert d.errors == ["Bash `make build`: make: *** [build] Error 2"]
+    assert d.tasks == ["port the path joining to pathlib.", "add a Windows CI job"]
+    assert d.files_edited == ["analysis.ipynb"]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+entry_like = st.fixed_dictionaries(
+    {"type": st.sampled_from(["user", "assistant", "system", "summary"]), "message": json_values},
+    optional={"sessionId": json_values, "cwd": json_values, "isMeta": json_values},
+)
+line = st.one_of(
+    st.text(max_size=60).filter(lambda s: "\n" not in s and "\r" not in s),
+    json_values.map(json.dumps),
+    entry_like.map(json.dumps),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(line, max_size=12))
+def test_digest_survives_any_lines(lines):
+    fd, name = tempfile.mkstemp(suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(lines))
+        d = digest_transcript(Path(name))
+        assert d.lines == sum(1 for ln in "\n".join(lines).split("\n") if ln.strip())
+        assert d.malformed <= d.lines
+        for section in (d.requirements, d.decisions, d.errors, d.tasks):
+            assert all(0 < len(x) <= C.DIGEST_LINE_CHARS for x in section)
+    finally:
+        os.unlink(name)

@@ -1,0 +1,312 @@
+import math
+import random
+from collections import Counter
+from pathlib import Path
+from unittest.mock import patch
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rank_bm25 import BM25Okapi
+
+from compactor import index as index_module
+from compactor.analyze import query_terms, tokenize
+from compactor.index import BM25_B, BM25_K1, SUMMARY_WEIGHT, TAG_WEIGHT, BM25Index, Hit
+
+# --- reference ---------------------------------------------------------------------------
+
+
+def _corpus_path() -> Path:
+    """shared/ sits beside the repository checkout (CI) or a few levels above a worktree."""
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "corpus" / "trajectories.jsonl"
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError("shared/corpus/trajectories.jsonl not found above the tests")
+
+
+def _first_contents(n: int) -> list[str]:
+    out = []
+    with _corpus_path().open("rb") as f:
+        for line in f:
+            out.append(orjson.loads(line)["content"])
+            if len(out) == n:
+                break
+    return out
+
+
+class _OurIdfOkapi(BM25Okapi):
+    def _calc_idf(self, nd):
+        for word, freq in nd.items():
+            self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
+
+
+def _reference_top(ref, query, k):
+    scores = ref.get_scores(query_terms(query))
+    # Ties: newest (highest position) first, as the index promises.
+    order = sorted((i for i in range(len(scores)) if scores[i] > 0), key=lambda i: (-scores[i], -i))
+    return [(str(i), float(scores[i])) for i in order[:k]]
+
+
+@pytest.fixture(scope="module")
+def real():
+    docs = _first_contents(2000)
+    tokens = [tokenize(d) for d in docs]
+    index = BM25Index()
+    for i, d in enumerate(docs):
+        index.add(str(i), d)
+    ref = _OurIdfOkapi(tokens, k1=BM25_K1, b=BM25_B)
+    df = Counter(t for toks in tokens for t in set(toks))
+    return index, ref, df
+
+
+def _queries(df, lo, hi, n, *, seed, extra=()):
+    words = sorted(w for w, c in df.items() if lo <= c <= hi)
+    rng = random.Random(seed)
+    return [" ".join([*rng.sample(words, rng.randint(2, 4)), *extra]) for _ in range(n)]
+
+
+def _assert_same_top(index, ref, query):
+    got = index.search(query, 10)
+    want = _reference_top(ref, query, 10)
+    assert [h.doc_id for h in got] == [doc for doc, _ in want], query
+    for hit, (_, score) in zip(got, want, strict=True):
+        assert hit.score == pytest.approx(score, rel=1e-9)
+
+
+def test_top10_equals_rank_bm25_on_real_text_for_rare_word_queries(real):
+    index, ref, df = real
+    queries = _queries(df, 2, 30, 30, seed=1)
+    assert len(queries) == 30
+    for q in queries:
+        _assert_same_top(index, ref, q)
+
+
+def test_top10_equals_rank_bm25_when_common_terms_are_pruned(real):
+    index, ref, df = real
+    common = [w for w, _ in df.most_common(6)]
+    for q in _queries(df, 2, 30, 15, seed=2, extra=common[:3]) + _queries(df, 40, 400, 15, seed=3):
+        _assert_same_top(index, ref, q)
+
+
+def test_search_matches_full_evaluation_when_pruning_is_forced(real):
+    index, _, df = real
+    common = [w for w, _ in df.most_common(10)]
+    queries = _queries(df, 1, 200, 20, seed=4, extra=common[5:8])
+    with patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0):
+        for q in queries:
+            full = sorted(index.search_scores(q).items(), key=lambda kv: (-kv[1][0], -int(kv[0])))[:7]
+            got = index.search(q, 7)
+            assert [(h.doc_id, h.score, h.matched) for h in got] == [(d, s, m) for d, (s, m) in full]
+
+
+def test_filtered_search_matches_filtered_full_evaluation_when_pruning_is_forced(real):
+    index, _, df = real
+    common = [w for w, _ in df.most_common(10)]
+    queries = _queries(df, 1, 200, 20, seed=5, extra=common[4:7])
+
+    def accept(doc_id: str) -> bool:
+        return int(doc_id) % 3 != 0
+
+    with patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0):
+        for q in queries:
+            full = sorted(index.search_scores(q).items(), key=lambda kv: (-kv[1][0], -int(kv[0])))
+            want = [(d, s) for d, (s, _) in full if accept(d)][:5]
+            got = index.search(q, 5, accept=accept)
+            assert [(h.doc_id, h.score) for h in got] == want
+
+
+# --- fields --------------------------------------------------------------------------------
+
+
+def test_word_only_in_tags_is_found():
+    index = BM25Index()
+    index.add("a", "plain text here", tags=["Flaky-Test"])
+    index.add("b", "other plain text")
+    hits = index.search("flaky")
+    assert [h.doc_id for h in hits] == ["a"]
+    assert hits[0].matched == ("flaky",)
+
+
+def test_word_only_in_summary_is_found():
+    index = BM25Index()
+    index.add("a", "plain text here", summary="migration squash decision")
+    index.add("b", "other plain text")
+    assert [h.doc_id for h in index.search("squash")] == ["a"]
+
+
+def test_field_weights_follow_the_bm25f_formula():
+    index = BM25Index()
+    index.add("a", "alpha beta beta", summary="gamma alpha", tags=["alpha"])
+    index.add("b", "beta delta")
+    index.add("c", "epsilon")
+    len_a = 3 + SUMMARY_WEIGHT * 2 + TAG_WEIGHT * 1
+    avgdl = (len_a + 2 + 1) / 3
+    tf = 1 + SUMMARY_WEIGHT + TAG_WEIGHT
+    idf = math.log(1 + (3 - 1 + 0.5) / (1 + 0.5))
+    want = idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * len_a / avgdl))
+    assert index.avg_doc_len == pytest.approx(avgdl)
+    [hit] = index.search("alpha")
+    assert hit.score == pytest.approx(want, rel=1e-12)
+    assert index.terms("a") == frozenset({"alpha", "beta", "gamma"})
+
+
+def test_very_frequent_term_keeps_its_exact_frequency():
+    texts = ["spam " * 300 + "eggs", "spam eggs ham", "ham"]
+    index = BM25Index()
+    for i, text in enumerate(texts):
+        index.add(str(i), text)
+    ref = _OurIdfOkapi([tokenize(t) for t in texts], k1=BM25_K1, b=BM25_B)
+    got = index.search("spam")
+    want = _reference_top(ref, "spam", 10)
+    assert [h.doc_id for h in got] == [doc for doc, _ in want] == ["0", "1"]
+    for hit, (_, score) in zip(got, want, strict=True):
+        assert hit.score == pytest.approx(score, rel=1e-12)
+
+
+# --- lifecycle -----------------------------------------------------------------------------
+
+
+def test_remove_makes_a_document_unfindable_and_keeps_average_length_right():
+    index = BM25Index()
+    index.add("a", "one two three four")
+    index.add("b", "two three")
+    index.add("c", "three five six")
+    index.remove("a")
+    assert "a" not in index
+    assert len(index) == index.doc_count == 2
+    assert index.avg_doc_len == pytest.approx((2 + 3) / 2)
+    assert index.search("one four") == []
+    assert [h.doc_id for h in index.search("two")] == ["b"]
+    index.remove("b")
+    index.remove("c")
+    assert index.avg_doc_len == 0.0
+    assert index.search("three") == []
+
+
+def test_duplicate_add_and_missing_remove_raise():
+    index = BM25Index()
+    index.add("a", "text")
+    with pytest.raises(ValueError, match="already"):
+        index.add("a", "again")
+    with pytest.raises(KeyError):
+        index.remove("zz")
+    with pytest.raises(KeyError):
+        index.update("zz", "text")
+    with pytest.raises(KeyError):
+        index.terms("zz")
+
+
+def test_ties_go_to_the_newest_document_and_update_makes_it_newest():
+    index = BM25Index()
+    for doc in ("a", "b", "c"):
+        index.add(doc, "same words here")
+    assert [h.doc_id for h in index.search("words")] == ["c", "b", "a"]
+    index.update("a", "same words here")
+    assert [h.doc_id for h in index.search("words")] == ["a", "c", "b"]
+
+
+def test_accept_filters_candidates_only():
+    index = BM25Index()
+    for i in range(40):
+        index.add(f"d{i}", f"alpha {'beta ' * (i % 5)} filler{i}")
+    asked: list[str] = []
+
+    def accept(doc_id: str) -> bool:
+        asked.append(doc_id)
+        return int(doc_id[1:]) % 3 == 0
+
+    hits = index.search("beta", limit=5, accept=accept)
+    full = sorted(index.search_scores("beta").items(), key=lambda kv: (-kv[1][0], -int(kv[0][1:])))
+    assert [h.doc_id for h in hits] == [d for d, _ in full if int(d[1:]) % 3 == 0][:5]
+    assert set(asked) <= {d for d, _ in full}
+    assert len(asked) == len(set(asked))
+
+
+def test_empty_index_unknown_terms_and_zero_limit_give_nothing():
+    index = BM25Index()
+    assert index.search("anything") == []
+    index.add("a", "")
+    assert index.search("anything") == []
+    index.add("b", "something")
+    assert index.search("nothing") == []
+    assert index.search("something", limit=0) == []
+    assert index.search("something") == [Hit("b", index.search_scores("something")["b"][0], ("something",))]
+
+
+def test_state_survives_json_and_refuses_other_formats():
+    index = BM25Index()
+    index.add("a", "alpha beta " * 100, summary="sum", tags=["t1"])
+    index.add("b", "beta gamma")
+    index.remove("a")
+    index.add("c", "alpha delta")
+    restored = BM25Index.from_state(orjson.loads(orjson.dumps(index.to_state())))
+    assert restored.search("alpha beta") == index.search("alpha beta")
+    assert restored.terms("c") == index.terms("c")
+    restored.add("a", "alpha again")
+    assert "a" in restored
+    with pytest.raises(ValueError, match="format"):
+        BM25Index.from_state({**index.to_state(), "format": 99})
+
+
+# --- incremental == rebuilt ----------------------------------------------------------------
+
+_WORDS = ["alpha", "beta", "gamma", "delta", "KeyError", "query.py", "max_items", "spam"]
+_TEXT = st.builds(
+    lambda words, rep: " ".join(words) + " spam" * rep,
+    st.lists(st.sampled_from(_WORDS), max_size=12),
+    st.sampled_from([0, 0, 0, 70]),
+)
+_DOC = st.tuples(_TEXT, st.none() | _TEXT, st.lists(st.sampled_from(_WORDS), max_size=2))
+_OPS = st.lists(st.tuples(st.sampled_from(["put", "put", "remove"]), st.integers(0, 7), _DOC), min_size=1, max_size=40)
+_QUERIES = ["alpha", "beta gamma", "key error", "query", "spam delta", "max_items alpha beta", "nothing"]
+
+
+def _ranked(index, query, order):
+    scores = index.search_scores(query)
+    return sorted(scores.items(), key=lambda kv: (-kv[1][0], -order.index(kv[0])))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_OPS, st.booleans(), st.booleans(), st.sampled_from([12, 1 << 24]))
+def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, force_bisect, doc_limit):
+    with (
+        patch.object(index_module, "_DOC_LIMIT", doc_limit),  # 12 forces renumbering
+        patch.object(index_module, "_COMPACT_SLACK", 0),  # compacts postings early and often
+        patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0 if force_prune else 256),
+        patch.object(index_module, "_BISECT_COST", 0 if force_bisect else 16),
+    ):
+        index = BM25Index()
+        docs: dict[str, tuple[str, str | None, list[str]]] = {}
+        for op, key, doc in ops:
+            doc_id = f"k{key}"
+            if op == "remove":
+                if doc_id in docs:
+                    index.remove(doc_id)
+                    del docs[doc_id]
+                continue
+            if doc_id in docs:
+                index.update(doc_id, *doc)
+                del docs[doc_id]
+            else:
+                index.add(doc_id, *doc)
+            docs[doc_id] = doc
+        fresh = BM25Index()
+        for doc_id, doc in docs.items():  # insertion order = order of last write
+            fresh.add(doc_id, *doc)
+        restored = BM25Index.from_state(orjson.loads(orjson.dumps(index.to_state())))
+
+        order = list(docs)
+        assert len(index) == len(fresh) == len(docs)
+        assert index.avg_doc_len == pytest.approx(fresh.avg_doc_len, rel=1e-12)
+        for doc_id in docs:
+            assert index.terms(doc_id) == fresh.terms(doc_id)
+        for q in _QUERIES:
+            want = fresh.search(q, 5)
+            for got in (index.search(q, 5), restored.search(q, 5)):
+                assert [(h.doc_id, h.matched) for h in got] == [(h.doc_id, h.matched) for h in want]
+                for a, b in zip(got, want, strict=True):
+                    assert a.score == pytest.approx(b.score, rel=1e-9)
+            full = _ranked(index, q, order)[:5]
+            assert [(h.doc_id, h.score) for h in want] == [(d, s) for d, (s, _) in full]
