@@ -38,10 +38,10 @@ from compactor.store import Store, StoreInput
 # Every tool and its arguments. The test fails if the server's list differs, so a new tool or
 # argument cannot go unfuzzed.
 TOOLS: dict[str, tuple[str, ...]] = {
-    "recall": ("limit", "query"),
-    "store": ("content", "summary", "tags", "importance", "pinned"),
+    "recall": ("limit", "query", "scope"),
+    "store": ("content", "summary", "tags", "importance", "pinned", "scope"),
     "bulk_store": ("items",),
-    "query": ("query", "tags", "limit", "include_archived"),
+    "query": ("query", "tags", "limit", "include_archived", "scope"),
     "get": ("id",),
     "status": (),
     "compact": ("target_usage",),
@@ -53,9 +53,16 @@ TOOLS: dict[str, tuple[str, ...]] = {
     "expand": ("id", "offset", "limit"),
     "dissolve": ("id",),
     "tree": ("root", "max_depth"),
-    "list": ("offset", "limit", "tier"),
-    "export": ("summaries_only", "tier", "format", "cursor"),
-    "configure": ("token_budget", "auto_compact", "auto_compact_threshold", "recall_tokens"),
+    "list": ("offset", "limit", "tier", "scope"),
+    "export": ("summaries_only", "tier", "format", "cursor", "scope"),
+    "configure": (
+        "token_budget",
+        "auto_compact",
+        "auto_compact_threshold",
+        "recall_tokens",
+        "max_items",
+        "max_archive_tokens",
+    ),
 }
 # In-range values for the numeric arguments; out-of-range and wrong-typed ones come from `junk`.
 RANGES = {
@@ -65,6 +72,8 @@ RANGES = {
     "max_depth": (1, 10),
     "token_budget": (C.BUDGET_MIN, 200_000),
     "recall_tokens": (100, C.RECALL_TOKENS_MAX),
+    "max_items": (10, 500),
+    "max_archive_tokens": (1_000, 100_000),
 }
 EXAMPLES = 24
 EXTRA_CALLS = 4
@@ -138,6 +147,8 @@ def arg_strategy(name: str, ids: list[str], nodes: list[str]) -> st.SearchStrate
         valid = texts
     elif name == "tags":
         valid = texts | st.lists(texts, max_size=6) | oversized
+    elif name == "scope":
+        valid = st.sampled_from(["global", "all", "/work/other-project", "", "ALL"]) | texts
     elif name in ("id", "root"):
         valid = id_strategy(ids, nodes)
     elif name == "items":

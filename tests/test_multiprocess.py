@@ -146,8 +146,7 @@ def test_four_processes_share_one_state_dir(state_dir: Path):
     began = time.monotonic()
     try:
         threads = [
-            threading.Thread(target=drive, args=(p, servers[p], shared, start, done), daemon=True)
-            for p in range(PROCS)
+            threading.Thread(target=drive, args=(p, servers[p], shared, start, done), daemon=True) for p in range(PROCS)
         ]
         for t in threads:
             t.start()
