@@ -646,11 +646,11 @@ class Store:
                 txn.apply(self._dup_hint_ops(hint_ids))
             report = self._auto_compact(txn, protected)
             report = self._enforce_limits(txn, protected, report)
+            self._record_drops(report)
             txn.commit()
         except BaseException:
             txn.rollback()
             raise
-        self._record_drops(report)
         return report
 
     def _enforce_limits(
@@ -695,6 +695,8 @@ class Store:
         return report
 
     def _record_drops(self, report: CompactReport | None) -> None:
+        """Call before the journal commit that drops them (write-ahead): a crash in between then
+        leaves at worst a ledger entry for a drop that did not happen, never a silent drop."""
         if report is None or not report.dropped:
             return
         now = self._clock()
@@ -944,11 +946,11 @@ class Store:
             try:
                 report = self._compact_in(txn, target, frozenset(), "manual")
                 self._enforce_limits(txn, frozenset(), report)
+                self._record_drops(report)
                 txn.commit()
             except BaseException:
                 txn.rollback()
                 raise
-            self._record_drops(report)
             return report
 
     def update(
