@@ -79,7 +79,17 @@ def test_healthy_dir_reports_nothing_and_exits_0(state_dir: Path, capsys: pytest
     made = make_state(state_dir)
     report = run_check(state_dir)
     assert report.problems == [], doctor.render(report)
-    assert report.checks == ["permissions", "snapshot", "journal", "generation", "replay", "index", "lineage"]
+    assert report.checks == [
+        "permissions",
+        "snapshot",
+        "journal",
+        "generation",
+        "replay",
+        "index",
+        "lineage",
+        "ledger",
+    ]
+    assert report.facts["ledger_entries"] == 1  # the forget
     assert report.facts["items"]["total"] == made["items"]
     assert report.facts["items"]["summaries"] > 0 and report.facts["journal"]["lines"] > 0
     before = fingerprint(state_dir)
@@ -345,6 +355,23 @@ def test_archived_item_no_summary_reaches_is_a_warning(state_dir: Path):
     report = run_check(state_dir)
     p = only(report, "warning", "lineage")
     assert loose in p.what and "compact" in p.fix
+    assert report.healthy
+
+
+def test_forget_ledger_damage_and_phantom_drops_are_warnings(state_dir: Path):
+    made = make_state(state_dir)
+    ledger = state_dir / "forget-ledger.jsonl"
+    present = made["ids"][50]
+    with open(ledger, "ab") as fh:
+        fh.write(b"not json\n")
+        fh.write(orjson.dumps({"id": present, "reason": "max_archive_tokens", "at": 1.0}) + b"\n")
+        fh.write(b'{"id": "torn-entr')
+    report = run_check(state_dir)
+    texts = [p.what for p in report.warnings if p.check == "ledger"]
+    assert len(texts) == 3, doctor.render(report)
+    assert any("torn line" in t for t in texts)
+    assert any("unreadable line(s): 2" in t for t in texts)
+    assert any(present in t and "are present" in t for t in texts)
     assert report.healthy
 
 
