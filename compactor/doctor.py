@@ -17,6 +17,7 @@ Checks, in order (later ones are skipped when an earlier one makes them meaningl
     lineage       children/parents exist (or are recorded as gone), links are two-way,
                   merged_into points at an item, no cycles, every archived item is reachable
                   from an active summary (a warning: query and get still find it)
+    ledger        the forget ledger's lines parse; drops it records are really gone
 
 Exit status: 0 healthy (warnings allowed), 1 at least one error, 2 usage error.
 """
@@ -490,8 +491,18 @@ def _replay(
                 if hasattr(settings, key):
                     setattr(settings, key, value)
             store.settings = settings
+            # As the loader does: take the index and dedup buckets saved with the snapshot when
+            # they are usable, so the index check below judges what a start would really use.
+            restored = store._restore_derived(store._s, snap)
+            if snap.get("index") and not restored:
+                report.warn(
+                    "index",
+                    "the search index saved in the snapshot is unusable or does not match its items.",
+                    "Nothing to do: compactor rebuilds it from the items at start (a slower start) and "
+                    "saves a good one with its next full snapshot.",
+                )
             for rec in snap["items"]:
-                store._put(store._s, Item.from_record(rec))
+                store._put(store._s, Item.from_record(rec), derived=not restored)
     except Exception as exc:
         report.error("replay", f"the snapshot's items cannot be loaded ({exc!r}).", _bug_fix(dir_))
         return None
@@ -533,11 +544,34 @@ def _check_index(dir_: Path, store: Any, snap: dict[str, Any] | None, report: Do
     indexed = {e for e in rebuilt.to_state()["ext"] if e is not None}
     missing = sorted(set(items) - indexed)
     extra = sorted(indexed - set(items))
-    stale = sorted(i for i in set(items) & indexed if rebuilt.terms(i) != fresh.terms(i))
+    stale: list[str] = []
+    broken: list[str] = []
+    for i in sorted(set(items) & indexed):
+        try:
+            if rebuilt.terms(i) != fresh.terms(i):
+                stale.append(i)
+        except (IndexError, KeyError, AssertionError, TypeError):
+            broken.append(i)  # term ids pointing nowhere: a damaged saved index
+    saved = bool(snap and snap.get("index"))
     how = (
-        "The index is rebuilt from the items at every start, so a restart fixes what you run now; "
-        "a mismatch after replay means the incremental index update has a bug. " + _bug_fix(dir_)
+        (
+            "compactor starts from the index saved in the snapshot, so a restart keeps this. Remove the saved "
+            "index so the next start rebuilds it (stop compactor first): "
+            f"`python -c \"import json; p='{dir_ / SNAPSHOT}'; d=json.load(open(p)); d.pop('index', None); "
+            "d.pop('dedup', None); json.dump(d, open(p, 'w'))\"`. "
+            if saved
+            else "The index is rebuilt from the items at every start, so a restart fixes what you see now. "
+        )
+        + "Either way the incremental index upkeep has a bug. "
+        + _bug_fix(dir_)
     )
+    if broken:
+        report.error(
+            "index",
+            f"the search index is internally inconsistent for {len(broken)} item(s) ({_examples(broken)}): "
+            "searches touching them would fail.",
+            how,
+        )
     if missing:
         report.error("index", f"{len(missing)} item(s) are not in the search index: {_examples(missing)}.", how)
     if extra:
@@ -565,22 +599,15 @@ def _check_index(dir_: Path, store: Any, snap: dict[str, Any] | None, report: Do
         n = sum(1 for it in items.values() if it.tier == tier)
         if store.count(tier) != n:
             report.error("index", f"the {tier} order lists {store.count(tier)} items but {n} are {tier}.", how)
-    saved = snap.get("index") if snap else None
-    if isinstance(saved, dict):
-        # A snapshot that carries a serialised index must match its own items.
-        try:
-            loaded = BM25Index.from_state(saved)
-        except (ValueError, KeyError, TypeError) as exc:
-            report.error("index", f"the snapshot's saved index cannot be read ({exc}).", how)
-            return
-        snap_ids = {r["id"] for r in snap["items"]} if snap else set()
-        saved_ids = {e for e in saved.get("ext", []) if e is not None}
-        if saved_ids != snap_ids or len(loaded) != len(snap_ids):
-            report.error(
-                "index",
-                f"the snapshot's saved index covers {len(saved_ids)} ids but the snapshot has {len(snap_ids)} items.",
-                how,
-            )
+    dedup = store._s.dedup
+    want_dedup = {it.id for it in items.values() if it.tier == "active" and not it.depth}
+    wrong = sorted(want_dedup ^ {i for i in items if i in dedup})
+    if wrong:
+        report.error(
+            "index",
+            f"{len(wrong)} item(s) are wrongly in or out of the near-duplicate buckets: {_examples(wrong)}.",
+            how,
+        )
 
 
 # --- lineage -----------------------------------------------------------------------------------
@@ -676,6 +703,52 @@ def _check_lineage(dir_: Path, items: dict[str, Item], report: DoctorReport) -> 
         )
 
 
+# --- forget ledger -----------------------------------------------------------------------------
+def _check_ledger(dir_: Path, raw: bytes | None, items: dict[str, Item], report: DoctorReport) -> None:
+    """The append-only record of every forget and every drop past max_archive_tokens."""
+    if raw is None:
+        return
+    report.checks.append("ledger")
+    path = dir_ / C.FORGET_LEDGER
+    lines = raw.split(b"\n")
+    torn = lines.pop() if lines and lines[-1] else None  # bytes after the last newline
+    if lines and not lines[-1]:
+        lines.pop()
+    bad: list[int] = []
+    entries: list[dict[str, Any]] = []
+    for n, line in enumerate(lines, 1):
+        try:
+            entry = orjson.loads(line)
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+                raise ValueError("not an {id, reason, at} object")
+        except ValueError:
+            bad.append(n)
+            continue
+        entries.append(entry)
+    if torn is not None:
+        report.warn(
+            "ledger",
+            f"{path} ends in a torn line ({len(torn)} bytes without a newline): a crash hit mid-append.",
+            "compactor skips unreadable ledger lines; that entry is lost, and the next entry appended is glued "
+            f"to it. Cut the fragment while compactor is stopped: `truncate -s {len(raw) - len(torn)} {path}`.",
+        )
+    if bad:
+        report.warn(
+            "ledger",
+            f"{path} has {len(bad)} unreadable line(s): {_examples([str(n) for n in bad])}.",
+            "compactor skips them; the entries are lost but nothing else is affected. Keep the file as it is.",
+        )
+    back = sorted({e["id"] for e in entries if e.get("reason") == "max_archive_tokens"} & set(items))
+    if back:
+        report.warn(
+            "ledger",
+            f"{len(back)} item(s) recorded as dropped past max_archive_tokens are present: {_examples(back)}.",
+            "Harmless: the ledger entry is written before the drop, so a crash in between leaves an entry "
+            "for a drop that did not happen (or the id was stored again later).",
+        )
+    report.facts["ledger_entries"] = len(entries)
+
+
 # --- entry points ------------------------------------------------------------------------------
 def check(state_dir: Path) -> DoctorReport:
     """Check `state_dir` without changing anything in it."""
@@ -699,6 +772,7 @@ def check(state_dir: Path) -> DoctorReport:
     with _shared_lock(dir_, report):
         snap_raw = _read(dir_ / SNAPSHOT, report, "snapshot")
         journal_raw = _read(dir_ / JOURNAL, report, "journal")
+        ledger_raw = _read(dir_ / C.FORGET_LEDGER, report, "ledger")
     if snap_raw is None and not journal_raw and not report.errors:
         report.facts["empty"] = True
         return report
@@ -718,6 +792,7 @@ def check(state_dir: Path) -> DoctorReport:
         return report
     _check_index(dir_, store, snap, report)
     _check_lineage(dir_, dict(store._s.items), report)
+    _check_ledger(dir_, ledger_raw, dict(store._s.items), report)
     return report
 
 

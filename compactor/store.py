@@ -653,7 +653,9 @@ class Store:
                 txn.apply(self._dup_hint_ops(hint_ids))
             report = self._auto_compact(txn, protected)
             report = self._enforce_limits(txn, protected, report)
-        self._record_drops(report)
+            # Ledger first: a crash between the two leaves an entry for a drop that did not
+            # happen (the doctor warns), never a drop without an entry.
+            self._record_drops(report)
         return report
 
     def _enforce_limits(
@@ -698,6 +700,8 @@ class Store:
         return report
 
     def _record_drops(self, report: CompactReport | None) -> None:
+        """Call before the journal commit that drops them (write-ahead): a crash in between then
+        leaves at worst a ledger entry for a drop that did not happen, never a silent drop."""
         if report is None or not report.dropped:
             return
         now = self._clock()
@@ -946,7 +950,7 @@ class Store:
             with self._txn() as txn:
                 report = self._compact_in(txn, target, frozenset(), "manual")
                 self._enforce_limits(txn, frozenset(), report)
-            self._record_drops(report)
+                self._record_drops(report)
             return report
 
     def update(

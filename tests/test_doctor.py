@@ -79,7 +79,17 @@ def test_healthy_dir_reports_nothing_and_exits_0(state_dir: Path, capsys: pytest
     made = make_state(state_dir)
     report = run_check(state_dir)
     assert report.problems == [], doctor.render(report)
-    assert report.checks == ["permissions", "snapshot", "journal", "generation", "replay", "index", "lineage"]
+    assert report.checks == [
+        "permissions",
+        "snapshot",
+        "journal",
+        "generation",
+        "replay",
+        "index",
+        "lineage",
+        "ledger",
+    ]
+    assert report.facts["ledger_entries"] == 1  # the forget
     assert report.facts["items"]["total"] == made["items"]
     assert report.facts["items"]["summaries"] > 0 and report.facts["journal"]["lines"] > 0
     before = fingerprint(state_dir)
@@ -229,13 +239,13 @@ def test_index_drift_is_detected(state_dir: Path, monkeypatch: pytest.MonkeyPatc
     victim = made["ids"][10]
     put, drop, swap = Store._put, Store._drop, Store._swap
 
-    def lose_one(self: Store, s: Any, item: Any) -> None:
-        put(self, s, item)
+    def lose_one(self: Store, s: Any, item: Any, **kw: Any) -> None:
+        put(self, s, item, **kw)
         if item.id == victim:
             s.index.remove(item.id)
 
-    def keep_dropped(self: Store, s: Any, item: Any) -> None:
-        drop(self, s, item)
+    def keep_dropped(self: Store, s: Any, item: Any, **kw: Any) -> None:
+        drop(self, s, item, **kw)
         s.index.add(item.id, item.content, item.summary, item.tags)
 
     def stale_terms(self: Store, old: Any, new: Any) -> None:
@@ -261,6 +271,35 @@ def test_index_drift_is_detected(state_dir: Path, monkeypatch: pytest.MonkeyPatc
     s.close()
     p = only(run_check(state_dir), "error", "index")
     assert "other terms" in p.what and made["ids"][20] in p.what
+
+
+def test_saved_index_that_disagrees_with_its_items_is_an_error(state_dir: Path):
+    """The loader trusts a saved index whose size matches: a stale one would make search miss."""
+    made = make_state(state_dir)
+    victim = made["ids"][40]
+
+    def damage(snap: dict[str, Any]) -> None:
+        assert snap.get("index"), "snapshots carry the search index"
+        by_id(snap)[victim]["content"] = "zebra crossing near the aquarium"
+
+    s = Store(state_dir=state_dir)
+    s.snapshot()  # as at shutdown: everything, index included, in the snapshot
+    s.close()
+    rewrite_snapshot(state_dir, damage)
+    s = Store(state_dir=state_dir)
+    assert victim not in [h.item.id for h in s.query("zebra aquarium", include_archived=True)]  # the risk
+    s.close()
+    p = only(run_check(state_dir), "error", "index")
+    assert victim in p.what and "other terms" in p.what
+    assert "d.pop('index', None)" in p.fix
+
+
+def test_unusable_saved_index_is_only_a_warning(state_dir: Path):
+    make_state(state_dir)
+    rewrite_snapshot(state_dir, lambda s: s["index"].update(format=999))
+    report = run_check(state_dir)
+    assert "rebuilds it" in only(report, "warning", "index").fix
+    assert report.healthy
 
 
 def test_broken_lineage_is_detected(state_dir: Path):
@@ -316,6 +355,23 @@ def test_archived_item_no_summary_reaches_is_a_warning(state_dir: Path):
     report = run_check(state_dir)
     p = only(report, "warning", "lineage")
     assert loose in p.what and "compact" in p.fix
+    assert report.healthy
+
+
+def test_forget_ledger_damage_and_phantom_drops_are_warnings(state_dir: Path):
+    made = make_state(state_dir)
+    ledger = state_dir / "forget-ledger.jsonl"
+    present = made["ids"][50]
+    with open(ledger, "ab") as fh:
+        fh.write(b"not json\n")
+        fh.write(orjson.dumps({"id": present, "reason": "max_archive_tokens", "at": 1.0}) + b"\n")
+        fh.write(b'{"id": "torn-entr')
+    report = run_check(state_dir)
+    texts = [p.what for p in report.warnings if p.check == "ledger"]
+    assert len(texts) == 3, doctor.render(report)
+    assert any("torn line" in t for t in texts)
+    assert any("unreadable line(s): 2" in t for t in texts)
+    assert any(present in t and "are present" in t for t in texts)
     assert report.healthy
 
 

@@ -146,8 +146,7 @@ def test_four_processes_share_one_state_dir(state_dir: Path):
     began = time.monotonic()
     try:
         threads = [
-            threading.Thread(target=drive, args=(p, servers[p], shared, start, done), daemon=True)
-            for p in range(PROCS)
+            threading.Thread(target=drive, args=(p, servers[p], shared, start, done), daemon=True) for p in range(PROCS)
         ]
         for t in threads:
             t.start()
@@ -315,3 +314,43 @@ def test_compact_reply_survives_a_concurrent_forget(state_dir: Path):
     anyio.run(go)
     a.close()
     b.close()
+
+
+def test_forget_purges_every_file_while_another_process_snapshots_the_item(state_dir: Path):
+    """Issue 4's purge, across processes: b still holds the item and is writing a background
+    snapshot of it when a forgets it. No file may keep the bytes, and nothing brings it back."""
+    import anyio
+
+    from compactor.errors import NotFoundError
+
+    secret = "purple-marmalade-zq81-" + "k" * 12
+    a = Store(state_dir=state_dir)
+    b = Store(state_dir=state_dir)
+    keep = [a.store(f"public note {i}").item.id for i in range(5)]
+    gone = b.store(f"remember {secret} for later").item.id
+    assert a.get(gone).content.endswith("for later")
+    b.snapshot()  # the bytes are now in the snapshot and its saved index too
+    write_tmp = b._write_snapshot_tmp
+
+    def forget_then_write(header: dict[str, Any], items: list[Any]) -> bool:
+        a.forget(gone)  # a purges first; b's picture, taken before, still holds the item
+        return write_tmp(header, items)
+
+    def holders() -> list[str]:
+        return [f.name for f in state_dir.iterdir() if f.is_file() and secret.encode() in f.read_bytes()]
+
+    b._write_snapshot_tmp = forget_then_write  # type: ignore[method-assign]
+    anyio.run(b.snapshot_async)
+    assert holders() == []  # before the fix: b installed its stale snapshot, bytes and all
+    b.store("b after the forget")
+    with pytest.raises(NotFoundError):
+        b.get(gone)
+    anyio.run(a.snapshot_async)
+    b.snapshot()
+    assert holders() == []
+    a.close()
+    b.close()
+    again = Store(state_dir=state_dir)
+    assert gone not in again.ids() and set(keep) <= set(again.ids())
+    again.close()
+    assert holders() == []
