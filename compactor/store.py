@@ -169,6 +169,17 @@ class _State:
     )
 
 
+def _utf8_size(text: str, field: str) -> int:
+    """Bytes of `text` as UTF-8; a lone surrogate (which no file or wire can carry) is the
+    caller's mistake, reported as such rather than failing later in the journal write."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"{field} contains invalid Unicode (a lone surrogate at character {exc.start}); send valid text."
+        ) from exc
+
+
 def _check_importance(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
         raise InvalidArgumentError(f"importance must be an integer from 1 to 10, got {value!r}.")
@@ -503,7 +514,7 @@ class Store:
         content = inp.content
         if not isinstance(content, str) or not content.strip():
             raise InvalidArgumentError("content must be a non-empty string (not only whitespace).")
-        size = len(content.encode("utf-8", "surrogatepass"))
+        size = _utf8_size(content, "content")
         if size > C.MAX_CONTENT_BYTES:
             raise InvalidArgumentError(
                 f"content is {size:,} bytes; the limit is {C.MAX_CONTENT_BYTES:,} (1 MiB). "
@@ -514,8 +525,10 @@ class Store:
         importance = _check_importance(inp.importance)
         try:
             user_tags = parse_tags(inp.tags)
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise InvalidArgumentError(str(exc)) from exc
+        for tag in user_tags:
+            _utf8_size(tag, "tags")
         ctype = cast(ContentType, str(detect_type(content)))
         tags = merge_tags(user_tags, auto_tags(content, ctype))[: C.MAX_TAGS]
         if inp.item_id is not None:
@@ -570,6 +583,7 @@ class Store:
         summary = summary.strip()
         if not summary:
             return None
+        _utf8_size(summary, "summary")
         if len(summary) > C.MAX_SUMMARY_CHARS:
             raise InvalidArgumentError(
                 f"summary is {len(summary):,} characters; keep it under {C.MAX_SUMMARY_CHARS:,}."
@@ -980,7 +994,7 @@ class Store:
             if content is not None:
                 if not content.strip():
                     raise InvalidArgumentError("content must be a non-empty string (not only whitespace).")
-                size = len(content.encode("utf-8", "surrogatepass"))
+                size = _utf8_size(content, "content")
                 if size > C.MAX_CONTENT_BYTES:
                     raise InvalidArgumentError(f"content is {size:,} bytes; the limit is 1 MiB.")
                 changes["content"] = content

@@ -245,3 +245,16 @@ def test_import_with_explicit_ids_is_idempotent(store: Store):
     assert len(store) == 3
     with pytest.raises(InvalidArgumentError, match="explicit id"):
         store.import_items([StoreInput("x", item_id="BAD ID!")])
+
+
+def test_lone_surrogates_are_a_clear_error_and_store_nothing(store: Store):
+    with pytest.raises(InvalidArgumentError, match="lone surrogate"):
+        store.store("bad \ud800 text")
+    with pytest.raises(InvalidArgumentError, match="lone surrogate"):
+        store.store("fine", summary="bad \udfff")
+    with pytest.raises(InvalidArgumentError, match="lone surrogate"):
+        store.store("fine", tags=["ok", "bad\ud800"])
+    item = store.store("fine").item
+    with pytest.raises(InvalidArgumentError, match="lone surrogate"):
+        store.update(item.id, content="x \ud800")
+    assert len(store) == 1 and store.get(item.id).content == "fine"
