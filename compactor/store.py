@@ -211,6 +211,9 @@ class Store:
         self._dirty = False
         self._degraded: str | None = None
         self._unsaved = 0
+        # Ops acknowledged while degraded exist only here: a reload (another process rotated
+        # the journal) must not erase them, so they are applied again on top of it.
+        self._unsaved_ops: list[Op] = []
         self._ledger_mem: list[dict[str, Any]] = []
         self.load_warnings: list[str] = []
         if state_dir is not None:
@@ -265,10 +268,25 @@ class Store:
         batches = self._dir.read_new()
         if batches is None:
             self._reload()
+            self._reapply_unsaved()
             return
         for batch in batches:
             for op in batch:
                 self._apply(op)
+
+    def _reapply_unsaved(self) -> None:
+        if not self._unsaved_ops:
+            return
+        for op in self._unsaved_ops:
+            if op["op"] == "put":
+                record = dict(op["item"])
+                taken = self._s.by_seq.get(record["seq"])
+                if taken is not None and taken != record["id"]:
+                    # Another process used this seq meanwhile: ours goes after everything.
+                    record["seq"] = self._s.next_seq
+                    op["item"] = record
+            self._apply(op)
+        log.warning("re-applied %d unsaved op(s) after another process rotated the journal", len(self._unsaved_ops))
 
     def _commit(self, ops: list[Op], *, sync: bool = True) -> None:
         if not ops:
@@ -299,6 +317,7 @@ class Store:
             if self._recover():
                 return
             self._unsaved += 1
+            self._unsaved_ops.extend(ops)
             return
         try:
             sd.append(ops, sync=sync)
@@ -318,6 +337,7 @@ class Store:
         log.warning("persistence recovered after %d unsaved call(s)", self._unsaved)
         self._degraded = None
         self._unsaved = 0
+        self._unsaved_ops.clear()
         return True
 
     @property

@@ -107,3 +107,34 @@ def test_failed_bulk_store_is_all_or_nothing(state_dir: Path, monkeypatch: pytes
     with pytest.raises(PersistenceError):
         s.bulk_store([StoreInput(words(i)) for i in range(10)])
     assert len(s) == 0
+
+
+def test_writes_kept_in_memory_survive_another_process_rotating_the_journal(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    a = Store(state_dir=state_dir)
+    b = Store(state_dir=state_dir)
+    a.store("before")
+    real_append = type(a._dir).append  # type: ignore[union-attr]
+
+    def failing_append(self, ops, *, sync=True):  # type: ignore[no-untyped-def]
+        if self is a._dir:
+            raise PersistenceError("No space left on device (simulated)")
+        return real_append(self, ops, sync=sync)
+
+    monkeypatch.setattr(type(a._dir), "append", failing_append)
+    monkeypatch.setattr(a, "_recover", lambda: False)
+    with pytest.raises(PersistenceError):
+        a.store("fails once")
+    kept = a.store("acknowledged while degraded").item.id
+    b.store("from the other process")
+    b.snapshot()  # rotates the journal: a must reload
+    a.query("anything")
+    assert a.get(kept).content == "acknowledged while degraded"
+    monkeypatch.undo()
+    assert a._recover()
+    a.close()
+    b.close()
+    again = Store(state_dir=state_dir)
+    contents = {again.get(i).content for i in again.ids()}
+    assert {"before", "acknowledged while degraded", "from the other process"} <= contents
