@@ -1,0 +1,1 @@
+"""Benchmarks and evaluations for compactor (not part of the installed package)."""
