@@ -29,6 +29,26 @@ _MAX_LEN: Final = 128
 _CACHE_MAX: Final = 50_000
 _CACHE_KEY_MAX: Final = 64
 _cache: dict[str, tuple[str, ...]] = {}
+# English function words, dropped from queries (documents keep them). An agent's query is often
+# its whole thought, and in one agent's memory of a few hundred items even "the" keeps a
+# noticeable idf: dozens of such words outweighed the one path or identifier that mattered.
+# The list is NLTK's English stop words less what the tokenizer never yields (forms with an
+# apostrophe, single letters): 145 words.
+# fmt: off
+QUERY_STOPWORDS: Final = frozenset({
+    "about", "above", "after", "again", "against", "ain", "all", "am", "an", "and", "any", "are", "aren", "as",
+    "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "couldn",
+    "did", "didn", "do", "does", "doesn", "doing", "don", "down", "during", "each", "few", "for", "from", "further",
+    "had", "hadn", "has", "hasn", "have", "haven", "having", "he", "her", "here", "hers", "herself", "him",
+    "himself", "his", "how", "if", "in", "into", "is", "isn", "it", "its", "itself", "just", "ll", "ma", "me",
+    "mightn", "more", "most", "mustn", "my", "myself", "needn", "no", "nor", "not", "now", "of", "off", "on",
+    "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "re", "same", "shan", "she",
+    "should", "shouldn", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves",
+    "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "ve", "very",
+    "was", "wasn", "we", "were", "weren", "what", "when", "where", "which", "while", "who", "whom", "why", "will",
+    "with", "won", "wouldn", "you", "your", "yours", "yourself", "yourselves"
+})
+# fmt: on
 
 
 def _camel_parts(segment: str, out: dict[str, None]) -> None:
@@ -99,5 +119,8 @@ def tokenize(text: str) -> list[str]:
 
 
 def query_terms(text: str) -> list[str]:
-    """Distinct terms of a query, in the order they first appear."""
-    return list(dict.fromkeys(tokenize(text)))
+    """Distinct terms of a query in the order they first appear, stop words left out (all of
+    them are kept when the query has nothing else)."""
+    terms = list(dict.fromkeys(tokenize(text)))
+    content = [t for t in terms if t not in QUERY_STOPWORDS]
+    return content or terms
