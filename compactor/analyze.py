@@ -2,7 +2,8 @@
 
 An agent searches for what it saw: identifiers, paths, error names, numbers. So a compound
 token (``parseHTTPResponse``, ``django/db/models/query.py``, ``os.path.join``, ``max_items``)
-is indexed whole *and* by its parts, letting a query match either the exact name or a piece.
+is indexed whole *and* by its parts, letting a query match either the exact name or a piece; a
+path also by its tails (``models/query.py``), so it matches however it was rooted.
 """
 
 import re
@@ -89,9 +90,14 @@ def _expand(raw: str) -> tuple[str, ...]:
     out: dict[str, None] = {}
     if "/" in raw:
         out[raw.lower()] = None
-        for part in _PATH_SEP.split(raw):
-            if part and part not in (".", "..", "~"):
-                _dotted_parts(part, out)
+        parts = [p for p in _PATH_SEP.split(raw) if p and p not in (".", "..", "~")]
+        # Every tail of two or more components: the same file is written relative to different
+        # roots ("/testbed/django/db/models/query.py", "django/db/models/query.py",
+        # "models/query.py"), and a shared tail is far rarer, so far stronger, than its parts.
+        for i in range(len(parts) - 1):
+            out["/".join(parts[i:]).lower()] = None
+        for part in parts:
+            _dotted_parts(part, out)
     else:
         _dotted_parts(raw, out)
     return tuple(t for t in out if _MIN_LEN <= len(t) <= _MAX_LEN)

@@ -32,7 +32,17 @@ def test_dotted_name_keeps_whole_and_parts():
 def test_relative_path_gives_whole_basename_stem_and_directories():
     toks = tokenize("django/db/models/query.py")
     assert toks[0] == "django/db/models/query.py"
-    assert {"query.py", "query", "django", "db", "models", "py"} == set(toks[1:])
+    tails = {"db/models/query.py", "models/query.py"}
+    assert {*tails, "query.py", "query", "django", "db", "models", "py"} == set(toks[1:])
+
+
+def test_a_path_matches_however_it_was_rooted():
+    absolute = set(tokenize("/testbed/django/db/models/query.py"))
+    relative = set(tokenize("./django/db/models/query.py"))
+    tail = set(tokenize("see models/query.py"))
+    assert "django/db/models/query.py" in absolute & relative
+    assert "models/query.py" in absolute & relative & tail
+    assert "db/models" not in absolute  # tails only, not every sub-path
 
 
 def test_absolute_path_is_kept_as_written_with_its_parts():
