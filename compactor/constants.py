@@ -156,3 +156,11 @@ TAG_WEIGHT: Final = 3.0
 # a tag set is not text.
 SUMMARY_B: Final = 0.75
 TAG_B: Final = 0.0
+# Bounded recency prior on search results, by position rather than by clock: retention's
+# recency halves per 15-30 min of wall time, which an agent storing a turn every few seconds
+# (or replaying a session) never sees, and which idle time would wrongly age. 20 items are ~7
+# agent turns (thought, command, output). 1.5x at most, so a clearly better text match still
+# wins. Prior (bound, half-life) 0 / (0.25, 20) / (0.5, 10) / (0.5, 20) / (0.5, 50) / (1, 20):
+# 0.917/0.621, 0.925/0.631, 0.927/0.645, 0.931/0.638, 0.930/0.630, 0.927/0.648.
+RECENCY_PRIOR: Final = 0.5
+RECENCY_HALF_LIFE_ITEMS: Final = 20
