@@ -2,7 +2,8 @@
 
 An agent searches for what it saw: identifiers, paths, error names, numbers. So a compound
 token (``parseHTTPResponse``, ``django/db/models/query.py``, ``os.path.join``, ``max_items``)
-is indexed whole *and* by its parts, letting a query match either the exact name or a piece.
+is indexed whole *and* by its parts, letting a query match either the exact name or a piece; a
+path also by its tails (``models/query.py``), so it matches however it was rooted.
 """
 
 import re
@@ -29,6 +30,26 @@ _MAX_LEN: Final = 128
 _CACHE_MAX: Final = 50_000
 _CACHE_KEY_MAX: Final = 64
 _cache: dict[str, tuple[str, ...]] = {}
+# English function words, dropped from queries (documents keep them). An agent's query is often
+# its whole thought, and in one agent's memory of a few hundred items even "the" keeps a
+# noticeable idf: dozens of such words outweighed the one path or identifier that mattered.
+# The list is NLTK's English stop words less what the tokenizer never yields (forms with an
+# apostrophe, single letters): 145 words.
+# fmt: off
+QUERY_STOPWORDS: Final = frozenset({
+    "about", "above", "after", "again", "against", "ain", "all", "am", "an", "and", "any", "are", "aren", "as",
+    "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "couldn",
+    "did", "didn", "do", "does", "doesn", "doing", "don", "down", "during", "each", "few", "for", "from", "further",
+    "had", "hadn", "has", "hasn", "have", "haven", "having", "he", "her", "here", "hers", "herself", "him",
+    "himself", "his", "how", "if", "in", "into", "is", "isn", "it", "its", "itself", "just", "ll", "ma", "me",
+    "mightn", "more", "most", "mustn", "my", "myself", "needn", "no", "nor", "not", "now", "of", "off", "on",
+    "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "re", "same", "shan", "she",
+    "should", "shouldn", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves",
+    "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "ve", "very",
+    "was", "wasn", "we", "were", "weren", "what", "when", "where", "which", "while", "who", "whom", "why", "will",
+    "with", "won", "wouldn", "you", "your", "yours", "yourself", "yourselves"
+})
+# fmt: on
 
 
 def _camel_parts(segment: str, out: dict[str, None]) -> None:
@@ -69,9 +90,14 @@ def _expand(raw: str) -> tuple[str, ...]:
     out: dict[str, None] = {}
     if "/" in raw:
         out[raw.lower()] = None
-        for part in _PATH_SEP.split(raw):
-            if part and part not in (".", "..", "~"):
-                _dotted_parts(part, out)
+        parts = [p for p in _PATH_SEP.split(raw) if p and p not in (".", "..", "~")]
+        # Every tail of two or more components: the same file is written relative to different
+        # roots ("/testbed/django/db/models/query.py", "django/db/models/query.py",
+        # "models/query.py"), and a shared tail is far rarer, so far stronger, than its parts.
+        for i in range(len(parts) - 1):
+            out["/".join(parts[i:]).lower()] = None
+        for part in parts:
+            _dotted_parts(part, out)
     else:
         _dotted_parts(raw, out)
     return tuple(t for t in out if _MIN_LEN <= len(t) <= _MAX_LEN)
@@ -99,5 +125,8 @@ def tokenize(text: str) -> list[str]:
 
 
 def query_terms(text: str) -> list[str]:
-    """Distinct terms of a query, in the order they first appear."""
-    return list(dict.fromkeys(tokenize(text)))
+    """Distinct terms of a query in the order they first appear, stop words left out (all of
+    them are kept when the query has nothing else)."""
+    terms = list(dict.fromkeys(tokenize(text)))
+    content = [t for t in terms if t not in QUERY_STOPWORDS]
+    return content or terms

@@ -175,3 +175,30 @@ MEMORY_EXPORT_MIN_IMPORTANCE: Final = 7
 # `show` lists at most this many journal entries, and skips a journal bigger than this.
 SHOW_JOURNAL_ENTRIES: Final = 30
 SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024
+
+# --- search (ISSUE 7) -----------------------------------------------------------------------
+# Measured with the replay of bench/replay.py (100 real agent trajectories, 1,746 revisit
+# queries); figures are recall@5 / MRR at the generous budget, with the other levers in place.
+# Okapi defaults from Robertson & Zaragoza, "The Probabilistic Relevance Framework" (2009).
+BM25_K1: Final = 1.2
+BM25_B: Final = 0.75
+# BM25F field weight: a term in the summary counts as this many in an average-length body. A
+# summary is a headline (the replay stores a tool output's first line, its command): weights
+# 1.5 / 3 / 5 / 8 gave 0.858/0.544, 0.904/0.591, 0.917/0.621, 0.922/0.633. 5 takes most of
+# the gain while several body matches can still outvote one summary word.
+SUMMARY_WEIGHT: Final = 5.0
+# Tags are labels (the agent's, plus a few automatic ones such as the language): kept at the
+# old weight; 1 measures the same (0.918/0.623 vs 0.917/0.621).
+TAG_WEIGHT: Final = 3.0
+# Per-field length normalisation: a summary is text, so the usual b (b = 0 gave 0.909/0.600);
+# a tag set is not text.
+SUMMARY_B: Final = 0.75
+TAG_B: Final = 0.0
+# Bounded recency prior on search results, by position rather than by clock: retention's
+# recency halves per 15-30 min of wall time, which an agent storing a turn every few seconds
+# (or replaying a session) never sees, and which idle time would wrongly age. 20 items are ~7
+# agent turns (thought, command, output). 1.5x at most, so a clearly better text match still
+# wins. Prior (bound, half-life) 0 / (0.25, 20) / (0.5, 10) / (0.5, 20) / (0.5, 50) / (1, 20):
+# 0.917/0.621, 0.925/0.631, 0.927/0.645, 0.931/0.638, 0.930/0.630, 0.927/0.648.
+RECENCY_PRIOR: Final = 0.5
+RECENCY_HALF_LIFE_ITEMS: Final = 20

@@ -1,25 +1,39 @@
-"""Incremental Okapi BM25 (BM25F-style field weights) over the memory's items.
+"""Incremental BM25F over the memory's items: Okapi BM25 on the content, plus summary and tags.
+
+Fields (Robertson, Zaragoza & Taylor, "Simple BM25 extension to multiple weighted fields",
+2004): each field's term frequency is normalised by that field's own length before the fields
+are weighted and summed, and the sum is saturated once:
+
+    tf~ = tf_content / B_content + SUMMARY_WEIGHT * tf_summary / B_summary + TAG_WEIGHT * tf_tags / B_tags
+    B_f = 1 - b_f + b_f * len_f / avg_len_f,   score = sum over query terms of idf * tf~ * (k1 + 1) / (tf~ + k1)
+
+A document with content only scores exactly as Okapi BM25. Normalising per field matters for
+agent memory: a long tool output whose first line (its summary) is the command the agent is
+about to re-run no longer has that match diluted by the length of the output.
 
 Layout, chosen for memory at ~100k documents, where postings dominate everything else:
 
 - terms and documents get dense int ids (a document gets a new one on every add, so ids also
   give insertion order, and each term's postings stay sorted by document);
-- a posting is ONE uint32, ``doc << 8 | tf_units`` (tf_units >= 255 spill into a side dict),
-  in one ``array('I')`` per term: 4 bytes instead of a dict entry's ~100, and sorted, so a
-  single document can be found in it by bisection;
-- each document keeps the sorted ids of its distinct terms: that is what removal, ``terms()``
-  and the matched-terms report need;
+- a posting is ONE uint32 in one ``array('I')`` per term, ``doc << 8 | code``, for every
+  document that has the term in any field. The code byte is the content tf (0-126) when the
+  term is in the content only, the vast majority, told apart by one comparison; with bit 7 set
+  it packs the three frequencies (content 0-7, summary 0-3, tags 0-3); 127 means "larger: see
+  the spill dict". 4 bytes instead of a dict entry's ~100, and sorted, so a single document
+  can be found in it by bisection;
+- each document keeps the sorted ids of its distinct terms (over all fields): that is what
+  removal, ``terms()`` and the matched-terms report need;
 - removal is lazy: the document's length becomes -1 and document frequencies drop at once (so
   scores stay exact); a term's postings are compacted only when dead ones outnumber live ones,
   so removal is amortised O(terms of the document) and nothing ever walks all documents.
 
-Field weights are applied in integer units of ``1/TF_SCALE``, so frequencies and lengths are
-exact integers: running totals never drift and an index built incrementally scores bit for bit
-like one rebuilt from scratch.
+Frequencies and lengths are integers and field weights are applied at query time, so running
+totals never drift, an index built incrementally scores bit for bit like one rebuilt from
+scratch, and a saved index does not depend on the weights.
 
 Queries are scored term at a time, rarest term first. Once the k-th best partial score beats
 the most that the remaining (common) terms could still add, no unseen document can enter the
-top k, so the common terms only update the candidates already found (by bisection) instead of
+top k, so the common terms only update the candidates still in reach (by bisection) instead of
 having their long postings scanned. This is the "MaxScore" idea of Turtle & Flood (1995); the
 result is the same top k as a full evaluation.
 """
@@ -37,22 +51,19 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
+from compactor import constants as C
 from compactor.analyze import query_terms, tokenize
 
+# Re-exported for callers and tests; the numbers and their sources are in constants.py.
+BM25_K1: Final = C.BM25_K1
+BM25_B: Final = C.BM25_B
+SUMMARY_WEIGHT: Final = C.SUMMARY_WEIGHT
+TAG_WEIGHT: Final = C.TAG_WEIGHT
+
 # --- tuning constants (lead: move to compactor/constants.py) --------------------------------
-# Okapi defaults from Robertson & Zaragoza, "The Probabilistic Relevance Framework" (2009).
-BM25_K1: Final = 1.2
-BM25_B: Final = 0.75
-# A summary is a distilled restatement of the content and tags are chosen by the agent on
-# purpose, so a match there says more than one in the body (BM25F-style field weighting).
-SUMMARY_WEIGHT: Final = 1.5
-TAG_WEIGHT: Final = 3.0
-# Field weights are applied in units of 1/TF_SCALE (4 represents 1.5 and 3.0 exactly); a
-# posting holds up to 254 units inline, i.e. a content tf of 63.
-TF_SCALE: Final = 4
 # A term's postings are compacted once dead postings outnumber live ones by this slack.
 _COMPACT_SLACK: Final = 8
-# Pruning costs a pass over the candidates; try it only when the next term's postings are
+# Pruning costs a pass over the candidates; try it only when the postings still to scan are
 # clearly longer than that pass.
 _PRUNE_MIN_POSTINGS: Final = 256
 # Bisecting one candidate into a long postings array costs about this many scanned postings.
@@ -63,12 +74,14 @@ _ACCEPT_OVERFETCH: Final = 4
 _BOUND_SLACK: Final = 1e-9
 # ---------------------------------------------------------------------------------------------
 
-_STATE_FORMAT: Final = 1
-_SUMMARY_UNITS: Final = round(SUMMARY_WEIGHT * TF_SCALE)
-_TAG_UNITS: Final = round(TAG_WEIGHT * TF_SCALE)
+_STATE_FORMAT: Final = 2
 _TF_BITS: Final = 8
-_TF_MASK: Final = (1 << _TF_BITS) - 1  # this value in a posting means "see self._big_tf"
+_CODE_MASK: Final = (1 << _TF_BITS) - 1
 _DOC_LIMIT: Final = 1 << (32 - _TF_BITS)
+# The code byte: below _SPILL a content-only tf; _SPILL: see the spill dict; from _PACKED on,
+# content tf in bits 4-6, summary tf in bits 2-3, tags tf in bits 0-1.
+_SPILL: Final = 0x7F
+_PACKED: Final = 0x80
 _DEAD: Final = -1.0
 
 if array("I").itemsize != 4:  # pragma: no cover - every CPython platform we target has it
@@ -102,11 +115,26 @@ def _split(flat: array[int], lens: array[int]) -> list[array[int]]:
     return out
 
 
-class BM25Index:
-    """Okapi BM25 over content + summary + tags of documents keyed by str ids.
+class _Field:
+    """A field besides the content: its weight, b and document lengths."""
 
-    Effective tf = tf_content + SUMMARY_WEIGHT*tf_summary + TAG_WEIGHT*tf_tags and the document
-    length is weighted the same way; idf = ln(1 + (N - df + 0.5) / (df + 0.5)).
+    __slots__ = ("b", "lens", "total", "weight")
+
+    def __init__(self, weight: float, b: float) -> None:
+        self.weight = weight
+        self.b = b
+        self.lens: array[int] = array("I")  # doc -> length in tokens
+        self.total = 0  # sum of live lengths
+
+    def norm(self, n: int) -> tuple[float, float]:
+        """(f1, f2) with B = f1 + f2 * length; f2 = 0 while no document has the field."""
+        return 1.0 - self.b, self.b * n / self.total if self.total else 0.0
+
+
+class BM25Index:
+    """BM25F over content + summary + tags of documents keyed by str ids (see the module doc).
+
+    idf = ln(1 + (N - df + 0.5) / (df + 0.5)), df counting documents with the term in any field.
     """
 
     def __init__(self) -> None:
@@ -114,13 +142,16 @@ class BM25Index:
         self._terms: list[str] = []  # term id -> term; "" marks a free id
         self._free_terms: list[int] = []
         self._df: array[int] = array("I")
-        self._post: list[array[int]] = []  # term id -> sorted doc << 8 | tf_units
-        self._big_tf: dict[int, dict[int, int]] = {}  # tid -> {doc: tf_units >= _TF_MASK}
+        self._post: list[array[int]] = []  # term id -> sorted doc << 8 | code
+        # tid -> {doc: (content, summary, tags) tf} for postings whose code is _SPILL
+        self._spill: dict[int, dict[int, tuple[int, int, int]]] = {}
+        self._summary = _Field(SUMMARY_WEIGHT, C.SUMMARY_B)
+        self._tags = _Field(TAG_WEIGHT, C.TAG_B)
         self._ids: dict[str, int] = {}
         self._ext: list[str | None] = []  # doc -> external id, None once removed
         self._doc_terms: list[array[int] | None] = []  # doc -> sorted distinct term ids
-        self._dl: array[float] = array("d")  # doc -> length in tf units, _DEAD once removed
-        self._total_len = 0  # sum of live lengths in tf units (an exact integer)
+        self._dl: array[float] = array("d")  # doc -> content length in tokens, _DEAD once removed
+        self._total_len = 0  # sum of live content lengths
 
     # --- size ------------------------------------------------------------------------------
 
@@ -136,9 +167,9 @@ class BM25Index:
 
     @property
     def avg_doc_len(self) -> float:
-        """Mean weighted document length in tokens (0.0 when empty)."""
+        """Mean content length in tokens (0.0 when empty)."""
         n = len(self._ids)
-        return self._total_len / TF_SCALE / n if n else 0.0
+        return self._total_len / n if n else 0.0
 
     # --- writes ----------------------------------------------------------------------------
 
@@ -146,37 +177,42 @@ class BM25Index:
         if doc_id in self._ids:
             raise ValueError(f"document {doc_id!r} is already indexed")
         body = tokenize(content)
-        units = {term: n * TF_SCALE for term, n in Counter(body).items()}
-        length = len(body) * TF_SCALE
-        if summary:
-            length += _add_field(units, tokenize(summary), _SUMMARY_UNITS)
-        if tags:
-            length += _add_field(units, [t for tag in tags for t in tokenize(tag)], _TAG_UNITS)
-
+        in_summary = tokenize(summary) if summary else []
+        in_tags = [t for tag in tags for t in tokenize(tag)]
         if len(self._ext) >= _DOC_LIMIT:
             self._renumber()
             if len(self._ext) >= _DOC_LIMIT:
                 raise OverflowError(f"BM25Index holds at most {_DOC_LIMIT} documents")
         d = len(self._ext)
-        vocab, post, df = self._vocab, self._post, self._df
+        vocab, df, post = self._vocab, self._df, self._post
+        counts = Counter(body)
+        s_counts, t_counts = Counter(in_summary), Counter(in_tags)
+        terms = {**counts, **s_counts, **t_counts} if s_counts or t_counts else counts
         tids: list[int] = []
-        for term, tf in units.items():
+        for term in terms:
             tid = vocab.get(term)
             if tid is None:
                 tid = self._new_term(term)
-            if tf < _TF_MASK:
-                post[tid].append(d << _TF_BITS | tf)
+            tf, s_tf, t_tf = counts.get(term, 0), s_counts.get(term, 0), t_counts.get(term, 0)
+            if not (s_tf or t_tf) and tf < _SPILL:
+                code = tf
+            elif (s_tf or t_tf) and tf < 8 and s_tf < 4 and t_tf < 4:  # 3, 2 and 2 bits
+                code = _PACKED | tf << 4 | s_tf << 2 | t_tf
             else:
-                self._big_tf.setdefault(tid, {})[d] = tf
-                post[tid].append(d << _TF_BITS | _TF_MASK)
+                code = _SPILL
+                self._spill.setdefault(tid, {})[d] = (tf, s_tf, t_tf)
+            post[tid].append(d << _TF_BITS | code)
             df[tid] += 1
             tids.append(tid)
         tids.sort()
+        for field, tokens in ((self._summary, in_summary), (self._tags, in_tags)):
+            field.lens.append(len(tokens))
+            field.total += len(tokens)
         self._ids[doc_id] = d
         self._ext.append(doc_id)
         self._doc_terms.append(array("I", tids))
-        self._dl.append(float(length))
-        self._total_len += length
+        self._dl.append(float(len(body)))
+        self._total_len += len(body)
 
     def _new_term(self, term: str) -> int:
         if self._free_terms:
@@ -199,12 +235,14 @@ class BM25Index:
         self._ext[d] = None
         self._total_len -= int(self._dl[d])
         self._dl[d] = _DEAD
-        df, post, big = self._df, self._post, self._big_tf
+        for field in (self._summary, self._tags):
+            field.total -= field.lens[d]
+        df, post, spill = self._df, self._post, self._spill
         for tid in tids:
-            if big:
-                spilled = big.get(tid)
+            if spill:
+                spilled = spill.get(tid)
                 if spilled is not None and spilled.pop(d, None) is not None and not spilled:
-                    del big[tid]
+                    del spill[tid]
             left = df[tid] - 1
             df[tid] = left
             if left == 0:
@@ -225,10 +263,12 @@ class BM25Index:
         """Give live documents dense ids again, once 2**24 adds have used the id space up."""
         new_of = {old: new for new, old in enumerate(d for d, e in enumerate(self._ext) if e is not None)}
         self._post = [
-            array("I", [new_of[e >> _TF_BITS] << _TF_BITS | e & _TF_MASK for e in p if e >> _TF_BITS in new_of])
+            array("I", [new_of[e >> _TF_BITS] << _TF_BITS | e & _CODE_MASK for e in p if e >> _TF_BITS in new_of])
             for p in self._post
         ]
-        self._big_tf = {tid: {new_of[d]: v for d, v in m.items()} for tid, m in self._big_tf.items()}
+        self._spill = {tid: {new_of[d]: v for d, v in m.items()} for tid, m in self._spill.items()}
+        for field in (self._summary, self._tags):
+            field.lens = array("I", [field.lens[d] for d in new_of])
         self._ext = [self._ext[d] for d in new_of]
         self._doc_terms = [self._doc_terms[d] for d in new_of]
         self._dl = array("d", [self._dl[d] for d in new_of])
@@ -277,7 +317,7 @@ class BM25Index:
         n = len(self._ids)
         acc: dict[int, float] = {}
         found: list[tuple[str, int]] = []
-        if n == 0 or self._total_len == 0:
+        if n == 0:
             return acc, found
         df = self._df
         weighted: list[tuple[float, int]] = []
@@ -289,77 +329,40 @@ class BM25Index:
                 weighted.append((math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (BM25_K1 + 1.0), tid))
         # Rarest first; a stable sort keeps query order among equal weights (determinism).
         weighted.sort(key=itemgetter(0), reverse=True)
-        # tf/(tf + k1*(1 - b + b*dl/avgdl)) is unchanged when tf and dl are both in tf units.
-        c1 = TF_SCALE * BM25_K1 * (1.0 - BM25_B)
-        c2 = TF_SCALE * BM25_K1 * BM25_B * n / self._total_len
-        # The most the terms from position j on can still add to any one document.
+        scorer = _Scorer(self, n)
+        # The most the terms from position j on can still add to any one document, and the
+        # postings they would scan: pruning pays once that is well above one pass over the
+        # candidates, even when no single term is (a long query's tail of common words is many
+        # medium-length lists).
         reach = [0.0] * (len(weighted) + 1)
+        rest = [0] * (len(weighted) + 1)
         for j in range(len(weighted) - 1, -1, -1):
             reach[j] = reach[j + 1] + weighted[j][0]
+            rest[j] = rest[j + 1] + len(self._post[weighted[j][1]])
+        floor: float | None = None
+        scanned = 0  # postings scanned since the k-th best score was last looked up
         for j, (w, tid) in enumerate(weighted):
-            p = self._post[tid]
-            if limit is not None and j and len(p) > 2 * len(acc) + _PRUNE_MIN_POSTINGS:
-                floor = ok.kth_score(acc, limit)
+            if limit is not None and j and rest[j] > 2 * len(acc) + _PRUNE_MIN_POSTINGS:
+                # Looking the k-th best up is a pass over the candidates: only once the scans
+                # since the last look cost as much (a stale floor is still a lower bound).
+                if floor is None or scanned >= len(acc):
+                    floor = ok.kth_score(acc, limit)
+                    scanned = 0
                 if floor is not None and floor > reach[j] * (1.0 + _BOUND_SLACK):
-                    cut = floor * (1.0 - _BOUND_SLACK) - reach[j]
-                    acc = {d: s for d, s in acc.items() if s >= cut}
-                    for w2, tid2 in weighted[j:]:
-                        self._refine(acc, w2, tid2, c1, c2)
+                    # Scores only grow, so `floor` stays below the k-th best while the bound
+                    # on what is left shrinks term by term: candidates drop out as it does.
+                    # The floor is looked up again when that pass is cheaper than the next
+                    # term's postings.
+                    for j2 in range(j, len(weighted)):
+                        if j2 > j and len(acc) < len(self._post[weighted[j2][1]]):
+                            floor = max(floor, ok.kth_score(acc, limit) or floor)
+                        cut = floor * (1.0 - _BOUND_SLACK) - reach[j2]
+                        acc = {d: s for d, s in acc.items() if s >= cut}
+                        scorer.refine(acc, *weighted[j2])
                     break
-            self._scan(acc, w, tid, c1, c2)
+            scorer.scan(acc, w, tid)
+            scanned += len(self._post[tid])
         return acc, found
-
-    def _scan(self, acc: dict[int, float], w: float, tid: int, c1: float, c2: float) -> None:
-        # The hottest loop of a query: kept free of attribute lookups and of the spill check
-        # unless this term has spilled frequencies.
-        p, dl = self._post[tid], self._dl
-        spilled = self._big_tf.get(tid)
-        if spilled is not None:
-            for e in p:
-                d = e >> _TF_BITS
-                length = dl[d]
-                if length >= 0:
-                    tf = e & _TF_MASK
-                    if tf == _TF_MASK:
-                        tf = spilled[d]
-                    acc[d] = acc.get(d, 0.0) + w * tf / (tf + c1 + c2 * length)
-        elif acc:
-            get = acc.get
-            for e in p:
-                d = e >> _TF_BITS
-                length = dl[d]
-                if length >= 0:
-                    tf = e & _TF_MASK
-                    acc[d] = get(d, 0.0) + w * tf / (tf + c1 + c2 * length)
-        else:
-            for e in p:
-                d = e >> _TF_BITS
-                length = dl[d]
-                if length >= 0:
-                    tf = e & _TF_MASK
-                    acc[d] = w * tf / (tf + c1 + c2 * length)
-
-    def _refine(self, acc: dict[int, float], w: float, tid: int, c1: float, c2: float) -> None:
-        """Add a term's contribution to the existing candidates only."""
-        p, dl = self._post[tid], self._dl
-        spilled = self._big_tf.get(tid, {})
-        if len(acc) * _BISECT_COST < len(p):
-            size = len(p)
-            for d in acc:
-                i = bisect_left(p, d << _TF_BITS)
-                if i < size and p[i] >> _TF_BITS == d:
-                    tf = p[i] & _TF_MASK
-                    if tf == _TF_MASK:
-                        tf = spilled[d]
-                    acc[d] += w * tf / (tf + c1 + c2 * dl[d])
-        else:
-            for e in p:
-                d = e >> _TF_BITS
-                if d in acc:
-                    tf = e & _TF_MASK
-                    if tf == _TF_MASK:
-                        tf = spilled[d]
-                    acc[d] += w * tf / (tf + c1 + c2 * dl[d])
 
     def _matched(self, d: int, found: list[tuple[str, int]]) -> tuple[str, ...]:
         tids = self._doc_terms[d]
@@ -376,18 +379,20 @@ class BM25Index:
     def to_state(self) -> dict[str, Any]:
         """Everything needed to restore without re-tokenising, as str/int/list (orjson-ready).
 
-        O(index size); arrays travel as base64 of their native bytes.
+        O(index size); arrays travel as base64 of their native bytes. Field weights are not
+        part of it: they apply at query time.
         """
         doc_terms = [t if t is not None else array("I") for t in self._doc_terms]
         return {
             "format": _STATE_FORMAT,
             "byteorder": sys.byteorder,
-            "units": [TF_SCALE, _SUMMARY_UNITS, _TAG_UNITS],
             "terms": list(self._terms),
             "df": _b64(self._df),
             "post_lens": _b64(array("Q", map(len, self._post))),
             "post": base64.b64encode(b"".join(p.tobytes() for p in self._post)).decode("ascii"),
-            "big_tf": [[tid, d, v] for tid, m in self._big_tf.items() for d, v in m.items()],
+            "spill": [[tid, d, *tfs] for tid, m in self._spill.items() for d, tfs in m.items()],
+            "summary_lens": _b64(self._summary.lens),
+            "tag_lens": _b64(self._tags.lens),
             "ext": list(self._ext),
             "doc_terms_lens": _b64(array("Q", map(len, doc_terms))),
             "doc_terms": base64.b64encode(b"".join(t.tobytes() for t in doc_terms)).decode("ascii"),
@@ -396,37 +401,136 @@ class BM25Index:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> BM25Index:
-        """Inverse of `to_state`; ValueError if the state has another format or field weights."""
+        """Inverse of `to_state`; ValueError if the state has another format or is inconsistent."""
         if state.get("format") != _STATE_FORMAT:
             raise ValueError(f"unknown index state format {state.get('format')!r}")
-        if state["units"] != [TF_SCALE, _SUMMARY_UNITS, _TAG_UNITS]:
-            raise ValueError("index state was built with other field weights; rebuild it")
         swap = state["byteorder"] != sys.byteorder
         self = cls()
         self._terms = list(state["terms"])
         self._df = _unb64(state["df"], "I", swap)
         self._post = _split(_unb64(state["post"], "I", swap), _unb64(state["post_lens"], "Q", swap))
-        for tid, d, v in state["big_tf"]:
-            self._big_tf.setdefault(int(tid), {})[int(d)] = int(v)
+        for tid, d, tf, s_tf, t_tf in state["spill"]:
+            self._spill.setdefault(int(tid), {})[int(d)] = (int(tf), int(s_tf), int(t_tf))
         self._ext = list(state["ext"])
         self._dl = _unb64(state["dl"], "d", swap)
+        self._summary.lens = _unb64(state["summary_lens"], "I", swap)
+        self._tags.lens = _unb64(state["tag_lens"], "I", swap)
         doc_terms = _split(_unb64(state["doc_terms"], "I", swap), _unb64(state["doc_terms_lens"], "Q", swap))
         if not len(self._terms) == len(self._df) == len(self._post):
             raise ValueError("index state is inconsistent: term tables differ in length")
-        if not len(self._ext) == len(self._dl) == len(doc_terms):
+        if not len(self._ext) == len(self._dl) == len(doc_terms) == len(self._summary.lens) == len(self._tags.lens):
             raise ValueError("index state is inconsistent: document tables differ in length")
         self._doc_terms = [t if e is not None else None for t, e in zip(doc_terms, self._ext, strict=True)]
         self._vocab = {t: i for i, t in enumerate(self._terms) if t}
         self._free_terms = [i for i, t in enumerate(self._terms) if not t]
         self._ids = {e: d for d, e in enumerate(self._ext) if e is not None}
         self._total_len = sum(int(x) for x in self._dl if x >= 0)
+        for field in (self._summary, self._tags):
+            field.total = sum(n for n, x in zip(field.lens, self._dl, strict=True) if x >= 0)
         return self
 
 
-def _add_field(units: dict[str, int], tokens: list[str], weight: int) -> int:
-    for term, n in Counter(tokens).items():
-        units[term] = units.get(term, 0) + n * weight
-    return len(tokens) * weight
+class _Scorer:
+    """One query's view of the index: adds terms' contributions to candidate scores.
+
+    Content-only postings add w * tf / (tf + c1 + c2 * dl), i.e. Okapi with k1 * B_content =
+    c1 + c2 * dl. Postings with field frequencies add w * x / (x + k) with k = c1 + c2 * dl and
+    x = tf + f * k / k1 (f the weighted, normalised field part of tf~): w * tf~ / (tf~ + k1)
+    multiplied through by B_content. Every path uses the same arithmetic, so a score does not
+    depend on whether it was reached by scanning or by bisection.
+    """
+
+    __slots__ = ("c1", "c2", "dl", "index", "s_lens", "s_norm", "t_lens", "t_norm")
+
+    def __init__(self, index: BM25Index, n: int) -> None:
+        self.index = index
+        self.dl = index._dl
+        self.c1 = BM25_K1 * (1.0 - BM25_B)
+        self.c2 = BM25_K1 * BM25_B * n / index._total_len if index._total_len else 0.0
+        self.s_lens, self.t_lens = index._summary.lens, index._tags.lens
+        self.s_norm, self.t_norm = index._summary.norm(n), index._tags.norm(n)
+
+    def scan(self, acc: dict[int, float], w: float, tid: int) -> None:
+        """Add the term's contribution to every document that has it."""
+        # The hottest loop of a query: kept free of attribute lookups, and content-only
+        # postings take a single comparison on top of the Okapi arithmetic.
+        p, dl, c1, c2 = self.index._post[tid], self.dl, self.c1, self.c2
+        (s1, s2), (t1, t2), s_lens, t_lens = self.s_norm, self.t_norm, self.s_lens, self.t_lens
+        get = acc.get
+        for e in p:
+            d = e >> _TF_BITS
+            length = dl[d]
+            if length < 0:
+                continue
+            tf = e & _CODE_MASK
+            if tf < _SPILL:
+                acc[d] = get(d, 0.0) + w * tf / (tf + c1 + c2 * length)
+            elif tf == _SPILL:
+                acc[d] = get(d, 0.0) + self.posting(w, tid, d, tf, length)
+            else:  # packed, inlined: in summaries and tags the common terms are packed
+                s_tf, t_tf, tf = tf >> 2 & 3, tf & 3, tf >> 4 & 7
+                f = 0.0
+                if s_tf:
+                    f += SUMMARY_WEIGHT * s_tf / (s1 + s2 * s_lens[d])
+                if t_tf:
+                    f += TAG_WEIGHT * t_tf / (t1 + t2 * t_lens[d])
+                k = c1 + c2 * length
+                x = tf + f * k / BM25_K1
+                acc[d] = get(d, 0.0) + w * x / (x + k)
+
+    def refine(self, acc: dict[int, float], w: float, tid: int) -> None:
+        """Add the term's contribution to the existing candidates only."""
+        p, dl, c1, c2 = self.index._post[tid], self.dl, self.c1, self.c2
+        if len(acc) * _BISECT_COST < len(p):
+            size = len(p)
+            for d in acc:
+                i = bisect_left(p, d << _TF_BITS)
+                if i < size and p[i] >> _TF_BITS == d:
+                    tf = p[i] & _CODE_MASK
+                    if tf < _SPILL:
+                        acc[d] += w * tf / (tf + c1 + c2 * dl[d])
+                    else:
+                        acc[d] += self.posting(w, tid, d, tf, dl[d])
+        else:
+            (s1, s2), (t1, t2), s_lens, t_lens = self.s_norm, self.t_norm, self.s_lens, self.t_lens
+            for e in p:
+                d = e >> _TF_BITS
+                if d in acc:
+                    tf = e & _CODE_MASK
+                    if tf < _SPILL:
+                        acc[d] += w * tf / (tf + c1 + c2 * dl[d])
+                    elif tf == _SPILL:
+                        acc[d] += self.posting(w, tid, d, tf, dl[d])
+                    else:  # packed, inlined as in `scan`
+                        s_tf, t_tf, tf = tf >> 2 & 3, tf & 3, tf >> 4 & 7
+                        f = 0.0
+                        if s_tf:
+                            f += SUMMARY_WEIGHT * s_tf / (s1 + s2 * s_lens[d])
+                        if t_tf:
+                            f += TAG_WEIGHT * t_tf / (t1 + t2 * t_lens[d])
+                        k = c1 + c2 * dl[d]
+                        x = tf + f * k / BM25_K1
+                        acc[d] += w * x / (x + k)
+
+    def posting(self, w: float, tid: int, d: int, code: int, length: float) -> float:
+        """What a spilled or packed posting adds."""
+        if code == _SPILL:
+            tf, s_tf, t_tf = self.index._spill[tid][d]
+        else:
+            tf, s_tf, t_tf = code >> 4 & 7, code >> 2 & 3, code & 3
+        c1, c2 = self.c1, self.c2
+        if not (s_tf or t_tf):
+            return w * tf / (tf + c1 + c2 * length)
+        f = 0.0
+        if s_tf:
+            f1, f2 = self.s_norm
+            f += SUMMARY_WEIGHT * s_tf / (f1 + f2 * self.s_lens[d])
+        if t_tf:
+            f1, f2 = self.t_norm
+            f += TAG_WEIGHT * t_tf / (f1 + f2 * self.t_lens[d])
+        k = c1 + c2 * length
+        x = tf + f * k / BM25_K1
+        return w * x / (x + k)
 
 
 class _Acceptance:

@@ -39,10 +39,19 @@ def retention01(item: Item, now: float) -> float:
     return min(max(retention(item, now) / C.MAX_RETENTION, 0.0), 1.0)
 
 
-def rank_score(relevance: float, item: Item, now: float) -> float:
-    """Relevance first; retention and pinning are bounded multipliers on top of it."""
+def recency_prior(newer: int) -> float:
+    """1 + RECENCY_PRIOR * 0.5 ** (newer / RECENCY_HALF_LIFE_ITEMS), `newer` counting the items
+    stored since: what an agent goes back for is mostly a few turns old."""
+    return 1.0 + C.RECENCY_PRIOR * float(0.5 ** (max(newer, 0) / C.RECENCY_HALF_LIFE_ITEMS))
+
+
+def rank_score(relevance: float, item: Item, now: float, newer: int | None = None) -> float:
+    """Relevance first; retention, the recency prior (when `newer`, the items stored since this
+    one, is given) and pinning are bounded multipliers on top of it."""
     score = relevance * (1.0 + C.RETENTION_WEIGHT * retention01(item, now))
+    if newer is not None:
+        score *= recency_prior(newer)
     return score * C.PIN_BOOST if item.pinned else score
 
 
-MAX_RANK_FACTOR = (1.0 + C.RETENTION_WEIGHT) * C.PIN_BOOST
+MAX_RANK_FACTOR = (1.0 + C.RETENTION_WEIGHT) * (1.0 + C.RECENCY_PRIOR) * C.PIN_BOOST

@@ -1393,15 +1393,20 @@ class Store:
             best = heapq.nlargest(limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now), it.seq))
             return [Hit(it, scoring.rank_score(1.0, it, now), ()) for it in best]
 
-        # Retention lifts a BM25 score by at most MAX_RANK_FACTOR (1.44), so the final top
-        # `limit` is drawn from the BM25 top few times `limit`: a hit below that would need a
-        # relevance far under the leaders' to overtake them, which the bound rules out in
-        # practice, and the index can prune everything deeper.
+        # Retention and the recency prior lift a BM25 score by at most MAX_RANK_FACTOR (2.2),
+        # so the final top `limit` is drawn from the BM25 top few times `limit`: a hit below
+        # that would need a relevance far under the leaders' to overtake them, which the bound
+        # rules out in practice, and the index can prune everything deeper.
         fetch = max(limit * C.RERANK_DEPTH, C.RERANK_MIN)
         raw = s.index.search(text, limit=fetch, accept=accept)
+        newest = s.next_seq - 1
         ranked = sorted(
             (
-                Hit(s.items[h.doc_id], scoring.rank_score(h.score, s.items[h.doc_id], now), tuple(h.matched))
+                Hit(
+                    (it := s.items[h.doc_id]),
+                    scoring.rank_score(h.score, it, now, newer=newest - it.seq),
+                    tuple(h.matched),
+                )
                 for h in raw
             ),
             key=lambda h: (-h.score, -h.item.seq),

@@ -3,7 +3,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.analyze import query_terms, tokenize
+from compactor.analyze import QUERY_STOPWORDS, query_terms, tokenize
 
 
 def test_camel_case_with_acronym_gives_parts_and_whole():
@@ -32,7 +32,17 @@ def test_dotted_name_keeps_whole_and_parts():
 def test_relative_path_gives_whole_basename_stem_and_directories():
     toks = tokenize("django/db/models/query.py")
     assert toks[0] == "django/db/models/query.py"
-    assert {"query.py", "query", "django", "db", "models", "py"} == set(toks[1:])
+    tails = {"db/models/query.py", "models/query.py"}
+    assert {*tails, "query.py", "query", "django", "db", "models", "py"} == set(toks[1:])
+
+
+def test_a_path_matches_however_it_was_rooted():
+    absolute = set(tokenize("/testbed/django/db/models/query.py"))
+    relative = set(tokenize("./django/db/models/query.py"))
+    tail = set(tokenize("see models/query.py"))
+    assert "django/db/models/query.py" in absolute & relative
+    assert "models/query.py" in absolute & relative & tail
+    assert "db/models" not in absolute  # tails only, not every sub-path
 
 
 def test_absolute_path_is_kept_as_written_with_its_parts():
@@ -87,8 +97,28 @@ def test_tokenization_is_local_to_whitespace_separated_chunks(a, b):
     assert tokenize(f"{a} {b}") == tokenize(a) + tokenize(b)
 
 
+def test_query_terms_leave_out_stop_words():
+    terms = query_terms("Now I will check the file `django/db/models/query.py` and its QuerySet again")
+    assert not {"now", "the", "its", "will", "again"} & set(terms)
+    assert {"check", "file", "django/db/models/query.py", "queryset", "query", "set"} <= set(terms)
+
+
+def test_stop_words_inside_an_identifier_leave_only_the_part_out():
+    assert query_terms("get_for_model") == ["get_for_model", "get", "model"]
+
+
+def test_a_query_of_stop_words_only_keeps_them():
+    assert query_terms("what is this") == ["what", "is", "this"]
+
+
+def test_stop_words_are_lowercase_tokens():
+    for word in QUERY_STOPWORDS:
+        assert tokenize(word) == [word]
+
+
 @given(_TEXT)
-def test_query_terms_are_the_distinct_tokens(text):
+def test_query_terms_are_the_distinct_tokens_less_stop_words(text):
     terms = query_terms(text)
+    tokens = set(tokenize(text))
     assert len(terms) == len(set(terms))
-    assert set(terms) == set(tokenize(text))
+    assert set(terms) == (tokens - QUERY_STOPWORDS or tokens)

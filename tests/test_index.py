@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
+from compactor import constants as C
 from compactor import index as index_module
 from compactor.analyze import query_terms, tokenize
 from compactor.index import BM25_B, BM25_K1, SUMMARY_WEIGHT, TAG_WEIGHT, BM25Index, Hit
@@ -141,15 +142,49 @@ def test_field_weights_follow_the_bm25f_formula():
     index.add("a", "alpha beta beta", summary="gamma alpha", tags=["alpha"])
     index.add("b", "beta delta")
     index.add("c", "epsilon")
-    len_a = 3 + SUMMARY_WEIGHT * 2 + TAG_WEIGHT * 1
-    avgdl = (len_a + 2 + 1) / 3
-    tf = 1 + SUMMARY_WEIGHT + TAG_WEIGHT
+    avg_content, avg_summary, avg_tags = (3 + 2 + 1) / 3, 2 / 3, 1 / 3
+
+    def norm(b, length, avg):
+        return 1 - b + b * length / avg
+
+    tf = (
+        1 / norm(BM25_B, 3, avg_content)
+        + SUMMARY_WEIGHT * 1 / norm(C.SUMMARY_B, 2, avg_summary)
+        + TAG_WEIGHT * 1 / norm(C.TAG_B, 1, avg_tags)
+    )
     idf = math.log(1 + (3 - 1 + 0.5) / (1 + 0.5))
-    want = idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * len_a / avgdl))
-    assert index.avg_doc_len == pytest.approx(avgdl)
+    want = idf * tf * (BM25_K1 + 1) / (tf + BM25_K1)
+    assert index.avg_doc_len == pytest.approx(avg_content)
     [hit] = index.search("alpha")
     assert hit.score == pytest.approx(want, rel=1e-12)
     assert index.terms("a") == frozenset({"alpha", "beta", "gamma"})
+
+
+def test_a_summary_match_is_not_diluted_by_the_length_of_the_content():
+    index = BM25Index()
+    index.add("short", "ok", summary="pytest tests/test_models.py")
+    index.add("long", "line of output\n" * 400, summary="pytest tests/test_models.py")
+    index.add("other", "something else entirely")
+    scores = index.search_scores("tests/test_models.py")
+    assert scores["short"][0] == pytest.approx(scores["long"][0], rel=1e-12)
+
+
+def test_a_term_in_a_short_summary_counts_more_than_in_a_long_one():
+    index = BM25Index()
+    index.add("terse", "body", summary="migration squash")
+    index.add("wordy", "body", summary="migration " + " ".join(f"word{i}" for i in range(30)))
+    index.add("none", "body")
+    hits = index.search("migration")
+    assert [h.doc_id for h in hits] == ["terse", "wordy"]
+    assert hits[0].score > hits[1].score
+
+
+def test_a_summary_match_outranks_the_same_word_once_in_a_long_body():
+    index = BM25Index()
+    filler = " ".join(f"w{i}" for i in range(300))
+    index.add("headline", f"{filler}", summary="sed -n 10,40p sphinx/domains/python.py")
+    index.add("mention", f"{filler} sphinx/domains/python.py {filler}")
+    assert [h.doc_id for h in index.search("sphinx/domains/python.py")] == ["headline", "mention"]
 
 
 def test_very_frequent_term_keeps_its_exact_frequency():
@@ -256,7 +291,7 @@ _WORDS = ["alpha", "beta", "gamma", "delta", "KeyError", "query.py", "max_items"
 _TEXT = st.builds(
     lambda words, rep: " ".join(words) + " spam" * rep,
     st.lists(st.sampled_from(_WORDS), max_size=12),
-    st.sampled_from([0, 0, 0, 70]),
+    st.sampled_from([0, 0, 0, 260]),  # 260: frequencies that spill out of a posting
 )
 _DOC = st.tuples(_TEXT, st.none() | _TEXT, st.lists(st.sampled_from(_WORDS), max_size=2))
 _OPS = st.lists(st.tuples(st.sampled_from(["put", "put", "remove"]), st.integers(0, 7), _DOC), min_size=1, max_size=40)

@@ -2,7 +2,16 @@ import math
 
 from compactor import constants as C
 from compactor.models import Item
-from compactor.scoring import MAX_RANK_FACTOR, access, rank_score, recency, retention, retention01, size
+from compactor.scoring import (
+    MAX_RANK_FACTOR,
+    access,
+    rank_score,
+    recency,
+    recency_prior,
+    retention,
+    retention01,
+    size,
+)
 
 NOW = 1_800_000_000.0
 
@@ -83,3 +92,22 @@ def test_rank_score_is_bounded_by_relevance():
     worst = make(importance=1, content_type="tool_output", last_accessed_at=NOW - 86400, content_tokens=8000)
     assert rank_score(2.0, worst, NOW) > rank_score(1.0, best, NOW)
     assert rank_score(1.0, make(pinned=True), NOW) > rank_score(1.0, make(), NOW)
+
+
+def test_recency_prior_halves_per_half_life_in_items_and_is_bounded():
+    assert recency_prior(0) == 1.0 + C.RECENCY_PRIOR
+    assert recency_prior(C.RECENCY_HALF_LIFE_ITEMS) == 1.0 + C.RECENCY_PRIOR / 2
+    assert recency_prior(-5) == recency_prior(0)  # a clock skew cannot push it past the bound
+    values = [recency_prior(n) for n in range(0, 500, 7)]
+    assert values == sorted(values, reverse=True)
+    assert all(1.0 <= v <= 1.0 + C.RECENCY_PRIOR for v in values)
+
+
+def test_rank_score_applies_the_recency_prior_only_when_asked_and_stays_bounded():
+    it = make()
+    assert rank_score(1.0, it, NOW, newer=0) == rank_score(1.0, it, NOW) * recency_prior(0)
+    best = make(importance=10, content_type="error", access_count=1000, content_tokens=1, pinned=True)
+    assert rank_score(1.0, best, NOW, newer=0) <= MAX_RANK_FACTOR + 1e-12
+    # The prior breaks near-ties; a clearly better older match still wins.
+    assert rank_score(1.0, it, NOW, newer=0) > rank_score(1.2, it, NOW, newer=200)
+    assert rank_score(2.0, it, NOW, newer=200) > rank_score(1.0, it, NOW, newer=0)

@@ -1,0 +1,57 @@
+"""Search as an agent uses it: going back to a tool output, a file it read, an error it saw.
+
+Each test fails on the ranking before ISSUE 7 (merged fields, no stop words, no path tails,
+no recency prior) and passes now.
+"""
+
+from compactor.store import Store
+
+_CODE = "\n".join(f"    {i:4d}  value_{i} = compute_{i}(header, options)  # step {i}" for i in range(10, 80))
+
+
+def _firsts(store: Store, query: str) -> list[str]:
+    return [h.item.content.split("\n", 1)[0] for h in store.query(query=query, limit=10)]
+
+
+def test_a_long_output_whose_first_line_is_the_command_beats_thoughts_naming_its_file(store: Store):
+    def put(text: str, tag: str) -> None:  # as the replay stores events: summary = first line
+        store.store(text, summary=text.split("\n", 1)[0], tags=[tag])
+
+    put("sed -n '10,80p' pkg/http.py", "action")
+    put(f"$ sed -n '10,80p' pkg/http.py\n{_CODE}", "observation")
+    put("parse_header in pkg/http.py is where pkg/http.py reads headers; see pkg/http.py.", "thought")
+    put("So pkg/http.py builds the header map by hand and pkg/http.py never lowercases keys.", "thought")
+    top = _firsts(store, "Let me look at that part of the file again.\nsed -n '10,80p' pkg/http.py")
+    # The command matches as well as its output; both come before any thought.
+    assert set(top[:2]) == {"$ sed -n '10,80p' pkg/http.py", "sed -n '10,80p' pkg/http.py"}
+
+
+def test_function_words_of_a_long_query_do_not_outvote_the_name_that_matters(store: Store):
+    frames = "\n".join(f'  File "pkg/m{i}.py", line {i}, in f{i}' for i in range(12))
+    store.store(f"Traceback (most recent call last):\n{frames}\nKeyError: 'content_type'", tags=["error"])
+    for i in range(4):
+        store.store(f"What is it that we should do about this, and is it the same as before? I think so {i}.")
+    query = "What is it that we should do about this KeyError again, and is it the same one as before?"
+    assert _firsts(store, query)[0].startswith("Traceback")
+
+
+def test_a_path_matches_whichever_root_it_was_written_from(store: Store):
+    store.store('  File "/testbed/django/db/models/query.py", line 12, in get\n    raise self.model.DoesNotExist')
+    store.store("django/db/models/sql/query.py and django/db/models/fields/__init__.py were fine, models query py")
+    assert _firsts(store, "look at django/db/models/query.py")[0].startswith('  File "/testbed/')
+
+
+def test_of_two_near_equal_matches_the_recent_one_ranks_first(store: Store):
+    store.store("pytest tests/test_http.py: failed test_parse_header, failed test_parse_header again")
+    for i in range(60):
+        store.store(f"unrelated note number {i} about the build cache and the docs theme")
+    store.store("pytest tests/test_http.py: failed test_parse_header")
+    assert _firsts(store, "pytest tests/test_http.py failed test_parse_header")[0].endswith("test_parse_header")
+
+
+def test_a_clearly_better_older_match_still_beats_a_weak_recent_one(store: Store):
+    store.store("ValueError: invalid literal for int() with base 10: 'abc' in parse_port of pkg/net.py")
+    for i in range(60):
+        store.store(f"unrelated note number {i} about the build cache and the docs theme")
+    store.store("the port is fine now")
+    assert _firsts(store, "ValueError invalid literal for int parse_port pkg/net.py")[0].startswith("ValueError")
