@@ -116,12 +116,11 @@ def _split(flat: array[int], lens: array[int]) -> list[array[int]]:
 
 
 class _Field:
-    """A field besides the content: its weight, b and document lengths."""
+    """A field besides the content: its b and document lengths (weights are constants)."""
 
-    __slots__ = ("b", "lens", "total", "weight")
+    __slots__ = ("b", "lens", "total")
 
-    def __init__(self, weight: float, b: float) -> None:
-        self.weight = weight
+    def __init__(self, b: float) -> None:
         self.b = b
         self.lens: array[int] = array("I")  # doc -> length in tokens
         self.total = 0  # sum of live lengths
@@ -145,8 +144,8 @@ class BM25Index:
         self._post: list[array[int]] = []  # term id -> sorted doc << 8 | code
         # tid -> {doc: (content, summary, tags) tf} for postings whose code is _SPILL
         self._spill: dict[int, dict[int, tuple[int, int, int]]] = {}
-        self._summary = _Field(SUMMARY_WEIGHT, C.SUMMARY_B)
-        self._tags = _Field(TAG_WEIGHT, C.TAG_B)
+        self._summary = _Field(C.SUMMARY_B)
+        self._tags = _Field(C.TAG_B)
         self._ids: dict[str, int] = {}
         self._ext: list[str | None] = []  # doc -> external id, None once removed
         self._doc_terms: list[array[int] | None] = []  # doc -> sorted distinct term ids
@@ -467,7 +466,7 @@ class _Scorer:
                 acc[d] = get(d, 0.0) + w * tf / (tf + c1 + c2 * length)
             elif tf == _SPILL:
                 acc[d] = get(d, 0.0) + self.posting(w, tid, d, tf, length)
-            else:  # packed, inlined: in summaries and tags the common terms are packed
+            else:  # packed (the term is in the summary or tags too), inlined: it is common
                 s_tf, t_tf, tf = tf >> 2 & 3, tf & 3, tf >> 4 & 7
                 f = 0.0
                 if s_tf:

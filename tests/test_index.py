@@ -345,3 +345,54 @@ def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, 
                     assert a.score == pytest.approx(b.score, rel=1e-9)
             full = _ranked(index, q, order)[:5]
             assert [(h.doc_id, h.score) for h in want] == [(d, s) for d, (s, _) in full]
+
+
+def _bm25f_reference(docs, query):
+    """Scores straight from the BM25F formula, for documents given as (content, summary, tags)."""
+    toks = [(tokenize(c), tokenize(s) if s else [], [t for tag in tags for t in tokenize(tag)]) for c, s, tags in docs]
+    n = len(docs)
+    avg = [sum(len(d[f]) for d in toks) / n for f in range(3)]
+    weights, bs = (1.0, SUMMARY_WEIGHT, TAG_WEIGHT), (BM25_B, C.SUMMARY_B, C.TAG_B)
+    out = {}
+    for i, fields in enumerate(toks):
+        score, matched = 0.0, False
+        for term in query_terms(query):
+            df = sum(1 for d in toks if any(term in f for f in d))
+            if not df:
+                continue
+            tf = 0.0
+            for f in range(3):
+                count = fields[f].count(term)
+                if count:
+                    tf += weights[f] * count / (1 - bs[f] + bs[f] * len(fields[f]) / avg[f])
+            if tf:
+                matched = True
+                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+                score += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1)
+        if matched:
+            out[str(i)] = score
+    return out
+
+
+_FIELD_WORDS = ["alpha", "beta", "gamma", "query.py"]
+_FIELD_DOC = st.tuples(
+    st.lists(st.sampled_from(_FIELD_WORDS), max_size=10).map(" ".join),
+    st.integers(0, 300),  # extra "alpha": frequencies inline, packed with fields, or spilled
+    st.none() | st.lists(st.sampled_from(_FIELD_WORDS), max_size=6).map(" ".join),
+    st.lists(st.sampled_from(["alpha", "beta", "tag-x"]), max_size=5),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_FIELD_DOC, min_size=1, max_size=8))
+def test_scores_follow_the_bm25f_formula_for_any_field_frequencies(raw):
+    docs = [(f"{words} {'alpha ' * extra}", summary, tags) for words, extra, summary, tags in raw]
+    index = BM25Index()
+    for i, doc in enumerate(docs):
+        index.add(str(i), *doc)
+    for query in ("alpha", "beta gamma", "query.py tag-x", "x"):
+        got = {d: s for d, (s, _) in index.search_scores(query).items()}
+        want = _bm25f_reference(docs, query)
+        assert got.keys() == want.keys()
+        for d in want:
+            assert got[d] == pytest.approx(want[d], rel=1e-9)
