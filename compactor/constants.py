@@ -58,6 +58,9 @@ PIN_BOOST: Final = 1.15
 # matter only between near-ties, shallow enough for the index to prune the rest.
 RERANK_DEPTH: Final = 3
 RERANK_MIN: Final = 30
+# An item without a summary is indexed with its first line (this long at most) as its summary
+# field: the line a command output or an error starts with is what an agent searches for.
+HEADLINE_CHARS: Final = 200
 
 # --- near-duplicates ----------------------------------------------------------------------
 # Jaccard of word sets above 0.7, as in the reference.

@@ -169,6 +169,21 @@ class _State:
     )
 
 
+def _headline(item: Item) -> str | None:
+    """What the index's boosted summary field holds: the summary, or else the first line of the
+    content (the command of a tool output, the error line, the head of a note). An agent that
+    stores without a summary still gets its headline weighted like one (replay without
+    summaries: recall@5 0.770 with only the body, ~0.93 with the first line)."""
+    if item.summary:
+        return item.summary
+    first, newline, rest = item.content.strip().partition("\n")
+    # A one-line item has no headline apart from itself: counting it twice would only favour
+    # one-liners over everything else.
+    if not newline or not rest.strip():
+        return None
+    return first.strip()[: C.HEADLINE_CHARS] or None
+
+
 def _utf8_size(text: str, field: str) -> int:
     """Bytes of `text` as UTF-8; a lone surrogate (which no file or wire can carry) is the
     caller's mistake, reported as such rather than failing later in the journal write."""
@@ -406,7 +421,7 @@ class Store:
             for tag in new.tags:
                 s.by_tag.setdefault(tag, set()).add(new.id)
         if text_changed:
-            s.index.update(new.id, new.content, new.summary, new.tags)
+            s.index.update(new.id, new.content, _headline(new), new.tags)
         if new.tier != "active" or new.depth:
             s.dedup.remove(new.id)
         elif text_changed or old.tier != "active":
@@ -472,7 +487,7 @@ class Store:
         for tag in item.tags:
             s.by_tag.setdefault(tag, set()).add(item.id)
         if derived:
-            s.index.add(item.id, item.content, item.summary, item.tags)
+            s.index.add(item.id, item.content, _headline(item), item.tags)
         if item.tier == "archived":
             s.archived_tokens += item.content_tokens
         if item.tier == "active":

@@ -55,3 +55,14 @@ def test_a_clearly_better_older_match_still_beats_a_weak_recent_one(store: Store
         store.store(f"unrelated note number {i} about the build cache and the docs theme")
     store.store("the port is fine now")
     assert _firsts(store, "ValueError invalid literal for int parse_port pkg/net.py")[0].startswith("ValueError")
+
+
+def test_first_line_counts_as_the_headline_when_there_is_no_summary():
+    from compactor.store import Store
+
+    s = Store()
+    body = "\n".join(f"  row {i}: value {i * 7} ok" for i in range(400))
+    long_output = s.store(f"$ grep -rn frobnicate_widget src/\n{body}").item
+    chatter = s.store("maybe grep for frobnicate_widget in src later").item
+    order = [h.item.id for h in s.query("grep -rn frobnicate_widget src/")]
+    assert order[0] == long_output.id, (order, long_output.id, chatter.id)
