@@ -14,7 +14,8 @@ def preview(text: str | None, chars: int = C.PREVIEW_CHARS) -> str:
     """First `chars` characters with whitespace folded; cut on characters, never bytes."""
     if not text:
         return ""
-    flat = _WS.sub(" ", text).strip()
+    # Fold only the head: a preview of a 1 MiB item must not scan the whole item.
+    flat = _WS.sub(" ", text[: chars * 4 + 64]).strip()
     return flat if len(flat) <= chars else flat[: chars - 1].rstrip() + "…"
 
 
