@@ -51,10 +51,6 @@ class Item:
         """What this item costs the budget while active."""
         return self.summary_tokens if self.view == "summary" and self.summary else self.content_tokens
 
-    @property
-    def view_text(self) -> str:
-        return self.summary if self.view == "summary" and self.summary else self.content
-
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
 

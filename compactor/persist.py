@@ -62,6 +62,22 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _write_fsynced(path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
+    """Write `chunks` to a new 0600 file and fsync it; on failure leave no file behind."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb", closefd=True) as fh:
+            for chunk in chunks:
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(path, 0o600)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+
+
 def _journal_header(gen: int) -> bytes:
     return orjson.dumps({"journal": 1, "gen": gen}) + b"\n"
 
@@ -322,14 +338,8 @@ class StateDir:
 
     def _write_atomic(self, path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        _write_fsynced(tmp, chunks)
         try:
-            with os.fdopen(fd, "wb", closefd=True) as fh:
-                for chunk in chunks:
-                    fh.write(chunk)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o600)
             os.replace(tmp, path)
             _fsync_dir(self.path)
         except BaseException:
@@ -354,17 +364,9 @@ class StateDir:
     def write_snapshot_tmp(self, chunks: Iterator[bytes]) -> None:
         """First half of a background snapshot: the temp file, written and fsynced."""
         started = time.perf_counter()
-        tmp = self._snapshot_tmp()
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb", closefd=True) as fh:
-                for chunk in chunks:
-                    fh.write(chunk)
-                fh.flush()
-                os.fsync(fh.fileno())
+            _write_fsynced(self._snapshot_tmp(), chunks)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             raise PersistenceError(f"Could not write the snapshot in {self.path}: {exc.strerror or exc}") from exc
         self.last_snapshot_seconds = time.perf_counter() - started
 
