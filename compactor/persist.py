@@ -93,6 +93,7 @@ class StateDir:
         self.offset = 0  # bytes of the journal already applied to memory
         self.last_snapshot_at: float | None = None
         self.last_snapshot_seconds: float | None = None
+        self._ledger_seen = (0, 0)  # (bytes counted, lines in them)
 
     # --- setup ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -429,10 +430,22 @@ class StateDir:
         return out
 
     def ledger_count(self) -> int:
+        """Lines in the append-only ledger; only bytes appended since the last count are read
+        (status asks on every call, and the ledger can hold one line per dropped item)."""
+        path = self.path / C.FORGET_LEDGER
         try:
-            return (self.path / C.FORGET_LEDGER).read_bytes().count(b"\n")
+            size = os.stat(path).st_size
+            seen, count = self._ledger_seen
+            if size < seen:  # replaced by hand: count from the start
+                seen, count = 0, 0
+            if size > seen:
+                with open(path, "rb") as fh:
+                    fh.seek(seen)
+                    count += fh.read(size - seen).count(b"\n")
         except OSError:
             return 0
+        self._ledger_seen = (size, count)
+        return count
 
     def journal_size(self) -> int:
         try:
