@@ -19,7 +19,18 @@ from typing import Annotated, Any, Literal, TypeVar
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp.server.stdio import stdio_server
+from mcp.shared._context_streams import create_context_streams
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    ErrorData,
+    JSONRPCError,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from . import constants as C
@@ -822,6 +833,43 @@ def _version() -> str:
     return __version__
 
 
+def invalid_message_reply(exc: Exception) -> JSONRPCError:
+    """JSON-RPC 2.0 section 5.1: a line that is not JSON gets -32700, a JSON value that is not a
+    valid message -32600, with the request's id when one can be read, else null."""
+    code, message, request_id = INVALID_REQUEST, "Invalid Request: not a valid JSON-RPC message", None
+    if isinstance(exc, ValidationError):
+        errors = exc.errors(include_url=False)
+        if any(err["type"] == "json_invalid" for err in errors):
+            code, message = PARSE_ERROR, "Parse error: the line is not valid JSON"
+        for err in errors:
+            value = err.get("input")
+            if isinstance(value, dict) and isinstance(value.get("id"), str | int) and not isinstance(value["id"], bool):
+                request_id = value["id"]
+                break
+    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
+
+
+async def _run_stdio(mcp: MCPServer) -> None:
+    """`MCPServer.run_stdio_async`, plus error replies for lines the SDK's reader cannot parse:
+    the SDK drops them silently, and a client that sent a request with an id would wait forever."""
+    lowlevel = mcp._lowlevel_server
+    async with stdio_server() as (read_stream, write_stream):
+        send, receive = create_context_streams[SessionMessage | Exception](0)
+
+        async def pump() -> None:
+            async with send:
+                async for item in read_stream:
+                    if isinstance(item, Exception):
+                        await write_stream.send(SessionMessage(invalid_message_reply(item)))
+                    else:
+                        await send.send(item)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            await lowlevel.run(receive, write_stream, lowlevel.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
 async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S, scope_fixed: bool = False) -> None:
     """Run the stdio server until stdin closes or SIGTERM/SIGINT, snapshotting in the background
     and once more on the way out."""
@@ -864,7 +912,7 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
             if store.persistent:
                 tg.start_soon(snapshot_loop)
             tg.start_soon(on_signal)
-            await mcp.run_stdio_async()
+            await _run_stdio(mcp)
             tg.cancel_scope.cancel()
     finally:
         final_snapshot()

@@ -5,14 +5,16 @@ only JSON-RPC lines. Where JSON-RPC 2.0 / MCP requires an error reply we assert 
 MCP SDK (mcp 2.3) answers nothing, we assert that too and say so, because it is the SDK's stdio
 transport, not our code, that decides:
 
-- A line that is not valid JSON, or valid JSON that is not a JSON-RPC message object (an array,
-  a number, a string, null, "jsonrpc": "1.0", an object id, params that are not an object), is
-  dropped without a reply. JSON-RPC 2.0 section 5.1 asks for -32700 (Parse error) or -32600
-  (Invalid Request) with id null; the SDK's stdio reader hands the parse failure to its
-  dispatcher, which logs it at debug level and moves on (mcp/shared/jsonrpc_dispatcher.py). A
-  client that sent such a request with an id waits for a reply that never comes.
+- A line that is not valid JSON gets -32700 (Parse error); valid JSON that is not a JSON-RPC
+  message object (an array, a number, a string, null, "jsonrpc": "1.0", params that are not an
+  object) gets -32600 (Invalid Request), with the request's id when it can be
+  read, else null (JSON-RPC 2.0 section 5.1). The SDK's stdio reader drops such lines silently;
+  compactor's transport wrapper (server._run_stdio) answers them.
+- Valid messages that need no answer (an unknown notification, a response or error the server
+  never asked for) get none; the SDK also reads a request with an object or null id as a
+  notification, so that gets none either.
 - A JSON string with a lone surrogate escape ("\\ud800") fails the SDK's JSON parser, so the
-  whole message is dropped the same way: lone surrogates never reach a tool over stdio.
+  whole message is refused the same way: lone surrogates never reach a tool over stdio.
 - The SDK's parser accepts the non-JSON literals NaN and Infinity; the tools' schemas then
   reject them as a tool error ("finite number").
 - Invalid UTF-8 bytes are decoded with replacement characters (U+FFFD) and stored as such.
@@ -68,34 +70,70 @@ def line(obj: Any) -> bytes:
     return json.dumps(obj).encode() + b"\n"
 
 
-DROPPED = {
+PARSE_ERRORS = {
     "garbage": b"hello world\n",
     "empty line": b"\n",
     "truncated JSON": b'{"jsonrpc": "2.0", "id": 5, "method": "tools/ca\n',
+    "NUL bytes": b"\x00\x00\x00\n",
+}
+INVALID = {
     "JSON array": b"[1, 2, 3]\n",
     "batch (removed from MCP in 2025-06-18)": line([{"jsonrpc": "2.0", "id": 7, "method": "ping"}]),
     "JSON number": b"42\n",
     "JSON string": b'"hi"\n',
     "JSON null": b"null\n",
     "jsonrpc 1.0": line({"jsonrpc": "1.0", "id": 20, "method": "ping"}),
-    "object id": line({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}),
-    "null id": line({"jsonrpc": "2.0", "id": None, "method": "ping"}),
     "params not an object": line({"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": "x"}),
     "lone surrogate escape": b'{"jsonrpc":"2.0","id":18,"method":"tools/call","params":'
     b'{"name":"store","arguments":{"content":"a\\ud800b"}}}\n',
     "100k-deep nesting": b"[" * 100_000 + b"]" * 100_000 + b"\n",
+}
+IGNORED = {
+    # The SDK's message model reads a request whose id is not a string or number as a
+    # notification (the id is dropped), so nothing is run and nothing is answered.
+    "object id": line({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}),
+    "null id": line({"jsonrpc": "2.0", "id": None, "method": "ping"}),
     "unknown notification": line({"jsonrpc": "2.0", "method": "nosuch/notification"}),
     "a response the server never asked for": line({"jsonrpc": "2.0", "id": 999, "result": {}}),
     "an error the server never asked for": line({"jsonrpc": "2.0", "id": 998, "error": {"code": 1, "message": "x"}}),
-    "NUL bytes": b"\x00\x00\x00\n",
 }
+DROPPED = {**PARSE_ERRORS, **INVALID, **IGNORED}
 
 
-@pytest.mark.parametrize("raw", DROPPED.values(), ids=DROPPED.keys())
-def test_unparseable_or_invalid_messages_get_no_reply_and_change_nothing(srv: StdioServer, raw: bytes):
+@pytest.mark.parametrize("raw", PARSE_ERRORS.values(), ids=PARSE_ERRORS.keys())
+def test_a_line_that_is_not_json_gets_a_parse_error(srv: StdioServer, raw: bytes):
     count = active_items(srv)
     before, _ = exchange(srv, raw)
-    assert before == []  # SDK behaviour: JSON-RPC 2.0 would have us reply -32700 / -32600
+    assert len(before) == 1, before
+    assert before[0]["error"]["code"] == -32700 and before[0]["id"] is None
+    assert active_items(srv) == count
+
+
+@pytest.mark.parametrize("raw", INVALID.values(), ids=INVALID.keys())
+def test_json_that_is_not_a_message_gets_invalid_request(srv: StdioServer, raw: bytes):
+    count = active_items(srv)
+    before, _ = exchange(srv, raw)
+    assert len(before) == 1, before
+    assert before[0]["error"]["code"] in (-32600, -32700)
+    assert active_items(srv) == count
+
+
+def test_invalid_request_keeps_the_id_it_can_read(srv: StdioServer):
+    before, _ = exchange(srv, INVALID["params not an object"])
+    assert before == [
+        {
+            "jsonrpc": "2.0",
+            "id": 13,
+            "error": {"code": -32600, "message": "Invalid Request: not a valid JSON-RPC message"},
+        }
+    ]
+
+
+@pytest.mark.parametrize("raw", IGNORED.values(), ids=IGNORED.keys())
+def test_messages_that_need_no_answer_get_none(srv: StdioServer, raw: bytes):
+    count = active_items(srv)
+    before, _ = exchange(srv, raw)
+    assert before == []
     assert active_items(srv) == count
 
 
@@ -169,10 +207,11 @@ def test_fifty_megabyte_store_is_a_clear_tool_error(srv: StdioServer):
     print(f"\n50 MB store refused in {time.monotonic() - started:.1f} s")
 
 
-def test_fifty_megabyte_garbage_line_is_dropped(srv: StdioServer):
+def test_fifty_megabyte_garbage_line_gets_a_short_parse_error(srv: StdioServer):
     count = active_items(srv)
     before, _ = exchange(srv, b"{" + b"z" * BIG + b"\n", timeout=120)
-    assert before == []
+    assert len(before) == 1 and before[0]["error"]["code"] == -32700
+    assert len(json.dumps(before[0])) < 200  # the input is never echoed back
     assert active_items(srv) == count
 
 
