@@ -48,6 +48,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file (default %(default)s)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--client",
+        choices=("raw", "sdk"),
+        default="raw",
+        help="raw: a minimal JSON-RPC client, so latency is the server's; sdk: the official mcp.Client, "
+        "which adds its own output-schema validation to every call (default %(default)s)",
+    )
     parser.add_argument("--quick", action="store_true", help="small repetition counts: a smoke run")
     parser.add_argument("--server-log", type=Path, help="file for the servers' stderr (default: a temp file)")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -77,14 +84,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "mcp": version("mcp"),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "transport": "stdio subprocess, mcp.Client(mode='legacy'); latency measured around client.call_tool",
+        "client": args.client,
+        "transport": (
+            "stdio subprocess; "
+            + (
+                "minimal newline-delimited JSON-RPC client; latency from request written to reply read"
+                if args.client == "raw"
+                else "mcp.Client(mode='legacy'); latency measured around client.call_tool"
+            )
+        ),
     }
     log_path = args.server_log or Path(tempfile.gettempdir()) / f"compactor-bench-{os.getpid()}.log"
     meta["server_log"] = str(log_path)
     sizes: list[dict[str, Any]] = []
     with log_path.open("a") as errlog:
         for size in args.sizes:
-            plan = Plan.for_size(size, args.seed, args.quick)
+            plan = Plan.for_size(size, args.seed, args.quick, args.client)
             sizes.append(await measure_size(plan, args.server, add_flags=not args.no_server_flags, errlog=errlog))
     meta["seconds"] = time.perf_counter() - started
     return {"meta": meta, "sizes": sizes}

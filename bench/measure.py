@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bench import corpus
-from bench.session import Connection, Reply, ToolCallError
+from bench.session import CLIENTS, Conn, Reply, ToolCallError
 from bench.stats import median, summarize
 
 logger = logging.getLogger("bench")
@@ -59,12 +59,15 @@ class Plan:
     batch: int = 100
     stall_seconds: float = 5.0
     cold_starts: int = 3
+    client: str = "raw"  # a key of session.CLIENTS
 
     @classmethod
-    def for_size(cls, size: int, seed: int, quick: bool) -> Plan:
+    def for_size(cls, size: int, seed: int, quick: bool, client: str = "raw") -> Plan:
         if quick:
-            return cls(size, seed, store_calls=30, queries=30, recalls=10, stall_seconds=1.5, cold_starts=1)
-        return cls(size, seed)
+            return cls(
+                size, seed, store_calls=30, queries=30, recalls=10, stall_seconds=1.5, cold_starts=1, client=client
+            )
+        return cls(size, seed, client=client)
 
 
 @dataclass
@@ -163,7 +166,7 @@ class _Pairing:
     over a run, and pairing makes the drift hit the server and its floor alike.
     """
 
-    conn: Connection
+    conn: Conn
     samples: dict[str, list[float]] = field(default_factory=dict)
     last_sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -222,8 +225,10 @@ class _Run:
         self.result: dict[str, Any] = {"command": spec, "errors": []}
         self.rss: dict[str, float | None] = {}
 
-    def _connect(self, state_dir: Path, interval: float) -> Connection:
-        return Connection(server_command(self.spec, state_dir, interval, self.add_flags), server_env(), self.errlog)
+    def _connect(self, state_dir: Path, interval: float) -> Conn:
+        return CLIENTS[self.plan.client](
+            server_command(self.spec, state_dir, interval, self.add_flags), server_env(), self.errlog
+        )
 
     def _error(self, phase: str, exc: BaseException) -> None:
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -231,7 +236,7 @@ class _Run:
         logger.warning("%s: %s failed: %s: %s", self.spec, phase, type(exc).__name__, exc)
         self.result["errors"].append(f"{phase}: {type(exc).__name__}: {exc}")
 
-    async def _first_call(self, conn: Connection, run: int) -> Reply:
+    async def _first_call(self, conn: Conn, run: int) -> Reply:
         raise NotImplementedError
 
     async def run(self) -> dict[str, Any]:
@@ -285,7 +290,7 @@ class ServerRun(_Run):
         super().__init__(plan, work, spec, add_flags=add_flags, errlog=errlog)
         self.pairing: _Pairing | None = None
 
-    async def _call(self, conn: Connection, op: str, index: int, args: dict[str, Any], payload: str = "") -> Reply:
+    async def _call(self, conn: Conn, op: str, index: int, args: dict[str, Any], payload: str = "") -> Reply:
         pairing = self.pairing
         if pairing is None:
             return await conn.call(op, args)
@@ -301,13 +306,13 @@ class ServerRun(_Run):
         pairing.samples.setdefault(op, []).append(floor.ms)
         return reply
 
-    async def _first_call(self, conn: Connection, run: int) -> Reply:
+    async def _first_call(self, conn: Conn, run: int) -> Reply:
         query = self._query_text(run)
         return await conn.call("query", {"query": query, "limit": QUERY_LIMIT})
 
     # -- session 1 ------------------------------------------------------------------------------
     async def _load(self, state_dir: Path) -> None:
-        floor_conn = Connection(
+        floor_conn = CLIENTS[self.plan.client](
             server_command(_floor_spec(), state_dir.parent / "floor", 0, False), server_env(), self.errlog
         )
         async with self._connect(state_dir, QUIET_SNAPSHOT_INTERVAL_S) as conn, floor_conn:
@@ -341,7 +346,7 @@ class ServerRun(_Run):
             "compact": {"ms": compact_ms[0] if compact_ms else None},
         }
 
-    async def _configure_for_load(self, conn: Connection) -> None:
+    async def _configure_for_load(self, conn: Conn) -> None:
         chars = sum(len(i.content) for i in self.work.items)
         budget = max(100_000, math.ceil(chars / CHARS_PER_TOKEN) * 2)
         try:
@@ -350,7 +355,7 @@ class ServerRun(_Run):
             self._error("configure(token_budget) before load; retried with auto_compact only", exc)
             await conn.call("configure", {"auto_compact": False})
 
-    async def _bulk(self, conn: Connection) -> list[str | None]:
+    async def _bulk(self, conn: Conn) -> list[str | None]:
         ids: list[str | None] = []
         batch_ms: list[float] = []
         for index, batch in enumerate(self.work.bulk):
@@ -370,7 +375,7 @@ class ServerRun(_Run):
         }
         return ids
 
-    async def _singles(self, conn: Connection) -> list[str | None]:
+    async def _singles(self, conn: Conn) -> list[str | None]:
         ids: list[str | None] = []
         latencies: list[float] = []
         for index, args in enumerate(self.work.singles):
@@ -380,7 +385,7 @@ class ServerRun(_Run):
         self.result["store"] = summarize(latencies)
         return ids
 
-    async def _queries(self, conn: Connection, ids: Sequence[str | None]) -> None:
+    async def _queries(self, conn: Conn, ids: Sequence[str | None]) -> None:
         latencies: list[float] = []
         checked = hits = 0
         for index, query in enumerate(self.work.queries):
@@ -398,11 +403,11 @@ class ServerRun(_Run):
             "hit_rate": hits / checked if checked else None,
         }
 
-    async def _recalls(self, conn: Connection) -> None:
+    async def _recalls(self, conn: Conn) -> None:
         latencies = [(await self._call(conn, "recall", i, {})).ms for i in range(self.plan.recalls)]
         self.result["recall"] = summarize(latencies)
 
-    async def _compact(self, conn: Connection) -> None:
+    async def _compact(self, conn: Conn) -> None:
         status = (await conn.call("status", {})).data
         used = status.get("tokens_used")
         if not isinstance(used, int) or used <= 0:
@@ -460,7 +465,7 @@ class FloorRun(_Run):
         text_bytes, struct_bytes = self.reply_sizes.get(op, (0, 0))
         return {"payload": payload, "text_bytes": text_bytes, "struct_bytes": struct_bytes}
 
-    async def _first_call(self, conn: Connection, run: int) -> Reply:
+    async def _first_call(self, conn: Conn, run: int) -> Reply:
         return await conn.call("noop", self._noop("query", self._query_text(run)))
 
     async def _load(self, state_dir: Path) -> None:

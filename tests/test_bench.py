@@ -338,3 +338,29 @@ def test_smoke_run_against_the_dev_stub(tmp_path: Path) -> None:
     assert floor["rss"]["peak_mib"] > 10
     assert "store p50 (ms)" in run.stdout
     assert "x floor" in run.stdout
+
+
+@pytest.mark.parametrize("client", ["raw", "sdk"])
+def test_both_clients_report_the_same_reply(client: str, tmp_path: Path) -> None:
+    import anyio
+
+    from bench.session import CLIENTS, ToolCallError
+
+    command = [sys.executable, str(ROOT / "bench" / "noop_server.py")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    async def go() -> None:
+        with (tmp_path / "err.log").open("w") as errlog:
+            async with CLIENTS[client](command, env, errlog) as conn:
+                assert await conn.list_tools() == ["noop"]
+                reply = await conn.call("noop", {"payload": "abc", "text_bytes": 100, "struct_bytes": 300})
+                assert reply.ms > 0
+                assert reply.data["received"] == 3
+                assert reply.text_bytes == 100
+                assert 250 <= reply.struct_bytes <= 350
+                with pytest.raises(ToolCallError):
+                    await conn.call("noop", {"text_bytes": "not a number"})
+                assert conn.peak_rss_mib() is not None
+            assert conn.closed_ms > 0
+
+    anyio.run(go)
