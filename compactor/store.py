@@ -18,6 +18,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -161,6 +162,7 @@ class _State:
     dedup: DedupIndex = field(default_factory=DedupIndex)
     dup_hints: set[str] = field(default_factory=set)  # active items with a near-duplicate noted
     uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
+    pinned: set[str] = field(default_factory=set)  # active and pinned: status and recall read it per call
     archived_tokens: int = 0
     used: int = 0
     next_seq: int = 1
@@ -435,6 +437,10 @@ class Store:
             s.uncovered.add(new.id)
         else:
             s.uncovered.discard(new.id)
+        if new.pinned and new.tier == "active":
+            s.pinned.add(new.id)
+        else:
+            s.pinned.discard(new.id)
 
     @staticmethod
     def _order(s: _State, item: Item) -> None:
@@ -496,6 +502,8 @@ class Store:
                 s.dedup.add(item.id, s.index.terms(item.id))
             if item.dup_of:
                 s.dup_hints.add(item.id)
+            if item.pinned:
+                s.pinned.add(item.id)
         s.type_counts[item.content_type][item.tier] += 1
         if item.tier == "archived" and not item.parents:
             s.uncovered.add(item.id)
@@ -509,6 +517,7 @@ class Store:
         s.dedup.remove(item.id)
         s.dup_hints.discard(item.id)
         s.uncovered.discard(item.id)
+        s.pinned.discard(item.id)
         if item.tier == "archived":
             s.archived_tokens -= item.content_tokens
         if item.tier == "active":
@@ -1461,21 +1470,33 @@ class Store:
             now = self._clock()
             cap = self.settings.recall_tokens
             scopes = self._scopes(scope)
-            active = [s.items[s.by_seq[q]] for q in reversed(self._visible_seqs("active", scopes))]  # newest first
-            pinned = [it for it in active if it.pinned]
-            tail = [it for it in active if not it.pinned and not it.depth][: C.FRESH_TAIL]
+            seqs = self._visible_seqs("active", scopes)
+            active_count = len(seqs)
+            pinned = sorted(
+                (it for it in map(s.items.__getitem__, s.pinned) if scopes is None or scope_key(it.scope) in scopes),
+                key=lambda it: -it.seq,
+            )
+            tail: list[Item] = []
+            for q in reversed(seqs):  # newest first, stopping as soon as the tail is full
+                it = s.items[s.by_seq[q]]
+                if not it.pinned and not it.depth:
+                    tail.append(it)
+                    if len(tail) == C.FRESH_TAIL:
+                        break
             text = (query or "").strip()
             ranked: list[tuple[Item, float]]
             if text:
                 hits = self._search(text, [], C.QUERY_LIMIT_MAX, False, scopes)
                 ranked = [(h.item, h.score) for h in hits]
             else:
-                best = heapq.nlargest(
-                    limit * 3 + C.FRESH_TAIL,
-                    (it for it in active if not it.pinned),
-                    key=lambda it: (scoring.retention(it, now), it.seq),
+                retention = scoring.retention
+                scored = (
+                    (retention(it, now), it.seq, it)
+                    for it in map(s.items.__getitem__, map(s.by_seq.__getitem__, seqs))
+                    if not it.pinned
                 )
-                ranked = [(it, scoring.retention(it, now)) for it in best]
+                best = heapq.nlargest(limit * 3 + C.FRESH_TAIL, scored, key=itemgetter(0, 1))
+                ranked = [(it, r) for r, _, it in best]
 
             chosen: dict[str, tuple[Item, float | None, str]] = {}
             head = budget_line(s.used, self.settings.token_budget, len(s.order["active"]), len(s.order["archived"]))
@@ -1508,7 +1529,7 @@ class Store:
             taken = list(chosen)  # in priority order: pinned, recent, then by score
             while True:
                 ordered = sorted((chosen[i] for i in taken), key=lambda c: (c[0].created_at, c[0].seq))
-                rendered, needs = self._render_recall(head, ordered, text, left_out, len(active), cap)
+                rendered, needs = self._render_recall(head, ordered, text, left_out, active_count, cap)
                 tokens = self.counter.count(rendered)
                 if tokens <= cap or not taken:
                     break
@@ -1517,7 +1538,7 @@ class Store:
             shown_pinned = [c[0] for c in ordered if c[0].pinned]
             shown = [(c[0], c[1] or 0.0) for c in ordered if not c[0].pinned]
             lines = [c[2] for c in ordered if c[0].pinned] + [c[2] for c in ordered if not c[0].pinned]
-            more = max(len(active) - len(ordered), 0)
+            more = max(active_count - len(ordered), 0)
             return Recall(
                 pinned=shown_pinned,
                 items=shown,
@@ -1691,7 +1712,7 @@ class Store:
                     unsaved_calls=self._unsaved,
                     forget_ledger_entries=self._ledger_count(),
                 )
-            pinned = sum(1 for q in s.order["active"] if s.items[s.by_seq[q]].pinned)
+            pinned = len(s.pinned)
             return Status(
                 token_budget=self.settings.token_budget,
                 tokens_used=s.used,

@@ -119,6 +119,8 @@ ops = st.lists(
         st.tuples(st.just("forget"), st.integers(0, 1000)),
         st.tuples(st.just("budget"), st.integers(1_000, 20_000)),
         st.tuples(st.just("restore"), st.integers(0, 1000)),
+        st.tuples(st.just("pin"), st.integers(0, 1000)),
+        st.tuples(st.just("unpin"), st.integers(0, 1000)),
     ),
     max_size=40,
 )
@@ -148,7 +150,13 @@ def test_property_compaction_meets_target_and_nothing_is_lost(seq):
             s.configure(token_budget=op[1])
         elif op[0] == "restore" and stored:
             s.restore(sorted(stored)[op[1] % len(stored)])
+        elif op[0] in ("pin", "unpin") and stored:
+            target_id = sorted(stored)[op[1] % len(stored)]
+            s.pin(target_id) if op[0] == "pin" else s.unpin(target_id)
         assert s.tokens_used >= 0
+        # status counts pinned items incrementally; it must agree with a full scan.
+        active = [s.get(i) for i in s.ids() if s.get(i).tier == "active"]
+        assert s.status().pinned_items == sum(1 for it in active if it.pinned)
     # Lossless: every id stored and not forgotten is gettable with its original content.
     for item_id, text in stored.items():
         assert s.get(item_id).content == text
