@@ -193,13 +193,7 @@ class BM25Index:
             if tid is None:
                 tid = self._new_term(term)
             tf, s_tf, t_tf = counts.get(term, 0), s_counts.get(term, 0), t_counts.get(term, 0)
-            if not (s_tf or t_tf) and tf < _SPILL:
-                code = tf
-            elif (s_tf or t_tf) and tf < 8 and s_tf < 4 and t_tf < 4:  # 3, 2 and 2 bits
-                code = _PACKED | tf << 4 | s_tf << 2 | t_tf
-            else:
-                code = _SPILL
-                self._spill.setdefault(tid, {})[d] = (tf, s_tf, t_tf)
+            code = tf if not (s_tf or t_tf) and tf < _SPILL else self._code(tid, d, tf, s_tf, t_tf)
             post[tid].append(d << _TF_BITS | code)
             df[tid] += 1
             tids.append(tid)
@@ -212,6 +206,33 @@ class BM25Index:
         self._doc_terms.append(array("I", tids))
         self._dl.append(float(len(body)))
         self._total_len += len(body)
+
+    def _code(self, tid: int, d: int, tf: int, s_tf: int, t_tf: int) -> int:
+        """The code byte for these frequencies; spilled ones are recorded in the spill dict."""
+        if not (s_tf or t_tf) and tf < _SPILL:
+            return tf
+        if (s_tf or t_tf) and tf < 8 and s_tf < 4 and t_tf < 4:  # 3, 2 and 2 bits
+            return _PACKED | tf << 4 | s_tf << 2 | t_tf
+        self._spill.setdefault(tid, {})[d] = (tf, s_tf, t_tf)
+        return _SPILL
+
+    def _freqs(self, tid: int, d: int, code: int) -> tuple[int, int, int]:
+        """(content, summary, tags) frequencies of a posting; a spilled one leaves the spill dict."""
+        if code < _SPILL:
+            return code, 0, 0
+        if code == _SPILL:
+            spilled = self._spill[tid]
+            freqs = spilled.pop(d)
+            if not spilled:
+                del self._spill[tid]
+            return freqs
+        return code >> 4 & 7, code >> 2 & 3, code & 3
+
+    def _free_term(self, tid: int) -> None:
+        self._post[tid] = array("I")
+        del self._vocab[self._terms[tid]]
+        self._terms[tid] = ""
+        self._free_terms.append(tid)
 
     def _new_term(self, term: str) -> int:
         if self._free_terms:
@@ -245,13 +266,50 @@ class BM25Index:
             left = df[tid] - 1
             df[tid] = left
             if left == 0:
-                post[tid] = array("I")
-                del self._vocab[self._terms[tid]]
-                self._terms[tid] = ""
-                self._free_terms.append(tid)
+                self._free_term(tid)
             elif len(post[tid]) > 2 * left + _COMPACT_SLACK:
                 dl = self._dl
                 post[tid] = array("I", [e for e in post[tid] if dl[e >> _TF_BITS] >= 0])
+
+    def retag(self, doc_id: str, old_tags: Sequence[str], tags: Sequence[str]) -> None:
+        """Replace only a document's tags (`old_tags` must be what it was indexed with). Unlike
+        `update` the document keeps its place and its content is not re-tokenised: merging
+        near-duplicates re-tags survivors, and re-reading their bodies for it was most of a
+        compaction's indexing cost."""
+        d = self._ids[doc_id]
+        old = Counter(t for tag in old_tags for t in tokenize(tag))
+        new = Counter(t for tag in tags for t in tokenize(tag))
+        if old == new:
+            return
+        doc_terms = self._doc_terms[d]
+        assert doc_terms is not None
+        post, df = self._post, self._df
+        for term in old.keys() | new.keys():
+            t_tf = new.get(term, 0)
+            tid = self._vocab.get(term)
+            if tid is None:
+                if not t_tf:
+                    continue
+                tid = self._new_term(term)
+            p = post[tid]
+            i = bisect_left(p, d << _TF_BITS)
+            if i < len(p) and p[i] >> _TF_BITS == d:
+                tf, s_tf, _ = self._freqs(tid, d, p[i] & _CODE_MASK)
+                if tf or s_tf or t_tf:
+                    p[i] = d << _TF_BITS | self._code(tid, d, tf, s_tf, t_tf)
+                    continue
+                del p[i]
+                del doc_terms[bisect_left(doc_terms, tid)]
+                df[tid] -= 1
+                if df[tid] == 0:
+                    self._free_term(tid)
+            elif t_tf:
+                p.insert(i, d << _TF_BITS | self._code(tid, d, 0, 0, t_tf))
+                doc_terms.insert(bisect_left(doc_terms, tid), tid)
+                df[tid] += 1
+        n_old, n_new = sum(old.values()), sum(new.values())
+        self._tags.lens[d] = n_new
+        self._tags.total += n_new - n_old
 
     def update(self, doc_id: str, content: str, summary: str | None = None, tags: Sequence[str] = ()) -> None:
         """Replace a document (it becomes the newest); KeyError when absent."""

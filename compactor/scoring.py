@@ -24,14 +24,24 @@ def size(tokens: int) -> float:
     return min(math.log1p(max(tokens, 0)) / _LOG_SIZE_CAP, 1.0)
 
 
+# Per content type: (multiplier, -ln 2 / half-life), so retention is one exp() and two log1p().
+_PER_TYPE = {t: (C.TYPE_MULTIPLIER[t], -math.log(2.0) / C.HALF_LIFE_S[t]) for t in C.TYPE_MULTIPLIER}
+_W_IMP = C.W_IMPORTANCE / 10.0
+_W_ACC = C.W_ACCESS / C.ACCESS_LOG_DIVISOR
+_W_SIZE = C.W_SIZE / _LOG_SIZE_CAP
+
+
 def retention(item: Item, now: float) -> float:
-    base = (
-        C.W_IMPORTANCE * (item.importance / 10.0)
-        + C.W_RECENCY * recency(item, now)
-        + C.W_ACCESS * access(item.access_count)
-        - C.W_SIZE * size(item.view_tokens)
-    )
-    return base * C.TYPE_MULTIPLIER[item.content_type]
+    """TYPE_MULTIPLIER * (W_IMPORTANCE * importance/10 + W_RECENCY * recency + W_ACCESS * access
+    - W_SIZE * size). Inlined: compaction scores every active item on each call."""
+    mult, decay = _PER_TYPE[item.content_type]
+    age = now - item.last_accessed_at
+    rec = math.exp(decay * age) if age > 0.0 else 1.0
+    count = item.access_count
+    acc = min(math.log1p(count) * _W_ACC, C.W_ACCESS) if count > 0 else 0.0
+    tokens = item.summary_tokens if item.view == "summary" and item.summary else item.content_tokens
+    size = min(math.log1p(tokens) * _W_SIZE, C.W_SIZE) if tokens > 0 else 0.0
+    return (_W_IMP * item.importance + C.W_RECENCY * rec + acc - size) * mult
 
 
 def retention01(item: Item, now: float) -> float:

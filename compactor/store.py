@@ -17,7 +17,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -388,7 +388,7 @@ class Store:
             for key in ("tags", "children", "parents", "gone_children"):
                 if key in changes:
                     changes[key] = tuple(changes[key])
-            new = replace(old, **changes)
+            new = old.evolve(changes)
             self._swap(old, new)
         elif kind == "del":
             old = self._s.items.get(op["id"])
@@ -422,8 +422,10 @@ class Store:
                 self._untag(s, tag, old.id)
             for tag in new.tags:
                 s.by_tag.setdefault(tag, set()).add(new.id)
-        if text_changed:
+        if old.content != new.content or old.summary != new.summary:
             s.index.update(new.id, new.content, _headline(new), new.tags)
+        elif old.tags != new.tags:
+            s.index.retag(new.id, old.tags, new.tags)
         if new.tier != "active" or new.depth:
             s.dedup.remove(new.id)
         elif text_changed or old.tier != "active":

@@ -294,7 +294,9 @@ _TEXT = st.builds(
     st.sampled_from([0, 0, 0, 260]),  # 260: frequencies that spill out of a posting
 )
 _DOC = st.tuples(_TEXT, st.none() | _TEXT, st.lists(st.sampled_from(_WORDS), max_size=2))
-_OPS = st.lists(st.tuples(st.sampled_from(["put", "put", "remove"]), st.integers(0, 7), _DOC), min_size=1, max_size=40)
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["put", "put", "remove", "retag"]), st.integers(0, 7), _DOC), min_size=1, max_size=40
+)
 _QUERIES = ["alpha", "beta gamma", "key error", "query", "spam delta", "max_items alpha beta", "nothing"]
 
 
@@ -303,7 +305,7 @@ def _ranked(index, query, order):
     return sorted(scores.items(), key=lambda kv: (-kv[1][0], -order.index(kv[0])))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_OPS, st.booleans(), st.booleans(), st.sampled_from([12, 1 << 24]))
 def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, force_bisect, doc_limit):
     with (
@@ -321,6 +323,12 @@ def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, 
                     index.remove(doc_id)
                     del docs[doc_id]
                 continue
+            if op == "retag":
+                if doc_id in docs:  # new tags only; the document keeps its place
+                    content, summary, old_tags = docs[doc_id]
+                    index.retag(doc_id, old_tags, doc[2])
+                    docs[doc_id] = (content, summary, doc[2])
+                continue
             if doc_id in docs:
                 index.update(doc_id, *doc)
                 del docs[doc_id]
@@ -335,6 +343,8 @@ def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, 
         order = list(docs)
         assert len(index) == len(fresh) == len(docs)
         assert index.avg_doc_len == pytest.approx(fresh.avg_doc_len, rel=1e-12)
+        # Field lengths feed the summary and tag normalisation.
+        assert (index._summary.total, index._tags.total) == (fresh._summary.total, fresh._tags.total)
         for doc_id in docs:
             assert index.terms(doc_id) == fresh.terms(doc_id)
         for q in _QUERIES:

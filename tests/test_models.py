@@ -1,0 +1,51 @@
+"""Item's fast copy helpers must agree with the dataclasses functions they replace."""
+
+from dataclasses import asdict, replace
+
+import pytest
+
+from compactor.models import Item
+
+
+def _item() -> Item:
+    return Item(
+        id="m1",
+        seq=3,
+        content="body",
+        summary="sum",
+        tags=("a", "b"),
+        importance=7,
+        content_type="code",
+        pinned=True,
+        created_at=1.5,
+        last_accessed_at=2.5,
+        access_count=4,
+        content_tokens=10,
+        summary_tokens=2,
+        tier="archived",
+        view="summary",
+        parents=("s1",),
+        scope="/p",
+    )
+
+
+def test_to_record_is_asdict() -> None:
+    item = _item()
+    assert item.to_record() == asdict(item)
+    assert Item.from_record(item.to_record()) == item
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"view": "content"}, {"tier": "active", "parents": ("s2", "s3")}, {"tags": ("x",), "access_count": 9}],
+)
+def test_evolve_is_replace_and_leaves_the_original(changes: dict[str, object]) -> None:
+    item = _item()
+    before = item.to_record()
+    assert item.evolve(changes) == replace(item, **changes)  # type: ignore[arg-type]
+    assert item.to_record() == before
+
+
+def test_evolve_rejects_an_unknown_field() -> None:
+    with pytest.raises(AttributeError):
+        _item().evolve({"no_such_field": 1})
