@@ -142,7 +142,9 @@ class DedupIndex:
     """Buckets of item ids keyed by sketch hashes. Incremental: add/remove touch K buckets."""
 
     def __init__(self) -> None:
-        self._buckets: dict[int, set[str]] = {}
+        # A bucket with one member holds its id itself: at 100k items nearly all of the ~2M
+        # buckets have one member, and an empty set alone costs 216 bytes.
+        self._buckets: dict[int, str | set[str]] = {}
         self._keys: dict[str, tuple[int, ...]] = {}
         self._sigs: dict[str, array[int]] = {}
         self._sizes: dict[str, int] = {}
@@ -160,7 +162,17 @@ class DedupIndex:
         self._sigs[item_id] = array("I", heapq.nsmallest(C.DEDUP_SIGNATURE, hashes))
         self._sizes[item_id] = len(hashes)
         for key in keys:
-            self._buckets.setdefault(key, set()).add(item_id)
+            self._file(key, item_id)
+
+    def _file(self, key: int, item_id: str) -> None:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            self._buckets[key] = item_id
+        elif isinstance(bucket, str):
+            if bucket != item_id:
+                self._buckets[key] = {bucket, item_id}
+        else:
+            bucket.add(item_id)
 
     def similarity(self, a: str, b: str) -> float:
         """Jaccard of two items' word sets: exact when both fit in a signature, else the
@@ -226,7 +238,7 @@ class DedupIndex:
         if not len(ids) == len(key_lens) == len(sig_lens) == len(sizes):
             raise ValueError("dedup state is inconsistent")
         kpos = spos = 0
-        buckets = self._buckets
+        file = self._file
         for n, item_id in enumerate(ids):
             kl, sl = key_lens[n], sig_lens[n]
             key_tuple = tuple(keys[kpos : kpos + kl])
@@ -236,29 +248,37 @@ class DedupIndex:
             spos += sl
             self._sizes[item_id] = sizes[n]
             for key in key_tuple:
-                bucket = buckets.get(key)
-                if bucket is None:
-                    buckets[key] = {item_id}
-                else:
-                    bucket.add(item_id)
+                file(key, item_id)
         return self
 
     def remove(self, item_id: str) -> None:
         self._sigs.pop(item_id, None)
         self._sizes.pop(item_id, None)
         keys = self._keys.pop(item_id, ())
+        buckets = self._buckets
         for key in keys:
-            bucket = self._buckets.get(key)
-            if bucket is not None:
-                bucket.discard(item_id)
-                if not bucket:
-                    del self._buckets[key]
+            bucket = buckets.get(key)
+            if bucket is None:
+                continue
+            if isinstance(bucket, str):
+                if bucket == item_id:
+                    del buckets[key]
+                continue
+            bucket.discard(item_id)
+            if len(bucket) == 1:
+                buckets[key] = next(iter(bucket))
+            elif not bucket:
+                del buckets[key]
 
     def candidates(self, item_id: str) -> set[str]:
         out: set[str] = set()
         for key in self._keys.get(item_id, ()):
-            bucket = self._buckets.get(key, set())
-            if len(bucket) <= C.DEDUP_MAX_BUCKET:
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                continue
+            if isinstance(bucket, str):
+                out.add(bucket)
+            elif len(bucket) <= C.DEDUP_MAX_BUCKET:
                 out |= bucket
         out.discard(item_id)
         return out
