@@ -493,7 +493,7 @@ def _replay(
             store.settings = settings
             # As the loader does: take the index and dedup buckets saved with the snapshot when
             # they are usable, so the index check below judges what a start would really use.
-            restored = store._restore_derived(store._s, snap)
+            restored = store._restore_derived(store._s, dict(snap))  # a copy: loading pops what it used
             if snap.get("index") and not restored:
                 report.warn(
                     "index",

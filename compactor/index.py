@@ -47,7 +47,7 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
@@ -115,6 +115,68 @@ def _split(flat: array[int], lens: array[int]) -> list[array[int]]:
     return out
 
 
+class _Postings:
+    """Term id -> sorted postings. A loaded index keeps every term's postings in ONE flat array
+    (read through zero-copy memoryview slices); a term gets an array of its own the first time
+    it is written to. At 100k items there are ~2M terms, most with one posting, and an array
+    object per term cost ~100 bytes each and ~1.5 s to build on every start."""
+
+    __slots__ = ("_flat", "_frozen", "_n", "_own", "_own_from", "_starts")
+
+    def __init__(self, flat: array[int] | None = None, lens: Sequence[int] = ()) -> None:
+        self._flat: array[int] = flat if flat is not None else array("I")
+        starts = array("Q", [0])
+        total = 0
+        for n in lens:
+            total += n
+            starts.append(total)
+        if total != len(self._flat):
+            raise ValueError("index state is inconsistent: postings lengths do not add up")
+        self._starts = starts
+        self._frozen = memoryview(self._flat)
+        self._own: dict[int, array[int]] = {}
+        self._own_from = len(starts) - 1  # term ids from here on always have their own array
+        self._n = self._own_from
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, tid: int) -> array[int] | memoryview:
+        own = self._own.get(tid)
+        if own is not None:
+            return own
+        if tid < self._own_from:
+            return self._frozen[self._starts[tid] : self._starts[tid + 1]]
+        raise IndexError(tid)
+
+    def length(self, tid: int) -> int:
+        own = self._own.get(tid)
+        if own is not None:
+            return len(own)
+        return self._starts[tid + 1] - self._starts[tid]
+
+    def writable(self, tid: int) -> array[int]:
+        own = self._own.get(tid)
+        if own is None:
+            own = array("I")
+            if tid < self._own_from:
+                own.frombytes(self._frozen[self._starts[tid] : self._starts[tid + 1]].cast("B"))
+            self._own[tid] = own
+        return own
+
+    def __setitem__(self, tid: int, postings: array[int]) -> None:
+        if not 0 <= tid < self._n:
+            raise IndexError(tid)
+        self._own[tid] = postings
+
+    def append(self, postings: array[int]) -> None:
+        self._own[self._n] = postings
+        self._n += 1
+
+    def __iter__(self) -> Iterator[array[int] | memoryview]:
+        return (self[tid] for tid in range(len(self)))
+
+
 class _Field:
     """A field besides the content: its b and document lengths (weights are constants)."""
 
@@ -141,7 +203,7 @@ class BM25Index:
         self._terms: list[str] = []  # term id -> term; "" marks a free id
         self._free_terms: list[int] = []
         self._df: array[int] = array("I")
-        self._post: list[array[int]] = []  # term id -> sorted doc << 8 | code
+        self._post = _Postings()  # term id -> sorted doc << 8 | code
         # tid -> {doc: (content, summary, tags) tf} for postings whose code is _SPILL
         self._spill: dict[int, dict[int, tuple[int, int, int]]] = {}
         self._summary = _Field(C.SUMMARY_B)
@@ -194,7 +256,7 @@ class BM25Index:
                 tid = self._new_term(term)
             tf, s_tf, t_tf = counts.get(term, 0), s_counts.get(term, 0), t_counts.get(term, 0)
             code = tf if not (s_tf or t_tf) and tf < _SPILL else self._code(tid, d, tf, s_tf, t_tf)
-            post[tid].append(d << _TF_BITS | code)
+            post.writable(tid).append(d << _TF_BITS | code)
             df[tid] += 1
             tids.append(tid)
         tids.sort()
@@ -267,7 +329,7 @@ class BM25Index:
             df[tid] = left
             if left == 0:
                 self._free_term(tid)
-            elif len(post[tid]) > 2 * left + _COMPACT_SLACK:
+            elif post.length(tid) > 2 * left + _COMPACT_SLACK:
                 dl = self._dl
                 post[tid] = array("I", [e for e in post[tid] if dl[e >> _TF_BITS] >= 0])
 
@@ -291,7 +353,7 @@ class BM25Index:
                 if not t_tf:
                     continue
                 tid = self._new_term(term)
-            p = post[tid]
+            p = post.writable(tid)
             i = bisect_left(p, d << _TF_BITS)
             if i < len(p) and p[i] >> _TF_BITS == d:
                 tf, s_tf, _ = self._freqs(tid, d, p[i] & _CODE_MASK)
@@ -319,10 +381,12 @@ class BM25Index:
     def _renumber(self) -> None:
         """Give live documents dense ids again, once 2**24 adds have used the id space up."""
         new_of = {old: new for new, old in enumerate(d for d, e in enumerate(self._ext) if e is not None)}
-        self._post = [
-            array("I", [new_of[e >> _TF_BITS] << _TF_BITS | e & _CODE_MASK for e in p if e >> _TF_BITS in new_of])
-            for p in self._post
-        ]
+        renumbered = _Postings()
+        for p in self._post:
+            renumbered.append(
+                array("I", [new_of[e >> _TF_BITS] << _TF_BITS | e & _CODE_MASK for e in p if e >> _TF_BITS in new_of])
+            )
+        self._post = renumbered
         self._spill = {tid: {new_of[d]: v for d, v in m.items()} for tid, m in self._spill.items()}
         for field in (self._summary, self._tags):
             field.lens = array("I", [field.lens[d] for d in new_of])
@@ -395,7 +459,7 @@ class BM25Index:
         rest = [0] * (len(weighted) + 1)
         for j in range(len(weighted) - 1, -1, -1):
             reach[j] = reach[j + 1] + weighted[j][0]
-            rest[j] = rest[j + 1] + len(self._post[weighted[j][1]])
+            rest[j] = rest[j + 1] + self._post.length(weighted[j][1])
         floor: float | None = None
         scanned = 0  # postings scanned since the k-th best score was last looked up
         for j, (w, tid) in enumerate(weighted):
@@ -411,14 +475,14 @@ class BM25Index:
                     # The floor is looked up again when that pass is cheaper than the next
                     # term's postings.
                     for j2 in range(j, len(weighted)):
-                        if j2 > j and len(acc) < len(self._post[weighted[j2][1]]):
+                        if j2 > j and len(acc) < self._post.length(weighted[j2][1]):
                             floor = max(floor, ok.kth_score(acc, limit) or floor)
                         cut = floor * (1.0 - _BOUND_SLACK) - reach[j2]
                         acc = {d: s for d, s in acc.items() if s >= cut}
                         scorer.refine(acc, *weighted[j2])
                     break
             scorer.scan(acc, w, tid)
-            scanned += len(self._post[tid])
+            scanned += self._post.length(tid)
         return acc, found
 
     def _matched(self, d: int, found: list[tuple[str, int]]) -> tuple[str, ...]:
@@ -445,7 +509,7 @@ class BM25Index:
             "byteorder": sys.byteorder,
             "terms": list(self._terms),
             "df": _b64(self._df),
-            "post_lens": _b64(array("Q", map(len, self._post))),
+            "post_lens": _b64(array("Q", map(self._post.length, range(len(self._post))))),
             "post": base64.b64encode(b"".join(p.tobytes() for p in self._post)).decode("ascii"),
             "spill": [[tid, d, *tfs] for tid, m in self._spill.items() for d, tfs in m.items()],
             "summary_lens": _b64(self._summary.lens),
@@ -465,7 +529,7 @@ class BM25Index:
         self = cls()
         self._terms = list(state["terms"])
         self._df = _unb64(state["df"], "I", swap)
-        self._post = _split(_unb64(state["post"], "I", swap), _unb64(state["post_lens"], "Q", swap))
+        self._post = _Postings(_unb64(state["post"], "I", swap), _unb64(state["post_lens"], "Q", swap))
         for tid, d, tf, s_tf, t_tf in state["spill"]:
             self._spill.setdefault(int(tid), {})[int(d)] = (int(tf), int(s_tf), int(t_tf))
         self._ext = list(state["ext"])
