@@ -7,6 +7,7 @@ errors (isError) with the Store's message, and the Store guarantees nothing chan
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -870,10 +871,22 @@ async def _run_stdio(mcp: MCPServer) -> None:
             tg.cancel_scope.cancel()
 
 
+def settle_heap() -> None:
+    """Move what is alive now out of the cyclic garbage collector's view (gc.freeze).
+
+    The store is hundreds of thousands of long-lived objects with no reference cycles (they
+    are freed by reference counting as usual); every full collection walked all of them, a
+    pause of ~190 ms at 100k items (~20 ms at 10k) in the middle of some unlucky call. No
+    collection first: that would be the very pause this avoids (and the store makes no cycles).
+    """
+    gc.freeze()
+
+
 async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S, scope_fixed: bool = False) -> None:
     """Run the stdio server until stdin closes or SIGTERM/SIGINT, snapshotting in the background
     and once more on the way out."""
     mcp = build_server(store, scope_fixed=scope_fixed)
+    settle_heap()
 
     async def snapshot_loop() -> None:
         while True:
@@ -883,6 +896,7 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
                     await store.snapshot_async()
                 except Exception:
                     log.exception("background snapshot failed; the journal still holds every change")
+                settle_heap()
 
     async def on_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
