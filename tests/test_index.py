@@ -68,6 +68,11 @@ def _queries(df, lo, hi, n, *, seed, extra=()):
     return [" ".join([*rng.sample(words, rng.randint(2, 4)), *extra]) for _ in range(n)]
 
 
+# 0: every query is scored with numpy over a dense array; 10**9: every one term at a time in
+# Python (with pruning). Both must give the full evaluation's top k, scores bit for bit.
+_DENSE = pytest.mark.parametrize("dense_min", [0, 10**9], ids=["numpy", "python"])
+
+
 def _assert_same_top(index, ref, query):
     got = index.search(query, 10)
     want = _reference_top(ref, query, 10)
@@ -76,33 +81,42 @@ def _assert_same_top(index, ref, query):
         assert hit.score == pytest.approx(score, rel=1e-9)
 
 
-def test_top10_equals_rank_bm25_on_real_text_for_rare_word_queries(real):
+@_DENSE
+def test_top10_equals_rank_bm25_on_real_text_for_rare_word_queries(real, dense_min):
     index, ref, df = real
     queries = _queries(df, 2, 30, 30, seed=1)
     assert len(queries) == 30
-    for q in queries:
-        _assert_same_top(index, ref, q)
+    with patch.object(index_module, "_DENSE_MIN_POSTINGS", dense_min):
+        for q in queries:
+            _assert_same_top(index, ref, q)
 
 
-def test_top10_equals_rank_bm25_when_common_terms_are_pruned(real):
+@_DENSE
+def test_top10_equals_rank_bm25_when_common_terms_are_pruned(real, dense_min):
     index, ref, df = real
     common = [w for w, _ in df.most_common(6)]
-    for q in _queries(df, 2, 30, 15, seed=2, extra=common[:3]) + _queries(df, 40, 400, 15, seed=3):
-        _assert_same_top(index, ref, q)
+    with patch.object(index_module, "_DENSE_MIN_POSTINGS", dense_min):
+        for q in _queries(df, 2, 30, 15, seed=2, extra=common[:3]) + _queries(df, 40, 400, 15, seed=3):
+            _assert_same_top(index, ref, q)
 
 
-def test_search_matches_full_evaluation_when_pruning_is_forced(real):
+@_DENSE
+def test_search_matches_full_evaluation_when_pruning_is_forced(real, dense_min):
     index, _, df = real
     common = [w for w, _ in df.most_common(10)]
     queries = _queries(df, 1, 200, 20, seed=4, extra=common[5:8])
-    with patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0):
+    with (
+        patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0),
+        patch.object(index_module, "_DENSE_MIN_POSTINGS", dense_min),
+    ):
         for q in queries:
             full = sorted(index.search_scores(q).items(), key=lambda kv: (-kv[1][0], -int(kv[0])))[:7]
             got = index.search(q, 7)
             assert [(h.doc_id, h.score, h.matched) for h in got] == [(d, s, m) for d, (s, m) in full]
 
 
-def test_filtered_search_matches_filtered_full_evaluation_when_pruning_is_forced(real):
+@_DENSE
+def test_filtered_search_matches_filtered_full_evaluation_when_pruning_is_forced(real, dense_min):
     index, _, df = real
     common = [w for w, _ in df.most_common(10)]
     queries = _queries(df, 1, 200, 20, seed=5, extra=common[4:7])
@@ -110,7 +124,10 @@ def test_filtered_search_matches_filtered_full_evaluation_when_pruning_is_forced
     def accept(doc_id: str) -> bool:
         return int(doc_id) % 3 != 0
 
-    with patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0):
+    with (
+        patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0),
+        patch.object(index_module, "_DENSE_MIN_POSTINGS", dense_min),
+    ):
         for q in queries:
             full = sorted(index.search_scores(q).items(), key=lambda kv: (-kv[1][0], -int(kv[0])))
             want = [(d, s) for d, (s, _) in full if accept(d)][:5]
@@ -353,6 +370,11 @@ def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, 
             assert index.terms(doc_id) == fresh.terms(doc_id)
         for q in _QUERIES:
             want = fresh.search(q, 5)
+            with patch.object(index_module, "_DENSE_MIN_POSTINGS", 0):
+                dense = index.search(q, 5)
+            with patch.object(index_module, "_DENSE_MIN_POSTINGS", 10**9):
+                scanned = index.search(q, 5)
+            assert dense == scanned  # same ids, matched terms and scores, bit for bit
             for got in (index.search(q, 5), restored.search(q, 5)):
                 assert [(h.doc_id, h.matched) for h in got] == [(h.doc_id, h.matched) for h in want]
                 for a, b in zip(got, want, strict=True):
