@@ -695,10 +695,20 @@ class _Acceptance:
     def top(self, acc: dict[int, float], limit: int) -> list[tuple[float, int]]:
         """The `limit` best accepted candidates as (score, doc), best first."""
         shallow = _best(acc, limit * _ACCEPT_OVERFETCH)
-        kept = [pair for pair in shallow if self(pair[1])]
+        kept = self.take(shallow, limit)
         if len(kept) >= limit or len(shallow) == len(acc):
-            return kept[:limit]
-        return [pair for pair in _best(acc, len(acc)) if self(pair[1])][:limit]
+            return kept
+        return self.take(_best(acc, len(acc)), limit)
+
+    def take(self, ranked: list[tuple[float, int]], limit: int) -> list[tuple[float, int]]:
+        """The first `limit` accepted pairs of `ranked`, asking about no more than it takes."""
+        kept: list[tuple[float, int]] = []
+        for pair in ranked:
+            if self(pair[1]):
+                kept.append(pair)
+                if len(kept) == limit:
+                    break
+        return kept
 
     def kth_score(self, acc: dict[int, float], limit: int) -> float | None:
         """Score of the `limit`-th best accepted candidate so far, None if too few are known."""
@@ -778,7 +788,7 @@ def _dense_top(
     if ok.unfiltered:
         return best(limit)
     shallow = best(limit * _ACCEPT_OVERFETCH)
-    kept = [pair for pair in shallow if ok(pair[1])]
+    kept = ok.take(shallow, limit)
     if len(kept) >= limit or len(shallow) == len(cand):
-        return kept[:limit]
-    return [pair for pair in best(len(cand)) if ok(pair[1])][:limit]
+        return kept
+    return ok.take(best(len(cand)), limit)

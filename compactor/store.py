@@ -1428,7 +1428,14 @@ class Store:
         # that would need a relevance far under the leaders' to overtake them, which the bound
         # rules out in practice, and the index can prune everything deeper.
         fetch = max(limit * C.RERANK_DEPTH, C.RERANK_MIN)
-        raw = s.index.search(text, limit=fetch, accept=accept)
+        # Asking the filter about every candidate costs more than the ranking itself; skip it
+        # when it would accept everything (one scope, nothing archived or archived wanted).
+        accepts_all = (
+            allowed is None
+            and (include_archived or not s.order["archived"])
+            and (scopes is None or s.scope_order.keys() <= scopes)
+        )
+        raw = s.index.search(text, limit=fetch, accept=None if accepts_all else accept)
         newest = s.next_seq - 1
         ranked = sorted(
             (
