@@ -171,6 +171,10 @@ class _State:
     )
 
 
+# Patch fields that change nothing derived but the active token total (see Store._swap_light).
+_LIGHT_FIELDS: frozenset[str] = frozenset({"view", "last_accessed_at", "access_count"})
+
+
 def _headline(item: Item) -> str | None:
     """What the index's boosted summary field holds: the summary, or else the first line of the
     content (the command of a tool output, the error line, the head of a note). An agent that
@@ -387,6 +391,9 @@ class Store:
             if old is None:
                 return  # forgotten by another process in the meantime
             changes = dict(op["set"])
+            if changes.keys() <= _LIGHT_FIELDS:
+                self._swap_light(old, old.evolve(changes))
+                return
             for key in ("tags", "children", "parents", "gone_children"):
                 if key in changes:
                     changes[key] = tuple(changes[key])
@@ -401,6 +408,14 @@ class Store:
                 setattr(self.settings, key, value)
         else:
             raise ValueError(f"unknown journal op {kind!r}")
+
+    def _swap_light(self, old: Item, new: Item) -> None:
+        """`_swap` for a change of view or access time only, which no derived structure but
+        the token total depends on: compaction promotes thousands of items to their summary."""
+        s = self._s
+        if old.tier == "active":
+            s.used += new.view_tokens - old.view_tokens
+        s.items[new.id] = new
 
     def _swap(self, old: Item, new: Item) -> None:
         s = self._s
