@@ -126,7 +126,12 @@ SNAPSHOT_INTERVAL_S: Final = 30.0
 SCHEMA_VERSION: Final = 1
 # Snapshot serialisation yields the GIL between chunks so a concurrent call waits at most one
 # chunk's worth of orjson work (~1-2 ms), not the whole store's.
-SNAPSHOT_CHUNK_ITEMS: Final = 500
+SNAPSHOT_CHUNK_ITEMS: Final = 100
+# GIL switch interval while a background snapshot is written (Python's default is 5 ms): the
+# longest a call on the event loop waits for the writer thread each time it needs the GIL.
+SNAPSHOT_SWITCH_INTERVAL_S: Final = 0.0005
+# A snapshot being written is flushed to disk every this many bytes (see persist._write_fsynced).
+SNAPSHOT_SYNC_BYTES: Final = 4 << 20
 
 # --- summary DAG --------------------------------------------------------------------------
 # 20 archived items to a d1 node and 5 nodes to the next depth, up to depth 4: 20 * 5**3 =

@@ -67,8 +67,17 @@ def _write_fsynced(path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb", closefd=True) as fh:
+            unsynced = 0
             for chunk in chunks:
                 fh.write(chunk)
+                unsynced += len(chunk)
+                if unsynced >= C.SNAPSHOT_SYNC_BYTES:
+                    # A journal fsync on the same file system waits for the data of every file
+                    # dirty at that moment (ext4's ordered mode): flushing a 350 MB snapshot
+                    # as we go keeps that wait at a few MB's worth instead of ~50 ms.
+                    fh.flush()
+                    os.fdatasync(fh.fileno())
+                    unsynced = 0
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(path, 0o600)
@@ -371,12 +380,27 @@ class StateDir:
             raise PersistenceError(f"Could not write the snapshot in {self.path}: {exc.strerror or exc}") from exc
         self.last_snapshot_seconds = time.perf_counter() - started
 
-    def install_snapshot_tmp(self) -> None:
-        """Second half: rename the temp file into place and fsync the dir. Call under the lock."""
+    def install_snapshot_tmp(self) -> Path | None:
+        """Second half: rename the temp file into place and fsync the dir. Call under the lock.
+
+        Replacing a file frees the old one's blocks inside the rename: ~80 ms for the 350 MB
+        snapshot of 100k items, a stall of every call waiting on the lock. The old snapshot is
+        hard-linked to a temp name first, so the rename only drops a link; the returned path
+        is for the caller to unlink off the event loop (any leftover is a *.tmp file, removed
+        with the next synchronous snapshot and reported by doctor)."""
         tmp = self._snapshot_tmp()
+        old = self.path / f"{SNAPSHOT}.{os.getpid()}.old.tmp"
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(old)
+            os.link(self.snapshot_path, old)
+            linked = True
+        except OSError:  # no snapshot yet, or a file system without hard links
+            linked = False
         os.replace(tmp, self.snapshot_path)
         _fsync_dir(self.path)
         self.last_snapshot_at = time.time()
+        return old if linked else None
 
     def discard_snapshot_tmp(self) -> None:
         with contextlib.suppress(OSError):

@@ -15,6 +15,7 @@ import heapq
 import logging
 import re
 import secrets
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -173,6 +174,11 @@ class _State:
 
 # Patch fields that change nothing derived but the active token total (see Store._swap_light).
 _LIGHT_FIELDS: frozenset[str] = frozenset({"view", "last_accessed_at", "access_count"})
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def _headline(item: Item) -> str | None:
@@ -1806,7 +1812,15 @@ class Store:
             gen, offset = sd.gen, sd.offset
             header = self._snapshot_header(gen + 1, gen, offset)
             self._dirty = False
-        tmp_ok = await anyio.to_thread.run_sync(self._write_snapshot_tmp, header, items)
+        # The writer thread holds the GIL between its I/O calls, and the event loop waits up to
+        # the switch interval (5 ms by default) each time it wants it back, several times a
+        # call: a shorter interval while the snapshot is written bounds that wait.
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(C.SNAPSHOT_SWITCH_INTERVAL_S)
+        try:
+            tmp_ok = await anyio.to_thread.run_sync(self._write_snapshot_tmp, header, items)
+        finally:
+            sys.setswitchinterval(interval)
         if not tmp_ok:
             self._dirty = True
             return
@@ -1824,12 +1838,15 @@ class Store:
                 self._discard_tmp()
                 self._recover()
                 return
+            old_snapshot = None
             try:
-                sd.install_snapshot_tmp()
+                old_snapshot = sd.install_snapshot_tmp()
                 sd.rotate(gen + 1, offset)
             except (PersistenceError, OSError) as exc:
                 log.warning("snapshot not installed: %s", exc)
                 self._dirty = True
+        if old_snapshot is not None:
+            await anyio.to_thread.run_sync(_unlink_quietly, old_snapshot)
 
     def _write_snapshot_tmp(self, header: dict[str, Any], items: list[Item]) -> bool:
         assert self._dir is not None

@@ -54,6 +54,39 @@ def test_background_snapshot_keeps_writes_made_while_it_ran(state_dir: Path, clo
     assert len(s2) == 201 and s2.get(during).content == "written during the snapshot"
 
 
+def test_background_snapshot_frees_the_old_snapshot_off_the_event_loop(
+    state_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+):
+    """The old snapshot is linked aside before the rename (so the rename only drops a link) and
+    unlinked afterwards in a worker thread; nothing is left behind and the new one is in place."""
+    from compactor import store as store_module
+
+    s = Store(state_dir=state_dir, clock=clock)
+    s.store("first")
+    s.snapshot()
+    old_inode = (state_dir / "snapshot.json").stat().st_ino
+    s.store("second")
+    unlinked: list[tuple[Path, bool, int]] = []
+    real_unlink = store_module._unlink_quietly
+
+    def spy(path: Path) -> None:
+        # Still linked here, after the new snapshot is installed: the old file's blocks are
+        # freed by this call, in the worker thread, not by the rename under the lock.
+        unlinked.append((path, path.exists(), path.stat().st_ino))
+        real_unlink(path)
+
+    monkeypatch.setattr(store_module, "_unlink_quietly", spy)
+    anyio.run(s.snapshot_async)
+    assert len(unlinked) == 1
+    path, existed, inode = unlinked[0]
+    assert existed and inode == old_inode and path.name.endswith(".tmp")
+    assert not path.exists()
+    assert not list(state_dir.glob("*.tmp"))
+    assert (state_dir / "snapshot.json").stat().st_ino != old_inode
+    s.close()
+    assert {Store(state_dir=state_dir, clock=clock).get(i).content for i in s.ids()} == {"first", "second"}
+
+
 def test_permissions(state_dir: Path):
     s = Store(state_dir=state_dir)
     s.store("x")
