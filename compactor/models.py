@@ -66,6 +66,19 @@ class Item:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Item:
+        if len(record) == len(_FIELD_ORDER):
+            # A record this version wrote has exactly the fields: no filtering (a cold start
+            # makes 100k of these).
+            try:
+                item = cls(**record)
+            except TypeError:
+                pass
+            else:
+                item.tags = tuple(item.tags)
+                item.children = tuple(item.children)
+                item.parents = tuple(item.parents)
+                item.gone_children = tuple(item.gone_children)
+                return item
         known = _FIELD_NAMES
         data = {k: v for k, v in record.items() if k in known}
         for key in ("tags", "children", "parents", "gone_children"):

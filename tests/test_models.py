@@ -49,3 +49,21 @@ def test_evolve_is_replace_and_leaves_the_original(changes: dict[str, object]) -
 def test_evolve_rejects_an_unknown_field() -> None:
     with pytest.raises(AttributeError):
         _item().evolve({"no_such_field": 1})
+
+
+def test_from_record_reads_json_lists_and_ignores_unknown_or_missing_fields() -> None:
+    import orjson
+
+    item = _item()
+    record = orjson.loads(orjson.dumps(item.to_record()))  # tuples come back as lists
+    assert Item.from_record(record) == item
+    assert isinstance(Item.from_record(record).tags, tuple)
+    # Same number of fields but one unknown (a future version's): falls back to filtering.
+    other = dict(record)
+    del other["quality"]
+    other["from_the_future"] = 1
+    assert Item.from_record(other).id == item.id
+    assert Item.from_record(other).quality is None
+    # An older record without the newer fields gets their defaults.
+    older = {k: v for k, v in record.items() if k not in ("scope", "children_tier")}
+    assert Item.from_record(older).scope == ""
