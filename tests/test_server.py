@@ -345,3 +345,32 @@ def test_serve_moves_the_loaded_store_out_of_the_collectors_view(monkeypatch: py
         gc.unfreeze()
     assert seen
     assert seen[0] > 0
+
+
+def test_settling_the_heap_after_a_snapshot_does_not_freeze_cyclic_garbage() -> None:
+    import gc
+    import weakref
+
+    from compactor.server import settle_heap
+
+    class Node:
+        pass
+
+    def garbage_cycle() -> weakref.ref[Node]:
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # type: ignore[attr-defined]
+        return weakref.ref(a)
+
+    gc.unfreeze()
+    try:
+        kept = garbage_cycle()
+        settle_heap(collect=False)  # at start: frozen as it is, garbage included
+        assert kept() is not None
+        gc.unfreeze()
+        gone = garbage_cycle()
+        settle_heap(collect=True)  # after a snapshot: collected first
+        assert gone() is None
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.collect()
