@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -59,13 +60,22 @@ class Plan:
     batch: int = 100
     stall_seconds: float = 5.0
     cold_starts: int = 3
+    compactions: int = 3  # each on its own copy of the loaded state: the figure is their median
     client: str = "raw"  # a key of session.CLIENTS
 
     @classmethod
     def for_size(cls, size: int, seed: int, quick: bool, client: str = "raw") -> Plan:
         if quick:
             return cls(
-                size, seed, store_calls=30, queries=30, recalls=10, stall_seconds=1.5, cold_starts=1, client=client
+                size,
+                seed,
+                store_calls=30,
+                queries=30,
+                recalls=10,
+                stall_seconds=1.5,
+                cold_starts=1,
+                compactions=1,
+                client=client,
             )
         return cls(size, seed, client=client)
 
@@ -244,6 +254,7 @@ class _Run:
             state_dir = Path(tmp) / "state"
             for name, phase in (
                 ("load", self._load),
+                ("compact", self._compacts),
                 ("stall", self._stall),
                 ("cold start", self._cold_starts),
             ):
@@ -256,6 +267,9 @@ class _Run:
         return self.result
 
     async def _load(self, state_dir: Path) -> None:
+        raise NotImplementedError
+
+    async def _compacts(self, state_dir: Path) -> None:
         raise NotImplementedError
 
     async def _stall(self, state_dir: Path) -> None:
@@ -325,7 +339,6 @@ class ServerRun(_Run):
                 ids += await self._singles(conn)
                 await self._queries(conn, ids)
                 await self._recalls(conn)
-                await self._compact(conn)
                 self.rss["load_mib"] = conn.peak_rss_mib()
             finally:
                 self._paired_floor()
@@ -343,7 +356,7 @@ class ServerRun(_Run):
             "bulk": {"items_per_s": bulk_items / (sum(bulk_ms) / 1000) if bulk_ms else None},
             "query": pairing.summary("query"),
             "recall": pairing.summary("recall"),
-            "compact": {"ms": compact_ms[0] if compact_ms else None},
+            "compact": {"ms": median(compact_ms) if compact_ms else None, "runs_ms": compact_ms},
         }
 
     async def _configure_for_load(self, conn: Conn) -> None:
@@ -407,18 +420,57 @@ class ServerRun(_Run):
         latencies = [(await self._call(conn, "recall", i, {})).ms for i in range(self.plan.recalls)]
         self.result["recall"] = summarize(latencies)
 
-    async def _compact(self, conn: Conn) -> None:
+    # -- compaction: one session per run, each on a fresh copy of the loaded state ---------------
+    async def _compacts(self, state_dir: Path) -> None:
+        """Compaction changes the state it measures, so each run gets its own copy of the state
+        the load session left; the figure is the median of the runs."""
+        floor_conn = CLIENTS[self.plan.client](
+            server_command(_floor_spec(), state_dir.parent / "floor", 0, False), server_env(), self.errlog
+        )
+        runs: list[dict[str, Any]] = []
+        rss: list[float] = []
+        async with floor_conn:
+            self.pairing = _Pairing(floor_conn)
+            try:
+                for run in range(self.plan.compactions):
+                    copy = state_dir.parent / f"compact-{run}"
+                    shutil.copytree(state_dir, copy)
+                    try:
+                        async with self._connect(copy, QUIET_SNAPSHOT_INTERVAL_S) as conn:
+                            runs.append(await self._compact(conn, run))
+                            peak = conn.peak_rss_mib()
+                            if peak is not None:
+                                rss.append(peak)
+                    finally:
+                        shutil.rmtree(copy, ignore_errors=True)
+            finally:
+                compact_ms = self.pairing.samples.get("compact", [])
+                self.result.setdefault("paired_floor", {})["compact"] = {
+                    "ms": median(compact_ms) if compact_ms else None,
+                    "runs_ms": compact_ms,
+                }
+                self.pairing = None
+        self.rss["compact_mib"] = max(rss) if rss else None
+        if runs:
+            self.result["compact"] = {
+                **runs[-1],
+                "ms": median([r["ms"] for r in runs]),
+                "runs_ms": [r["ms"] for r in runs],
+            }
+
+    async def _compact(self, conn: Conn, run: int) -> dict[str, Any]:
         status = (await conn.call("status", {})).data
         used = status.get("tokens_used")
         if not isinstance(used, int) or used <= 0:
             used = math.ceil(sum(len(i.content) for i in self.work.items) / CHARS_PER_TOKEN)
         await conn.call("configure", {"token_budget": used, "auto_compact": False})
-        reply = await self._call(conn, "compact", 0, {"target_usage": COMPACT_TARGET})
+        reply = await self._call(conn, "compact", run, {"target_usage": COMPACT_TARGET})
         after = (await conn.call("status", {})).data
-        self.result["compact"] = {
+        return {
             "ms": reply.ms,
             "budget": used,
-            "method": f"budget := tokens_used ({used}), auto_compact off, compact(target_usage={COMPACT_TARGET})",
+            "method": f"budget := tokens_used ({used}), auto_compact off, compact(target_usage={COMPACT_TARGET}); "
+            "each run on its own copy of the loaded state",
             "reply": {k: v for k, v in reply.data.items() if not isinstance(v, list | dict)},
             "needs_summary": len(reply.data.get("needs_summary") or []),
             "status_after": {k: after.get(k) for k in STATUS_FIELDS},
@@ -470,6 +522,9 @@ class FloorRun(_Run):
 
     async def _load(self, state_dir: Path) -> None:
         """Nothing to load: the no-op's per-call figures come from the pairing."""
+
+    async def _compacts(self, state_dir: Path) -> None:
+        """Paired with the server's compaction runs (see ServerRun._compacts)."""
 
     async def _stall(self, state_dir: Path) -> None:
         async with self._connect(state_dir, STALL_SNAPSHOT_INTERVAL_S) as conn:

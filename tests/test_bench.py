@@ -328,6 +328,9 @@ def test_smoke_run_against_the_dev_stub(tmp_path: Path) -> None:
     assert server["query"]["checked"] == 30
     assert server["query"]["hit_rate"] > 0.5
     assert server["compact"]["reply"]["tokens_after"] < server["compact"]["reply"]["tokens_before"]
+    assert len(server["compact"]["runs_ms"]) == 1  # --quick: one run on one copy of the state
+    assert server["compact"]["ms"] == server["compact"]["runs_ms"][0]
+    assert floor["compact"]["ms"] is not None
     assert server["snapshot"]["source"] == "status persistence.last_snapshot_ms"
     assert server["snapshot"]["calls"]["store"]["n"] > 5
     assert server["snapshot"]["calls"]["get"]["n"] > 5
