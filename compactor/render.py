@@ -24,7 +24,8 @@ def budget_line(used: int, budget: int, active: int, archived: int) -> str:
     return f"Budget: {used:,}/{budget:,} tokens ({pct:.1f}%) · {active:,} active · {archived:,} archived"
 
 
-def item_line(item: Item, *, score: float | None = None, extra: str = "") -> str:
+def item_line(item: Item, *, score: float | None = None, extra: str = "", body: str | None = None) -> str:
+    """One line per item; `body` is its preview when the caller already has it."""
     flags = []
     if item.pinned:
         flags.append("pinned")
@@ -39,5 +40,6 @@ def item_line(item: Item, *, score: float | None = None, extra: str = "") -> str
     head = f"- {item.id} ({item.content_type}, imp {item.importance}{flag})"
     if score is not None:
         head += f" score {score:.3f}"
-    body = preview(item.summary) if item.summary else preview(item.content)
+    if body is None:
+        body = preview(item.summary) if item.summary else preview(item.content)
     return f"{head}{tags}: {body}{extra}"

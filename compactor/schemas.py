@@ -289,7 +289,26 @@ def child(item: Item) -> ChildInfo:
     )
 
 
-def _brief_fields(item: Item) -> dict[str, Any]:
+def scored_record(
+    item: Item,
+    score: float,
+    matched: tuple[str, ...] = (),
+    path: list[str] | None = None,
+    preview_text: str | None = None,
+) -> dict[str, Any]:
+    """`scored(...).model_dump(mode="json")` built directly: a query result has ten of these,
+    and validating them into models only to dump them again was a third of the tool's own
+    time. tests/test_server.py holds the two equal."""
+    record = _brief_fields(item, preview_text)
+    record["score"] = round(score, 6)
+    record["matched_terms"] = list(matched)
+    record["archived"] = item.tier == "archived"
+    record["path"] = list(path or [])
+    record["covered_by"] = path[-1] if path else None
+    return record
+
+
+def _brief_fields(item: Item, preview_text: str | None = None) -> dict[str, Any]:
     return {
         "id": item.id,
         "content_type": item.content_type,
@@ -299,7 +318,7 @@ def _brief_fields(item: Item) -> dict[str, Any]:
         "view": item.view,
         "pinned": item.pinned,
         "tokens": item.view_tokens,
-        "preview": preview(item.summary or item.content, C.PREVIEW_CHARS),
+        "preview": preview(item.summary or item.content, C.PREVIEW_CHARS) if preview_text is None else preview_text,
         "depth": item.depth,
     }
 

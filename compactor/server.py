@@ -360,11 +360,14 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 extra = f"  (matched: {', '.join(h.matched)})" if h.matched else ""
                 if path:
                     extra += f"  [covered by active summary {path[-1]}]"
-                lines.append(item_line(h.item, score=h.score, extra=extra))
-                items.append(S.scored(h.item, h.score, h.matched, path=path))
+                body = preview(h.item.summary or h.item.content)
+                lines.append(item_line(h.item, score=h.score, extra=extra, body=body))
+                items.append(S.scored_record(h.item, h.score, h.matched, path=path, preview_text=body))
             text = "\n".join(lines) if lines else "No matches. Try other words, or include_archived=true."
-            model = S.QueryResult(items=items, count=len(hits))
-            return _result(text, model)
+            return CallToolResult(
+                content=[TextContent(type="text", text=text)],
+                structured_content={"items": items, "count": len(hits)},
+            )
 
         return await run(ctx, go)
 

@@ -374,3 +374,36 @@ def test_settling_the_heap_after_a_snapshot_does_not_freeze_cyclic_garbage() -> 
     finally:
         gc.unfreeze()
         gc.collect()
+
+
+def test_query_records_are_exactly_the_scored_item_model_dumped() -> None:
+    """The query tool builds its structured items as dicts (no pydantic round trip); they must
+    be what ScoredItem would give, for every kind of hit."""
+    from compactor import schemas as S
+    from compactor.models import Item
+
+    base = {
+        "id": "m1",
+        "seq": 1,
+        "content": "line one\nline two " + "x" * 400,
+        "summary": None,
+        "tags": ("a", "b"),
+        "importance": 7,
+        "content_type": "code",
+        "pinned": False,
+        "created_at": 1.0,
+        "last_accessed_at": 2.0,
+        "access_count": 0,
+        "content_tokens": 120,
+        "summary_tokens": 0,
+    }
+    items = [
+        Item(**base),  # type: ignore[arg-type]
+        Item(**{**base, "summary": "a summary", "summary_tokens": 3, "view": "summary", "pinned": True}),  # type: ignore[arg-type]
+        Item(**{**base, "tier": "archived", "depth": 1, "children": ("c1",), "tags": ()}),  # type: ignore[arg-type]
+    ]
+    for item in items:
+        for path in ([], ["s1", "s2"]):
+            want = S.scored(item, 1.23456789, ("line", "two"), path=path).model_dump(mode="json")
+            assert S.scored_record(item, 1.23456789, ("line", "two"), path=path) == want
+            assert S.QueryResult.model_validate({"items": [want], "count": 1}).items[0].model_dump(mode="json") == want
