@@ -408,8 +408,12 @@ class BM25Index:
         names = self._terms
         return frozenset(names[t] for t in tids)
 
-    def search(self, query: str, limit: int = 10, accept: Callable[[str], bool] | None = None) -> list[Hit]:
-        """Top `limit` documents by score (ties: newest first); `accept` filters candidates only."""
+    def search(
+        self, query: str, limit: int = 10, accept: Callable[[str], bool] | None = None, *, with_matched: bool = True
+    ) -> list[Hit]:
+        """Top `limit` documents by score (ties: newest first); `accept` filters candidates only.
+        `with_matched=False` leaves `matched` empty, for callers that keep only some hits
+        (`matched_terms` then names them for those)."""
         if limit <= 0:
             return []
         ok = _Acceptance(self._ext, accept)
@@ -423,8 +427,13 @@ class BM25Index:
         for score, d in ranked:
             doc_id = self._ext[d]
             assert doc_id is not None
-            hits.append(Hit(doc_id, score, self._matched(d, found)))
+            hits.append(Hit(doc_id, score, self._matched(d, found) if with_matched else ()))
         return hits
+
+    def matched_terms(self, doc_ids: Sequence[str], query: str) -> list[tuple[str, ...]]:
+        """For each document, the query's terms it contains (in query order), as `search` gives."""
+        found, _ = self._weigh(query)
+        return [self._matched(self._ids[doc_id], found) for doc_id in doc_ids]
 
     def search_scores(
         self, query: str, accept: Callable[[str], bool] | None = None

@@ -13,6 +13,7 @@ import bisect
 import contextlib
 import heapq
 import logging
+import math
 import os
 import re
 import secrets
@@ -1469,20 +1470,21 @@ class Store:
             and (include_archived or not s.order["archived"])
             and (scopes is None or s.scope_order.keys() <= scopes)
         )
-        raw = s.index.search(text, limit=fetch, accept=None if accepts_all else accept)
+        raw = s.index.search(text, limit=fetch, accept=None if accepts_all else accept, with_matched=False)
         newest = s.next_seq - 1
-        ranked = sorted(
-            (
-                Hit(
-                    (it := s.items[h.doc_id]),
-                    scoring.rank_score(h.score, it, now, newer=newest - it.seq),
-                    tuple(h.matched),
-                )
-                for h in raw
-            ),
-            key=lambda h: (-h.score, -h.item.seq),
-        )
-        return ranked[:limit]
+        scored: list[tuple[float, Item]] = []
+        cut = -math.inf  # the limit-th best final score so far
+        for h in raw:  # BM25 best first: once even the largest lift cannot reach the cut, stop
+            if len(scored) >= limit and h.score * scoring.MAX_RANK_FACTOR * (1.0 + 1e-12) < cut:
+                break
+            it = s.items[h.doc_id]
+            scored.append((scoring.rank_score(h.score, it, now, newer=newest - it.seq), it))
+            if len(scored) >= limit:
+                cut = heapq.nlargest(limit, (f for f, _ in scored))[-1]
+        scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
+        top = scored[:limit]
+        matched = s.index.matched_terms([it.id for _, it in top], text)
+        return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
 
     def _touch(self, ids: list[str]) -> None:
         """A query is an access. Journaled without fsync: losing one on power loss is harmless."""

@@ -66,3 +66,44 @@ def test_first_line_counts_as_the_headline_when_there_is_no_summary():
     chatter = s.store("maybe grep for frobnicate_widget in src later").item
     order = [h.item.id for h in s.query("grep -rn frobnicate_widget src/")]
     assert order[0] == long_output.id, (order, long_output.id, chatter.id)
+
+
+def test_rerank_stops_early_without_changing_the_top() -> None:
+    """Store._search stops re-ranking BM25 hits once even the largest lift cannot reach the
+    current limit-th score; the result must equal re-ranking every fetched hit."""
+    import random
+
+    from compactor import constants as C
+    from compactor import scoring
+    from compactor.store import Store
+    from tests.conftest import FakeClock
+
+    clock = FakeClock()
+    s = Store(clock=clock)
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(40)]
+    for _i in range(400):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(3, 30)))
+        item = s.store(text, importance=rng.randint(1, 10), pinned=rng.random() < 0.05).item
+        clock.advance(rng.uniform(0, 5000))
+        if rng.random() < 0.3:
+            s.get(item.id)
+    for q in ["w1 w2", "w3", "w5 w6 w7 w8", "w10 w39", "w0 w1 w2 w3 w4"]:
+        for limit in (1, 5, 10):
+            fetch = max(limit * C.RERANK_DEPTH, C.RERANK_MIN)
+            now = s._clock()
+            newest = s._s.next_seq - 1
+            full = sorted(
+                (
+                    (
+                        scoring.rank_score(h.score, s._s.items[h.doc_id], now, newer=newest - s._s.items[h.doc_id].seq),
+                        s._s.items[h.doc_id],
+                    )
+                    for h in s._s.index.search(q, fetch)
+                ),
+                key=lambda pair: (-pair[0], -pair[1].seq),
+            )[:limit]
+            got = s._search(q, [], limit, False, None)
+            assert [(h.item.id, h.score) for h in got] == [(it.id, f) for f, it in full], (q, limit)
+            want_matched = s._s.index.matched_terms([it.id for _, it in full], q)
+            assert [h.matched for h in got] == want_matched
