@@ -14,7 +14,6 @@ import contextlib
 import heapq
 import logging
 import math
-import os
 import re
 import secrets
 import sys
@@ -179,19 +178,10 @@ _LIGHT_FIELDS: frozenset[str] = frozenset({"view", "last_accessed_at", "access_c
 
 
 def _unlink_quietly(path: Path) -> None:
-    """Delete a replaced snapshot, freeing its blocks a slice at a time: unlinking 350 MB at
-    once holds the file system's journal for ~30 ms, and every journal fsync of a concurrent
-    call waits for it."""
+    """Delete a replaced snapshot (off the event loop: freeing 350 MB takes ~30 ms). Not
+    truncated first, which would free it in smaller steps: a reader that does not take the
+    lock (`compactor doctor`) may still have it open, and must read it whole."""
     with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            size = os.fstat(fd).st_size
-            while size > C.SNAPSHOT_SYNC_BYTES:
-                size -= C.SNAPSHOT_SYNC_BYTES
-                os.ftruncate(fd, size)
-                time.sleep(0.001)  # let a waiting fsync commit between slices
-        finally:
-            os.close(fd)
         path.unlink()
 
 
