@@ -240,6 +240,12 @@ class _Run:
             server_command(self.spec, state_dir, interval, self.add_flags), server_env(), self.errlog
         )
 
+    def _floor_connection(self, state_dir: Path) -> Conn:
+        """The no-op server that runs alongside for paired calls (see _Pairing)."""
+        return CLIENTS[self.plan.client](
+            server_command(_floor_spec(), state_dir.parent / "floor", 0, False), server_env(), self.errlog
+        )
+
     def _error(self, phase: str, exc: BaseException) -> None:
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]  # the task group's wrapper says nothing; its cause does
@@ -326,9 +332,7 @@ class ServerRun(_Run):
 
     # -- session 1 ------------------------------------------------------------------------------
     async def _load(self, state_dir: Path) -> None:
-        floor_conn = CLIENTS[self.plan.client](
-            server_command(_floor_spec(), state_dir.parent / "floor", 0, False), server_env(), self.errlog
-        )
+        floor_conn = self._floor_connection(state_dir)
         async with self._connect(state_dir, QUIET_SNAPSHOT_INTERVAL_S) as conn, floor_conn:
             self.pairing = _Pairing(floor_conn)
             try:
@@ -424,9 +428,7 @@ class ServerRun(_Run):
     async def _compacts(self, state_dir: Path) -> None:
         """Compaction changes the state it measures, so each run gets its own copy of the state
         the load session left; the figure is the median of the runs."""
-        floor_conn = CLIENTS[self.plan.client](
-            server_command(_floor_spec(), state_dir.parent / "floor", 0, False), server_env(), self.errlog
-        )
+        floor_conn = self._floor_connection(state_dir)
         runs: list[dict[str, Any]] = []
         rss: list[float] = []
         async with floor_conn:

@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp_types import CallToolResult, TextContent
+from mcp_types import TextContent
 
 from bench import proc
 
@@ -44,19 +44,17 @@ class Reply:
     struct_bytes: int
 
 
-def _payload(result: CallToolResult) -> tuple[dict[str, Any], int, int]:
-    texts = [c.text for c in result.content if isinstance(c, TextContent)]
+def _payload(texts: list[str], structured: dict[str, Any] | None) -> tuple[dict[str, Any], int, int]:
+    """(data, text bytes, structured bytes) of a reply, from its text blocks and structured content."""
     text_bytes = sum(len(t.encode()) for t in texts)
-    data = result.structured_content
-    if data is None:
+    if structured is None:
         # A server without structured output: its text may still be the JSON object.
         try:
             parsed = json.loads(texts[0]) if texts else None
         except ValueError:
             parsed = None
-        data = parsed if isinstance(parsed, dict) else {}
-        return data, text_bytes, 0
-    return data, text_bytes, len(json.dumps(data, separators=(",", ":")))
+        return (parsed if isinstance(parsed, dict) else {}), text_bytes, 0
+    return structured, text_bytes, len(json.dumps(structured, separators=(",", ":")))
 
 
 class Connection:
@@ -100,10 +98,10 @@ class Connection:
         started = time.perf_counter_ns()
         result = await self._client.call_tool(name, args)
         ms = (time.perf_counter_ns() - started) / 1e6
-        data, text_bytes, struct_bytes = _payload(result)
+        texts = [c.text for c in result.content if isinstance(c, TextContent)]
         if result.is_error:
-            texts = " ".join(c.text for c in result.content if isinstance(c, TextContent))
-            raise ToolCallError(f"{name} returned an error: {texts[:300]}")
+            raise ToolCallError(f"{name} returned an error: {' '.join(texts)[:300]}")
+        data, text_bytes, struct_bytes = _payload(texts, result.structured_content)
         return Reply(ms=ms, data=data, text_bytes=text_bytes, struct_bytes=struct_bytes)
 
 
@@ -225,15 +223,8 @@ class RawConnection:
         texts = [c["text"] for c in result.get("content", []) if c.get("type") == "text"]
         if result.get("isError"):
             raise ToolCallError(f"{name} returned an error: {' '.join(texts)[:300]}")
-        text_bytes = sum(len(t.encode()) for t in texts)
-        data = result.get("structuredContent")
-        if data is None:
-            try:
-                parsed = json.loads(texts[0]) if texts else None
-            except ValueError:
-                parsed = None
-            return Reply(ms=ms, data=parsed if isinstance(parsed, dict) else {}, text_bytes=text_bytes, struct_bytes=0)
-        return Reply(ms=ms, data=data, text_bytes=text_bytes, struct_bytes=len(json.dumps(data, separators=(",", ":"))))
+        data, text_bytes, struct_bytes = _payload(texts, result.get("structuredContent"))
+        return Reply(ms=ms, data=data, text_bytes=text_bytes, struct_bytes=struct_bytes)
 
 
 CLIENTS: dict[str, type[Connection] | type[RawConnection]] = {"raw": RawConnection, "sdk": Connection}

@@ -43,6 +43,11 @@ def _anchored(*alternatives: str) -> re.Pattern[str]:
     return re.compile(r"\n(?:" + "|".join(alternatives) + r")", re.MULTILINE)
 
 
+def _alternation(words: Iterable[str]) -> str:
+    """A regex alternation of literal words, longest first so a longer word wins."""
+    return "|".join(sorted((re.escape(w) for w in words), key=len, reverse=True))
+
+
 @dataclass(frozen=True, slots=True)
 class _Rule:
     """A pattern, and optionally what the text between its line's start and the match must be."""
@@ -399,11 +404,7 @@ _FENCE_LANGUAGES: dict[str, str] = {
 
 # A file name right before the dot (so "e.g." and "3.c" stay out), lowercase extension, and no
 # further name characters after it ("main.py" yes, "main.pyc" no, "example.com" not listed).
-_EXTENSION_RE = re.compile(
-    r"\.(?<=[\w-]\.)("
-    + "|".join(sorted((re.escape(e) for e in _EXTENSION_LANGUAGES), key=len, reverse=True))
-    + r")(?![\w-])"
-)
+_EXTENSION_RE = re.compile(r"\.(?<=[\w-]\.)(" + _alternation(_EXTENSION_LANGUAGES) + r")(?![\w-])")
 _FENCE_LANG_RE = _anchored(r"[ \t]*(?:```|~~~)[ \t]*\{?\.?([\w+#-]+)")
 
 _INFRA_ALIASES: dict[str, str] = {
@@ -438,11 +439,7 @@ _INFRA_ALIASES: dict[str, str] = {
     "gitlab": "gitlab",
 }
 # Boundaries are "no letter or digit", not \b: "redis_client" is about redis, "redistribute" is not.
-_INFRA_RE = re.compile(
-    r"(?<![a-z0-9])("
-    + "|".join(sorted((re.escape(k) for k in _INFRA_ALIASES), key=len, reverse=True))
-    + r")(?![a-z0-9])"
-)
+_INFRA_RE = re.compile(r"(?<![a-z0-9])(" + _alternation(_INFRA_ALIASES) + r")(?![a-z0-9])")
 # "://" first so the engine scans for that literal; the scheme is checked behind it.
 _URL_RE = re.compile(r"://(?:(?<=https://)|(?<=http://)|(?<=ftp://))[^\s/$.?#]")
 

@@ -171,21 +171,25 @@ def _read(path: Path, report: DoctorReport, check: str) -> bytes | None:
 
 
 # --- permissions -----------------------------------------------------------------------------
-def _check_permissions(dir_: Path, report: DoctorReport) -> None:
-    report.checks.append("permissions")
-    mode = stat.S_IMODE(dir_.stat().st_mode)
+def _check_mode(report: DoctorReport, path: Path, mode: int, wanted: int, others_can: str) -> None:
+    """`wanted` is the owner's bits the state needs (0o700 for the dir, 0o600 for a file)."""
     if mode & 0o077:
         report.error(
             "permissions",
-            f"{dir_} has mode {mode:04o}: other users can list it. Memory can hold secrets.",
-            f"`chmod 700 {dir_}`",
+            f"{path} has mode {mode:04o}: other users can {others_can}. Memory can hold secrets.",
+            f"`chmod {wanted:o} {path}`",
         )
-    elif mode & 0o700 != 0o700:
+    elif mode & wanted != wanted:
         report.error(
             "permissions",
-            f"{dir_} has mode {mode:04o}: compactor cannot read and write it.",
-            f"`chmod 700 {dir_}`",
+            f"{path} has mode {mode:04o}: compactor cannot read and write it.",
+            f"`chmod {wanted:o} {path}`",
         )
+
+
+def _check_permissions(dir_: Path, report: DoctorReport) -> None:
+    report.checks.append("permissions")
+    _check_mode(report, dir_, stat.S_IMODE(dir_.stat().st_mode), 0o700, "list it")
     for entry in sorted(dir_.iterdir()):
         try:
             st = entry.lstat()
@@ -193,19 +197,7 @@ def _check_permissions(dir_: Path, report: DoctorReport) -> None:
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
-        fmode = stat.S_IMODE(st.st_mode)
-        if fmode & 0o077:
-            report.error(
-                "permissions",
-                f"{entry} has mode {fmode:04o}: other users can read it. Memory can hold secrets.",
-                f"`chmod 600 {entry}`",
-            )
-        elif fmode & 0o600 != 0o600:
-            report.error(
-                "permissions",
-                f"{entry} has mode {fmode:04o}: compactor cannot read and write it.",
-                f"`chmod 600 {entry}`",
-            )
+        _check_mode(report, entry, stat.S_IMODE(st.st_mode), 0o600, "read it")
         if entry.name.endswith(".tmp"):
             report.warn(
                 "temp files",

@@ -638,25 +638,15 @@ class _Scorer:
                     else:
                         acc[d] += self.posting(w, tid, d, tf, dl[d])
         else:
-            (s1, s2), (t1, t2), s_lens, t_lens = self.s_norm, self.t_norm, self.s_lens, self.t_lens
+            # Only candidates are touched here, so packed postings need not be inlined as in `scan`.
             for e in p:
                 d = e >> _TF_BITS
                 if d in acc:
                     tf = e & _CODE_MASK
                     if tf < _SPILL:
                         acc[d] += w * tf / (tf + c1 + c2 * dl[d])
-                    elif tf == _SPILL:
+                    else:
                         acc[d] += self.posting(w, tid, d, tf, dl[d])
-                    else:  # packed, inlined as in `scan`
-                        s_tf, t_tf, tf = tf >> 2 & 3, tf & 3, tf >> 4 & 7
-                        f = 0.0
-                        if s_tf:
-                            f += SUMMARY_WEIGHT * s_tf / (s1 + s2 * s_lens[d])
-                        if t_tf:
-                            f += TAG_WEIGHT * t_tf / (t1 + t2 * t_lens[d])
-                        k = c1 + c2 * dl[d]
-                        x = tf + f * k / BM25_K1
-                        acc[d] += w * x / (x + k)
 
     def posting(self, w: float, tid: int, d: int, code: int, length: float) -> float:
         """What a spilled or packed posting adds."""
@@ -703,11 +693,16 @@ class _Acceptance:
 
     def top(self, acc: dict[int, float], limit: int) -> list[tuple[float, int]]:
         """The `limit` best accepted candidates as (score, doc), best first."""
-        shallow = _best(acc, limit * _ACCEPT_OVERFETCH)
+        return self.pick(lambda n: _best(acc, n), len(acc), limit)
+
+    def pick(self, best: Callable[[int], list[tuple[float, int]]], total: int, limit: int) -> list[tuple[float, int]]:
+        """The `limit` best accepted of `total` candidates, `best(n)` giving the n best: a few
+        times `limit` deep first, all of them only if too few of those are accepted."""
+        shallow = best(limit * _ACCEPT_OVERFETCH)
         kept = self.take(shallow, limit)
-        if len(kept) >= limit or len(shallow) == len(acc):
+        if len(kept) >= limit or len(shallow) == total:
             return kept
-        return self.take(_best(acc, len(acc)), limit)
+        return self.take(best(total), limit)
 
     def take(self, ranked: list[tuple[float, int]], limit: int) -> list[tuple[float, int]]:
         """The first `limit` accepted pairs of `ranked`, asking about no more than it takes."""
@@ -794,10 +789,4 @@ def _dense_top(
         order = np.lexsort((-docs, -vals))[:m]
         return list(zip(vals[order].tolist(), docs[order].tolist(), strict=True))
 
-    if ok.unfiltered:
-        return best(limit)
-    shallow = best(limit * _ACCEPT_OVERFETCH)
-    kept = ok.take(shallow, limit)
-    if len(kept) >= limit or len(shallow) == len(cand):
-        return kept
-    return ok.take(best(len(cand)), limit)
+    return best(limit) if ok.unfiltered else ok.pick(best, len(cand), limit)

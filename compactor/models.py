@@ -74,19 +74,19 @@ class Item:
             except TypeError:
                 pass
             else:
-                item.tags = tuple(item.tags)
-                item.children = tuple(item.children)
-                item.parents = tuple(item.parents)
-                item.gone_children = tuple(item.gone_children)
+                for key in TUPLE_FIELDS:
+                    setattr(item, key, tuple(getattr(item, key)))
                 return item
         known = _FIELD_NAMES
         data = {k: v for k, v in record.items() if k in known}
-        for key in ("tags", "children", "parents", "gone_children"):
+        for key in TUPLE_FIELDS:
             if key in data:
                 data[key] = tuple(data[key])
         return cls(**data)
 
 
+# Tuple fields: JSON (records, journal patches) brings them back as lists.
+TUPLE_FIELDS: tuple[str, ...] = ("tags", "children", "parents", "gone_children")
 _FIELD_ORDER = tuple(f.name for f in fields(Item))
 _FIELD_NAMES = frozenset(_FIELD_ORDER)
 _ALL_FIELDS = attrgetter(*_FIELD_ORDER)

@@ -269,14 +269,7 @@ def brief(item: Item) -> ItemBrief:
 
 
 def scored(item: Item, score: float, matched: tuple[str, ...] = (), path: list[str] | None = None) -> ScoredItem:
-    return ScoredItem(
-        **_brief_fields(item),
-        score=round(score, 6),
-        matched_terms=list(matched),
-        archived=item.tier == "archived",
-        path=path or [],
-        covered_by=path[-1] if path else None,
-    )
+    return ScoredItem.model_validate(scored_record(item, score, matched, path))
 
 
 def child(item: Item) -> ChildInfo:
@@ -296,9 +289,9 @@ def scored_record(
     path: list[str] | None = None,
     preview_text: str | None = None,
 ) -> dict[str, Any]:
-    """`scored(...).model_dump(mode="json")` built directly: a query result has ten of these,
-    and validating them into models only to dump them again was a third of the tool's own
-    time. tests/test_server.py holds the two equal."""
+    """A ScoredItem as the JSON record it dumps to, built directly: a query result has ten of
+    these, and validating them into models only to dump them again was a third of the tool's
+    own time. `scored` is this record validated."""
     record = _brief_fields(item, preview_text)
     record["score"] = round(score, 6)
     record["matched_terms"] = list(matched)

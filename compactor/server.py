@@ -103,10 +103,12 @@ class BulkItem(BaseModel):
 _BULK = TypeAdapter(list[BulkItem])
 
 
-def _result(text: str, model: BaseModel) -> CallToolResult:
+def _result(text: str, structured: BaseModel | dict[str, Any]) -> CallToolResult:
+    """A tool's reply: text for the model, and the structured content its outputSchema
+    describes (a model, or a record already in its JSON form)."""
     return CallToolResult(
         content=[TextContent(type="text", text=text)],
-        structured_content=model.model_dump(mode="json"),
+        structured_content=structured.model_dump(mode="json") if isinstance(structured, BaseModel) else structured,
     )
 
 
@@ -364,10 +366,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 lines.append(item_line(h.item, score=h.score, extra=extra, body=body))
                 items.append(S.scored_record(h.item, h.score, h.matched, path=path, preview_text=body))
             text = "\n".join(lines) if lines else "No matches. Try other words, or include_archived=true."
-            return CallToolResult(
-                content=[TextContent(type="text", text=text)],
-                structured_content={"items": items, "count": len(hits)},
-            )
+            return _result(text, {"items": items, "count": len(hits)})
 
         return await run(ctx, go)
 

@@ -42,7 +42,7 @@ from .condense import (
 from .dedup import DedupIndex
 from .errors import InvalidArgumentError, NotFoundError, PersistenceError
 from .index import BM25Index
-from .models import CONTENT_TYPES, CompactReport, ContentType, Item, Settings, Tier
+from .models import CONTENT_TYPES, TUPLE_FIELDS, CompactReport, ContentType, Item, Settings, Tier
 from .persist import Op, StateDir, snapshot_chunks
 from .redact import redact
 from .render import budget_line, item_line
@@ -404,7 +404,7 @@ class Store:
             if changes.keys() <= _LIGHT_FIELDS:
                 self._swap_light(old, old.evolve(changes))
                 return
-            for key in ("tags", "children", "parents", "gone_children"):
+            for key in TUPLE_FIELDS:
                 if key in changes:
                     changes[key] = tuple(changes[key])
             new = old.evolve(changes)
