@@ -13,7 +13,6 @@ import bisect
 import contextlib
 import heapq
 import logging
-import math
 import re
 import secrets
 import sys
@@ -1463,14 +1462,17 @@ class Store:
         raw = s.index.search(text, limit=fetch, accept=None if accepts_all else accept, with_matched=False)
         newest = s.next_seq - 1
         scored: list[tuple[float, Item]] = []
-        cut = -math.inf  # the limit-th best final score so far
+        leaders: list[float] = []  # min-heap of the `limit` best final scores so far; leaders[0] is the cut
         for h in raw:  # BM25 best first: once even the largest lift cannot reach the cut, stop
-            if len(scored) >= limit and h.score * scoring.MAX_RANK_FACTOR * (1.0 + 1e-12) < cut:
+            if len(leaders) == limit and h.score * scoring.MAX_RANK_FACTOR * (1.0 + 1e-12) < leaders[0]:
                 break
             it = s.items[h.doc_id]
-            scored.append((scoring.rank_score(h.score, it, now, newer=newest - it.seq), it))
-            if len(scored) >= limit:
-                cut = heapq.nlargest(limit, (f for f, _ in scored))[-1]
+            final = scoring.rank_score(h.score, it, now, newer=newest - it.seq)
+            scored.append((final, it))
+            if len(leaders) < limit:
+                heapq.heappush(leaders, final)
+            elif final > leaders[0]:
+                heapq.heapreplace(leaders, final)
         scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
         top = scored[:limit]
         matched = s.index.matched_terms([it.id for _, it in top], text)
