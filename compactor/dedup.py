@@ -123,12 +123,17 @@ _STOP = frozenset(
 )
 
 
-def sketch_words(words: Iterable[str]) -> set[str]:
-    return {w for w in words if len(w) >= 3 and w not in _STOP}
+def _hashed(words: Iterable[str]) -> dict[str, int]:
+    return {w: _word_hash(w) for w in set(words)}
+
+
+def _sketch_of(hashed: dict[str, int], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
+    """The k smallest hashes of the words that say something (3+ letters, not a stop word)."""
+    return tuple(heapq.nsmallest(k, {h for w, h in hashed.items() if len(w) >= 3 and w not in _STOP}))
 
 
 def sketch(words: Iterable[str], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
-    return tuple(heapq.nsmallest(k, {_word_hash(w) for w in sketch_words(words)}))
+    return _sketch_of(_hashed(words), k)
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -155,10 +160,10 @@ class DedupIndex:
     def add(self, item_id: str, words: Iterable[str]) -> None:
         if item_id in self._keys:
             self.remove(item_id)
-        word_set = set(words)
-        keys = sketch(word_set)
+        hashed = _hashed(words)  # once for both the sketch and the signature
+        keys = _sketch_of(hashed)
         self._keys[item_id] = keys
-        hashes = {_word_hash(w) for w in word_set}
+        hashes = set(hashed.values())
         self._sigs[item_id] = array("I", heapq.nsmallest(C.DEDUP_SIGNATURE, hashes))
         self._sizes[item_id] = len(hashes)
         for key in keys:
