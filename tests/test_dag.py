@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from compactor import constants as C
 from compactor.condense import FOOTER_PREFIX, lineage_id, unfamiliar_terms
 from compactor.errors import InvalidArgumentError
+from compactor.models import Item
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 
@@ -296,3 +297,80 @@ def test_property_lineage_closure_budget_and_undo(seq):
             assert stored <= reachable(s)
         assert stored <= set(s.ids())
     assert stored <= set(s.ids())
+
+
+def _leaf(n: int, content: str, tags: tuple[str, ...] = ()) -> Item:
+    return Item(
+        id=f"i{n}",
+        seq=n,
+        content=content,
+        summary=None,
+        tags=tags,
+        importance=5,
+        content_type="prose",
+        pinned=False,
+        created_at=0.0,
+        last_accessed_at=0.0,
+        access_count=0,
+        content_tokens=len(content) // 4,
+        summary_tokens=0,
+    )
+
+
+def _reference_topic_counts(children: list[Item]) -> dict[str, int]:
+    """What topics() counts, computed the plain way: every pattern over every child's text."""
+    from collections import Counter
+
+    from compactor import condense
+
+    counts: Counter[str] = Counter()
+    for child in children:
+        text = child.content if not child.depth else child.content.split(FOOTER_PREFIX)[-1]
+        text = text[: C.TOPIC_SCAN_CHARS] + " " + (child.summary or "")
+        found = {
+            m.group(0).strip(".,:;()'\"`")
+            for rx in (condense._PATH, condense._ERROR, condense._IDENT)
+            for m in rx.finditer(text)
+        }
+        found |= {f"#{t}" for t in child.tags if t not in C.TYPE_TAGS}
+        counts.update(t for t in found if 3 <= len(t) <= 80)
+    return dict(counts)
+
+
+def test_topics_skip_patterns_only_where_they_cannot_match():
+    """topics() leaves out the error and call patterns for texts without their literal words;
+    on real agent text (errors, calls, paths) it must count exactly what the full scan counts."""
+    from compactor.condense import topics
+    from tests.test_index import _first_contents
+
+    docs = _first_contents(600)
+    assert sum("()" in d for d in docs) > 20 and sum("Error" in d for d in docs) > 20
+    children = [_leaf(n, d, tags=("billing", "code") if n % 3 == 0 else ()) for n, d in enumerate(docs)]
+    for start in range(0, len(children), 20):
+        group = children[start : start + 20]
+        want = _reference_topic_counts(group)
+        got = topics(group, limit=10_000)
+        assert sorted(got) == sorted(want)
+        assert [want[t] for t in got] == sorted(want.values(), reverse=True)
+
+
+def test_topics_order_does_not_depend_on_the_hash_seed(tmp_path: Path):
+    """Ties in count are broken by first appearance, not by set order (which follows the
+    per-process string hash seed), so the same children give the same footer in any process."""
+    import subprocess
+    import sys
+
+    script = (
+        "from compactor.condense import topics\n"
+        "from tests.test_dag import _leaf\n"
+        "kids = [_leaf(n, ' '.join(f'mod_{n}_{k}/file_{k}.py helper_{n}_{k} Err{n}{k}Error' for k in range(6)))"
+        " for n in range(5)]\n"
+        "print(topics(kids))\n"
+    )
+    outputs = set()
+    for seed in ("0", "1", "2", "3"):
+        env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        outputs.add(run.stdout)
+    assert len(outputs) == 1, outputs
+    assert "mod_0_0/file_0.py" in outputs.pop()
