@@ -45,11 +45,19 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
     ops: list[Op] = []
     used = inp.used_tokens
     by_id = {item.id: item for item in inp.active}
-    score = {item.id: retention(item, inp.now) for item in inp.active}
+    score: dict[str, float] = {}
+
+    def score_of(item: Item) -> float:
+        # Computed on first use: most compactions never reach eviction, the only phase that
+        # scores every active item.
+        value = score.get(item.id)
+        if value is None:
+            value = score[item.id] = retention(item, inp.now)
+        return value
 
     def lowest_first(items: Iterable[Item]) -> list[Item]:
         # Deterministic: lowest retention first, then oldest first.
-        return sorted(items, key=lambda it: (score[it.id], it.seq))
+        return sorted(items, key=lambda it: (score_of(it), it.seq))
 
     # 1. Summary promotion: an item the agent already summarised costs only its summary.
     if used > inp.target_tokens:
@@ -67,6 +75,7 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
             ops.append({"op": "patch", "id": it.id, "set": {"view": "summary"}})
             used -= it.content_tokens - it.summary_tokens
             report.promoted.append(it.id)
+    promoted = set(report.promoted)  # report.promoted is a list: `in` on it was O(promotions)
 
     # 2. Deduplication: only items added or changed since the last pass need checking.
     losers: set[str] = set()
@@ -82,7 +91,7 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
             if inp.similarity(item_id, cand_id) <= C.DEDUP_JACCARD:
                 continue
             # The lower-scoring one goes; on a tie the newer copy goes and the original stays.
-            pair = sorted((a, b), key=lambda it: (score[it.id], -it.seq))
+            pair = sorted((a, b), key=lambda it: (score_of(it), -it.seq))
             loser, survivor = pair
             if not _movable(loser, inp.protected):
                 loser, survivor = survivor, loser
@@ -90,7 +99,7 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
                     continue
             losers.add(loser.id)
             ops.append({"op": "patch", "id": loser.id, "set": {"tier": "archived", "merged_into": survivor.id}})
-            used -= loser.view_tokens if loser.id not in report.promoted else loser.summary_tokens
+            used -= loser.view_tokens if loser.id not in promoted else loser.summary_tokens
             tags = gained.setdefault(survivor.id, list(survivor.tags))
             for tag in loser.tags:
                 if tag not in tags and len(tags) < C.MAX_TAGS:
@@ -109,7 +118,6 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
         return used + inp.reserve(len(losers) + len(report.archived)) > inp.target_tokens
 
     if over():
-        promoted = set(report.promoted)
         evictable = [
             it for it in by_id.values() if _movable(it, inp.protected) and it.id not in losers and not it.depth
         ]
