@@ -164,6 +164,7 @@ class _State:
     dup_hints: set[str] = field(default_factory=set)  # active items with a near-duplicate noted
     uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
     pinned: set[str] = field(default_factory=set)  # active and pinned: status and recall read it per call
+    active_nodes: set[str] = field(default_factory=set)  # active summary nodes: condensing scans them, not every item
     archived_tokens: int = 0
     used: int = 0
     next_seq: int = 1
@@ -469,6 +470,10 @@ class Store:
             s.pinned.add(new.id)
         else:
             s.pinned.discard(new.id)
+        if new.depth and new.tier == "active":
+            s.active_nodes.add(new.id)
+        else:
+            s.active_nodes.discard(new.id)
 
     @staticmethod
     def _order(s: _State, item: Item) -> None:
@@ -534,6 +539,8 @@ class Store:
                 s.dup_hints.add(item.id)
             if item.pinned:
                 s.pinned.add(item.id)
+            if item.depth:
+                s.active_nodes.add(item.id)
         s.type_counts[item.content_type][item.tier] += 1
         if item.tier == "archived" and not item.parents:
             s.uncovered.add(item.id)
@@ -548,6 +555,7 @@ class Store:
         s.dup_hints.discard(item.id)
         s.uncovered.discard(item.id)
         s.pinned.discard(item.id)
+        s.active_nodes.discard(item.id)
         if item.tier == "archived":
             s.archived_tokens -= item.content_tokens
         if item.tier == "active":
@@ -942,8 +950,7 @@ class Store:
         # budget pressure, any two do.
         for depth in range(1, C.MAX_DEPTH):
             per_scope: dict[str, list[Item]] = {}
-            for q in s.order["active"]:
-                it = s.items[s.by_seq[q]]
+            for it in self._active_nodes():
                 if it.depth == depth and not it.pinned:
                     per_scope.setdefault(scope_key(it.scope), []).append(it)
             for scope_nodes in per_scope.values():
@@ -984,8 +991,7 @@ class Store:
         if not raw or len(pending) >= C.CHUNK_SIZE // 2:
             return pending
         latest: Item | None = None
-        for q in reversed(s.order["active"]):
-            it = s.items[s.by_seq[q]]
+        for it in reversed(self._active_nodes()):
             if it.depth == 1 and scope_key(it.scope) == scope:
                 latest = it
                 break
@@ -1013,13 +1019,13 @@ class Store:
         taken = {t.id for t in take}
         return [it for it in pending if it.id not in taken]
 
+    def _active_nodes(self) -> list[Item]:
+        """Active summary nodes, oldest first."""
+        items = self._s.items
+        return sorted((items[i] for i in self._s.active_nodes), key=lambda it: it.seq)
+
     def _needs_text(self) -> list[str]:
-        s = self._s
-        out = [
-            s.by_seq[q]
-            for q in reversed(s.order["active"])
-            if s.items[s.by_seq[q]].depth and s.items[s.by_seq[q]].quality in ("extractive", "stale")
-        ]
+        out = [it.id for it in reversed(self._active_nodes()) if it.quality in ("extractive", "stale")]
         return out[: C.NEEDS_TEXT_LIMIT]
 
     def _needs_summary(self, active: list[Item]) -> list[str]:
@@ -1277,12 +1283,7 @@ class Store:
 
     def roots(self) -> list[Item]:
         """Active summary nodes no other summary covers, newest first."""
-        s = self._s
-        return [
-            s.items[s.by_seq[q]]
-            for q in reversed(s.order["active"])
-            if s.items[s.by_seq[q]].depth and not s.items[s.by_seq[q]].parents
-        ]
+        return [it for it in reversed(self._active_nodes()) if not it.parents]
 
     def tree(self, root: str | None = None, max_depth: int = 2, max_chars: int = C.MAX_OUTPUT_CHARS) -> str:
         """A bounded text rendering of the DAG (from `root`, or from every active root)."""
