@@ -76,6 +76,8 @@ _ACCEPT_OVERFETCH: Final = 4
 _DENSE_MIN_POSTINGS: Final = 1_000
 # Float slack for the pruning bound (the bound itself is exact in real arithmetic).
 _BOUND_SLACK: Final = 1e-9
+# Documents per block when the dense path bounds its top-k from block maxima.
+_TOP_BLOCK: Final = 256
 # ---------------------------------------------------------------------------------------------
 
 _STATE_FORMAT: Final = 2
@@ -776,17 +778,24 @@ def _dense_top(
             contrib[other[packed]] = w * x / (x + k)
             for i in other[~packed].tolist():  # spilled: rare, looked up one by one
                 contrib[i] = sc.posting(w, tid, int(d[i]), _SPILL, float(length[i]))
-        scores[d] += contrib
-    cand = np.flatnonzero(scores)
+        np.add.at(scores, d, contrib)
 
     def best(m: int) -> list[tuple[float, int]]:
-        vals = scores[cand]
-        if len(cand) > m:
+        blocks = len(scores) // _TOP_BLOCK
+        low = 0.0
+        if blocks >= m:
+            # The m-th largest block maximum is at most the m-th largest score (each of those m
+            # blocks holds a score at least that high), so the top m are among the scores at or
+            # above it: a cheap comparison pass instead of listing every nonzero score (the
+            # scores' scattered zeros make that pass ~0.7 ms at 100k documents).
+            peaks = scores[: blocks * _TOP_BLOCK].reshape(blocks, _TOP_BLOCK).max(axis=1)
+            low = float(np.partition(peaks, blocks - m)[blocks - m])
+        docs = np.flatnonzero(scores >= low) if low > 0.0 else np.flatnonzero(scores)
+        vals = scores[docs]
+        if len(docs) > m:
             keep = vals >= np.partition(vals, len(vals) - m)[len(vals) - m]  # ties at the cut stay
-            docs, vals = cand[keep], vals[keep]
-        else:
-            docs = cand
+            docs, vals = docs[keep], vals[keep]
         order = np.lexsort((-docs, -vals))[:m]
         return list(zip(vals[order].tolist(), docs[order].tolist(), strict=True))
 
-    return best(limit) if ok.unfiltered else ok.pick(best, len(cand), limit)
+    return best(limit) if ok.unfiltered else ok.pick(best, int(np.count_nonzero(scores)), limit)

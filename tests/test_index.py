@@ -1,3 +1,4 @@
+import contextlib
 import math
 import random
 from collections import Counter
@@ -68,9 +69,17 @@ def _queries(df, lo, hi, n, *, seed, extra=()):
     return [" ".join([*rng.sample(words, rng.randint(2, 4)), *extra]) for _ in range(n)]
 
 
-# 0: every query is scored with numpy over a dense array; 10**9: every one term at a time in
-# Python (with pruning). Both must give the full evaluation's top k, scores bit for bit.
-_DENSE = pytest.mark.parametrize("dense_min", [0, 10**9], ids=["numpy", "python"])
+# numpy: every query is scored over a dense array, its top k bounded by the maxima of blocks
+# of 16 documents (numpy-all: from every nonzero score); python: term at a time (with
+# pruning). All must give the full evaluation's top k, scores bit for bit.
+_DENSE = pytest.mark.parametrize("scoring_path", ["numpy", "numpy-all", "python"])
+
+
+def _path(mode: str) -> contextlib.ExitStack:
+    stack = contextlib.ExitStack()
+    stack.enter_context(patch.object(index_module, "_DENSE_MIN_POSTINGS", 10**9 if mode == "python" else 0))
+    stack.enter_context(patch.object(index_module, "_TOP_BLOCK", 10**9 if mode == "numpy-all" else 16))
+    return stack
 
 
 def _assert_same_top(index, ref, query):
@@ -82,32 +91,32 @@ def _assert_same_top(index, ref, query):
 
 
 @_DENSE
-def test_top10_equals_rank_bm25_on_real_text_for_rare_word_queries(real, dense_min):
+def test_top10_equals_rank_bm25_on_real_text_for_rare_word_queries(real, scoring_path):
     index, ref, df = real
     queries = _queries(df, 2, 30, 30, seed=1)
     assert len(queries) == 30
-    with patch.object(index_module, "_DENSE_MIN_POSTINGS", dense_min):
+    with _path(scoring_path):
         for q in queries:
             _assert_same_top(index, ref, q)
 
 
 @_DENSE
-def test_top10_equals_rank_bm25_when_common_terms_are_pruned(real, dense_min):
+def test_top10_equals_rank_bm25_when_common_terms_are_pruned(real, scoring_path):
     index, ref, df = real
     common = [w for w, _ in df.most_common(6)]
-    with patch.object(index_module, "_DENSE_MIN_POSTINGS", dense_min):
+    with _path(scoring_path):
         for q in _queries(df, 2, 30, 15, seed=2, extra=common[:3]) + _queries(df, 40, 400, 15, seed=3):
             _assert_same_top(index, ref, q)
 
 
 @_DENSE
-def test_search_matches_full_evaluation_when_pruning_is_forced(real, dense_min):
+def test_search_matches_full_evaluation_when_pruning_is_forced(real, scoring_path):
     index, _, df = real
     common = [w for w, _ in df.most_common(10)]
     queries = _queries(df, 1, 200, 20, seed=4, extra=common[5:8])
     with (
         patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0),
-        patch.object(index_module, "_DENSE_MIN_POSTINGS", dense_min),
+        _path(scoring_path),
     ):
         for q in queries:
             full = sorted(index.search_scores(q).items(), key=lambda kv: (-kv[1][0], -int(kv[0])))[:7]
@@ -116,7 +125,7 @@ def test_search_matches_full_evaluation_when_pruning_is_forced(real, dense_min):
 
 
 @_DENSE
-def test_filtered_search_matches_filtered_full_evaluation_when_pruning_is_forced(real, dense_min):
+def test_filtered_search_matches_filtered_full_evaluation_when_pruning_is_forced(real, scoring_path):
     index, _, df = real
     common = [w for w, _ in df.most_common(10)]
     queries = _queries(df, 1, 200, 20, seed=5, extra=common[4:7])
@@ -126,7 +135,7 @@ def test_filtered_search_matches_filtered_full_evaluation_when_pruning_is_forced
 
     with (
         patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0),
-        patch.object(index_module, "_DENSE_MIN_POSTINGS", dense_min),
+        _path(scoring_path),
     ):
         for q in queries:
             full = sorted(index.search_scores(q).items(), key=lambda kv: (-kv[1][0], -int(kv[0])))
@@ -323,9 +332,10 @@ def _ranked(index, query, order):
 
 
 @settings(max_examples=150, deadline=None)
-@given(_OPS, st.booleans(), st.booleans(), st.sampled_from([12, 1 << 24]))
-def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, force_bisect, doc_limit):
+@given(_OPS, st.booleans(), st.booleans(), st.sampled_from([12, 1 << 24]), st.sampled_from([1, 2, 256]))
+def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, force_bisect, doc_limit, top_block):
     with (
+        patch.object(index_module, "_TOP_BLOCK", top_block),  # 1 and 2: the top-k bound with ties at the cut
         patch.object(index_module, "_DOC_LIMIT", doc_limit),  # 12 forces renumbering
         patch.object(index_module, "_COMPACT_SLACK", 0),  # compacts postings early and often
         patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0 if force_prune else 256),
