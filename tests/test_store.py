@@ -1,4 +1,5 @@
 import random
+from typing import Any
 
 import pytest
 
@@ -258,3 +259,39 @@ def test_lone_surrogates_are_a_clear_error_and_store_nothing(store: Store):
     with pytest.raises(InvalidArgumentError, match="lone surrogate"):
         store.update(item.id, content="x \ud800")
     assert len(store) == 1 and store.get(item.id).content == "fine"
+
+
+def test_compaction_runs_without_cyclic_gc_and_restores_it(store: Store, monkeypatch: pytest.MonkeyPatch):
+    """Compaction pauses the cyclic collector (its thousands of new objects are acyclic) and
+    leaves it as it found it, also when it was already off or the compaction fails."""
+    import gc
+
+    from compactor import compaction
+
+    seen: list[bool] = []
+    real_plan = compaction.plan
+
+    def spy(inp: compaction.CompactionInput) -> Any:
+        seen.append(gc.isenabled())
+        return real_plan(inp)
+
+    monkeypatch.setattr(compaction, "plan", spy)
+    for i in range(30):
+        store.store(f"note {i} about parse_config and db/models.py " * 20, summary=f"note {i}")
+    assert gc.isenabled()
+    store.compact(0.1)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        store.compact(0.1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+    def boom(inp: compaction.CompactionInput) -> Any:
+        raise RuntimeError("planning failed")
+
+    monkeypatch.setattr(compaction, "plan", boom)
+    with pytest.raises(RuntimeError):
+        store.compact(0.1)
+    assert gc.isenabled()
