@@ -19,12 +19,6 @@ from typing import Any
 
 from . import constants as C
 
-
-def _word_hash(word: str) -> int:
-    # crc32 is stable across processes (unlike hash()), and fast in C.
-    return zlib.crc32(word.encode("utf-8", "surrogatepass"))
-
-
 # Words so common that sharing one says nothing; filed under them, every item would land in
 # the same few buckets and each check would compare against most of the store.
 _STOP = frozenset(
@@ -124,7 +118,9 @@ _STOP = frozenset(
 
 
 def _hashed(words: Iterable[str]) -> dict[str, int]:
-    return {w: _word_hash(w) for w in set(words)}
+    """Each distinct word's hash: crc32, stable across processes (unlike hash()) and fast in C."""
+    crc32 = zlib.crc32
+    return {w: crc32(w.encode("utf-8", "surrogatepass")) for w in set(words)}
 
 
 def _sketch_of(hashed: dict[str, int], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
