@@ -48,7 +48,8 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from operator import itemgetter
+from itertools import accumulate, compress
+from operator import itemgetter, not_
 from typing import Any, Final, NamedTuple
 
 from compactor import constants as C
@@ -132,11 +133,8 @@ class _Postings:
     def __init__(self, flat: array[int] | None = None, lens: Sequence[int] = ()) -> None:
         self._flat: array[int] = flat if flat is not None else array("I")
         starts = array("Q", [0])
-        total = 0
-        for n in lens:
-            total += n
-            starts.append(total)
-        if total != len(self._flat):
+        starts.extend(accumulate(lens))  # ~2M terms at 100k items: a Python loop took ~0.5 s
+        if starts[-1] != len(self._flat):
             raise ValueError("index state is inconsistent: postings lengths do not add up")
         self._starts = starts
         self._frozen = memoryview(self._flat)
@@ -569,8 +567,10 @@ class BM25Index:
         if not len(self._ext) == len(self._dl) == len(doc_terms) == len(self._summary.lens) == len(self._tags.lens):
             raise ValueError("index state is inconsistent: document tables differ in length")
         self._doc_terms = [t if e is not None else None for t, e in zip(doc_terms, self._ext, strict=True)]
-        self._vocab = {t: i for i, t in enumerate(self._terms) if t}
-        self._free_terms = [i for i, t in enumerate(self._terms) if not t]
+        # Built in C (zip, compress) rather than comprehensions: ~2M terms at 100k items.
+        self._vocab = dict(zip(self._terms, range(len(self._terms)), strict=True))
+        self._vocab.pop("", None)  # "" marks free ids
+        self._free_terms = list(compress(range(len(self._terms)), map(not_, self._terms)))
         self._ids = {e: d for d, e in enumerate(self._ext) if e is not None}
         self._total_len = sum(int(x) for x in self._dl if x >= 0)
         for field in (self._summary, self._tags):
