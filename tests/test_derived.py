@@ -73,7 +73,7 @@ def _kept(store: Store) -> dict[str, Any]:
         "dup_hints": s.dup_hints,
         "uncovered": s.uncovered,
         "indexed": set(s.index._ids),
-        "deduped": s.dedup.ids(),
+        "deduped": set(s.dedup._keys),
     }
 
 
