@@ -43,7 +43,7 @@ from .dedup import DedupIndex
 from .errors import InvalidArgumentError, NotFoundError, PersistenceError
 from .index import BM25Index
 from .models import CONTENT_TYPES, TUPLE_FIELDS, CompactReport, ContentType, Item, Settings, Tier
-from .persist import Op, StateDir, snapshot_chunks
+from .persist import Op, SnapshotItems, StateDir, snapshot_chunks
 from .redact import redact
 from .render import budget_line, item_line
 from .tokens import TokenCounter, default_counter
@@ -278,14 +278,26 @@ class Store:
         settings = Settings(token_budget=C.BUDGET_DEFAULT)
         snap = loaded.snapshot
         if snap:
-            for key, value in (snap.get("settings") or {}).items():
-                if hasattr(settings, key):
-                    setattr(settings, key, value)
-            derived = self._restore_derived(state, snap)
-            records = snap["items"]
-            for i, record in enumerate(records):
-                records[i] = None  # each record's dict goes as its Item is made
-                self._put(state, Item.from_record(record), derived=not derived)
+            # One record at a time, each freed once its Item is made: a SnapshotItems reads
+            # them line by line (a list when the snapshot was read whole).
+            records = snap.pop("items")
+            try:
+                for key, value in (snap.get("settings") or {}).items():
+                    if hasattr(settings, key):
+                        setattr(settings, key, value)
+                derived = self._restore_derived(state, snap)
+                if isinstance(records, list):
+                    records.reverse()
+                    while records:
+                        self._put(state, Item.from_record(records.pop()), derived=not derived)
+                else:
+                    for record in records:
+                        self._put(state, Item.from_record(record), derived=not derived)
+            finally:
+                if isinstance(records, SnapshotItems):
+                    records.close()
+            if derived:
+                self._check_derived(state)
         old_state, old_settings = self._s, self.settings
         self._s, self.settings = state, settings
         try:
@@ -518,11 +530,18 @@ class Store:
             log.warning("saved index unusable (%s); rebuilding it from the items", exc)
             state.index, state.dedup = BM25Index(), DedupIndex()
             return False
-        if len(state.index) != len(snap["items"]):
-            log.warning("saved index does not match the items; rebuilding it")
-            state.index, state.dedup = BM25Index(), DedupIndex()
-            return False
         return True
+
+    def _check_derived(self, state: _State) -> None:
+        """After a load with saved indexes: they must hold exactly the loaded items (checked
+        once they are all read, as the items arrive one at a time), or they are rebuilt."""
+        index = state.index
+        if len(index) == len(state.items) and all(item_id in index for item_id in state.items):
+            return
+        log.warning("saved index does not match the items; rebuilding it")
+        state.index, state.dedup = BM25Index(), DedupIndex()
+        for item in state.items.values():
+            self._derive(state, item)
 
     def _put(self, s: _State, item: Item, *, derived: bool = True) -> None:
         """Add an item to every structure; `derived=False` when the index and dedup buckets
@@ -533,13 +552,11 @@ class Store:
         for tag in item.tags:
             s.by_tag.setdefault(tag, set()).add(item.id)
         if derived:
-            s.index.add(item.id, item.content, _headline(item), item.tags)
+            self._derive(s, item)
         if item.tier == "archived":
             s.archived_tokens += item.content_tokens
         if item.tier == "active":
             s.used += item.view_tokens
-            if not item.depth and derived:
-                s.dedup.add(item.id, s.index.terms(item.id))
             if item.dup_of:
                 s.dup_hints.add(item.id)
             if item.pinned:
@@ -549,6 +566,13 @@ class Store:
         s.type_counts[item.content_type][item.tier] += 1
         if item.tier == "archived" and not item.parents:
             s.uncovered.add(item.id)
+
+    @staticmethod
+    def _derive(s: _State, item: Item) -> None:
+        """Index the item for search and, if an active leaf, for near-duplicates."""
+        s.index.add(item.id, item.content, _headline(item), item.tags)
+        if item.tier == "active" and not item.depth:
+            s.dedup.add(item.id, s.index.terms(item.id))
 
     def _drop(self, s: _State, item: Item) -> None:
         del s.items[item.id]

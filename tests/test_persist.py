@@ -256,3 +256,102 @@ def test_unusable_saved_index_is_rebuilt(state_dir: Path):
     snap.write_bytes(orjson.dumps(data))
     s2 = Store(state_dir=state_dir)
     assert [h.item.id for h in s2.query("rebuild")] == [item]
+
+
+# --- the snapshot's line layout, read item by item -------------------------------------------
+
+
+def _saved(state_dir: Path, n: int = 12) -> tuple[list[str], bytes]:
+    s = Store(state_dir=state_dir)
+    ids = [
+        s.store(f"note marker{i}x about parse_config\nwith a second line and {{braces}},{{}}").item.id for i in range(n)
+    ]
+    s.snapshot()
+    s.close()
+    return ids, (state_dir / "snapshot.json").read_bytes()
+
+
+def test_snapshot_is_one_json_object_with_one_item_per_line(state_dir: Path):
+    ids, raw = _saved(state_dir)
+    lines = raw.split(b"\n")
+    assert lines[0].endswith(b',"items":[') and lines[-1] == b"]}"
+    assert len(lines) == len(ids) + 2
+    whole = orjson.loads(raw)  # still plain JSON for any other reader (doctor, jq, json.load)
+    assert [it["id"] for it in whole["items"]] == [orjson.loads(ln.rstrip(b","))["id"] for ln in lines[1:-1]]
+    assert sorted(it["id"] for it in whole["items"]) == sorted(ids)
+
+
+def test_an_empty_store_snapshot_loads(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    s.snapshot()
+    s.close()
+    assert (state_dir / "snapshot.json").read_bytes().endswith(b',"items":[\n]}')
+    assert len(Store(state_dir=state_dir)) == 0
+
+
+def test_a_snapshot_in_the_older_one_line_layout_still_loads(state_dir: Path):
+    ids, raw = _saved(state_dir)
+    (state_dir / "snapshot.json").write_bytes(orjson.dumps(orjson.loads(raw)))
+    s = Store(state_dir=state_dir)
+    assert sorted(s.ids()) == sorted(ids)
+    assert [h.item.id for h in s.query("marker3x")] == [ids[3]]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["cut inside an item", "cut before the end", "bad item line", "data after the end", "item not an object"],
+)
+def test_a_damaged_item_line_stops_startup_and_changes_no_file(state_dir: Path, damage: str):
+    _, raw = _saved(state_dir)
+    lines = raw.split(b"\n")
+    if damage == "cut inside an item":
+        bad = raw[: len(lines[0]) + 1 + len(lines[1]) + 20]
+    elif damage == "cut before the end":
+        bad = b"\n".join(lines[:-1]) + b"\n"
+    elif damage == "bad item line":
+        bad = b"\n".join([*lines[:5], b"{garbage},", *lines[6:]])
+    elif damage == "data after the end":
+        bad = raw + b"\n{}"
+    else:
+        bad = b"\n".join([*lines[:5], b"[1, 2],", *lines[6:]])
+    snap, journal = state_dir / "snapshot.json", state_dir / "journal.jsonl"
+    snap.write_bytes(bad)
+    journal_before = journal.read_bytes()
+    with pytest.raises(StateCorruptError, match=r"snapshot\.json is corrupt") as err:
+        Store(state_dir=state_dir)
+    assert "doctor" in str(err.value)
+    assert snap.read_bytes() == bad and journal.read_bytes() == journal_before
+
+
+def test_a_damaged_snapshot_is_found_before_an_unfinished_rotation_rewrites_the_journal(state_dir: Path):
+    """A crash between snapshot and rotation leaves the journal one generation behind; loading
+    finishes that rotation, rewriting the journal, which must wait until every item was read."""
+    from compactor.persist import snapshot_chunks
+
+    s = Store(state_dir=state_dir)
+    s.store("before")
+    sd = s._dir
+    assert sd is not None
+    header = s._snapshot_header(sd.gen + 1, sd.gen, sd.offset)
+    sd.write_snapshot(snapshot_chunks(header, list(s.iter_items())))
+    s.store("after")
+    s.close()
+    snap, journal = state_dir / "snapshot.json", state_dir / "journal.jsonl"
+    cut = snap.read_bytes()[:-10]
+    snap.write_bytes(cut)
+    journal_before = journal.read_bytes()
+    with pytest.raises(StateCorruptError):
+        Store(state_dir=state_dir)
+    assert journal.read_bytes() == journal_before and snap.read_bytes() == cut
+
+
+def test_a_saved_index_missing_an_item_is_rebuilt(state_dir: Path):
+    """The saved index must hold exactly the loaded items (checked once they are all read)."""
+    ids, raw = _saved(state_dir)
+    lines = raw.split(b"\n")
+    extra = orjson.loads(lines[1].rstrip(b","))
+    extra["id"], extra["seq"], extra["content"] = "zzextra0001", 999, "an item the saved index never saw: quokka"
+    (state_dir / "snapshot.json").write_bytes(b"\n".join([lines[0], orjson.dumps(extra) + b",", *lines[1:]]))
+    s = Store(state_dir=state_dir)
+    assert [h.item.id for h in s.query("quokka")] == ["zzextra0001"]
+    assert len(s._s.index) == len(ids) + 1
