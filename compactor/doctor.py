@@ -486,6 +486,9 @@ def _replay(
             # As the loader does: take the index and dedup buckets saved with the snapshot when
             # they are usable, so the index check below judges what a start would really use.
             restored = store._restore_derived(store._s, dict(snap))  # a copy: loading pops what it used
+            if restored and not Store._index_holds(store._s.index, [rec["id"] for rec in snap["items"]]):
+                store._s = type(store._s)()  # other items than the snapshot's: rebuilt, as a start does
+                restored = False
             if snap.get("index") and not restored:
                 report.warn(
                     "index",

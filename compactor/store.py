@@ -286,18 +286,18 @@ class Store:
                     if hasattr(settings, key):
                         setattr(settings, key, value)
                 derived = self._restore_derived(state, snap)
-                if isinstance(records, list):
-                    records.reverse()
-                    while records:
-                        self._put(state, Item.from_record(records.pop()), derived=not derived)
-                else:
-                    for record in records:
-                        self._put(state, Item.from_record(record), derived=not derived)
+                read_ids: list[str] = []
+                for record in _popping(records) if isinstance(records, list) else records:
+                    item = Item.from_record(record)
+                    read_ids.append(item.id)
+                    self._put(state, item, derived=not derived)
             finally:
                 if isinstance(records, SnapshotItems):
                     records.close()
-            if derived:
-                self._check_derived(state)
+            # Checked once all are read, as they arrive one at a time.
+            if derived and not self._index_holds(state.index, read_ids):
+                log.warning("saved index does not match the items; rebuilding it")
+                self._rebuild_derived(state)
         old_state, old_settings = self._s, self.settings
         self._s, self.settings = state, settings
         try:
@@ -532,13 +532,12 @@ class Store:
             return False
         return True
 
-    def _check_derived(self, state: _State) -> None:
-        """After a load with saved indexes: they must hold exactly the loaded items (checked
-        once they are all read, as the items arrive one at a time), or they are rebuilt."""
-        index = state.index
-        if len(index) == len(state.items) and all(item_id in index for item_id in state.items):
-            return
-        log.warning("saved index does not match the items; rebuilding it")
+    @staticmethod
+    def _index_holds(index: BM25Index, ids: Sequence[str]) -> bool:
+        """Whether a saved index holds exactly the snapshot's items (as ids in file order)."""
+        return len(index) == len(ids) and all(item_id in index for item_id in ids)
+
+    def _rebuild_derived(self, state: _State) -> None:
         state.index, state.dedup = BM25Index(), DedupIndex()
         for item in state.items.values():
             self._derive(state, item)
@@ -1945,6 +1944,13 @@ class _Txn:
                 st._put(st._s, prev)
         self._undo.clear()
         self.ops.clear()
+
+
+def _popping(records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The records in order, each dropped from the list as it is handed out."""
+    records.reverse()
+    while records:
+        yield records.pop()
 
 
 @contextlib.contextmanager

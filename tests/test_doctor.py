@@ -294,6 +294,21 @@ def test_saved_index_that_disagrees_with_its_items_is_an_error(state_dir: Path):
     assert "d.pop('index', None)" in p.fix
 
 
+def test_saved_index_for_other_items_is_only_a_warning(state_dir: Path):
+    """A saved index that lacks one of the snapshot's items is rebuilt at start, as the doctor says."""
+    make_state(state_dir)
+    s = Store(state_dir=state_dir)
+    s.snapshot()
+    s.close()
+    rewrite_snapshot(
+        state_dir, lambda snap: snap["items"].append({**snap["items"][0], "id": "zzextra0001", "seq": 10**6})
+    )
+    report = run_check(state_dir)
+    assert "rebuilds it" in only(report, "warning", "index").fix
+    assert report.healthy
+    assert "zzextra0001" in Store(state_dir=state_dir)._s.index
+
+
 def test_unusable_saved_index_is_only_a_warning(state_dir: Path):
     make_state(state_dir)
     rewrite_snapshot(state_dir, lambda s: s["index"].update(format=999))
