@@ -15,12 +15,15 @@ from .render import preview
 
 FOOTER_PREFIX = "[Expand for details about:"
 
-_PATH = re.compile(
-    r"(?<![\w/.-])(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|go|ts|tsx|js|rs|java|rb|c|h|cpp|sh|md|json|ya?ml|toml|sql|cfg|ini|txt)\b"
-)
+# Possessive runs (++, Python 3.11+) where what follows a run can never be one of its own
+# characters, so giving some back could not help: the same matches, without backtracking
+# through every word (these scan up to 4,000 characters of each child a summary covers).
+_FILE = r"\b[\w-]++\.(?:py|go|ts|tsx|js|rs|java|rb|c|h|cpp|sh|md|json|ya?ml|toml|sql|cfg|ini|txt)\b"
+_PATH = re.compile(rf"(?<![\w/.-])(?:[\w.-]++/)+[\w.-]++|{_FILE}")
+_PATH_NO_SLASH = re.compile(_FILE)  # what _PATH finds in a text without "/"
 _ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning)\b")
-_IDENT_WORDS = r"[a-z]+_[a-z0-9_]+|[a-z]+[A-Z]\w+|[A-Z][a-z]+[A-Z]\w+"
-_IDENT = re.compile(rf"\b(?:{_IDENT_WORDS}|\w+(?:\.\w+){{1,3}}\(\))")
+_IDENT_WORDS = r"[a-z]++_[a-z0-9_]++|[a-z]++[A-Z]\w++|[A-Z][a-z]++[A-Z]\w++"
+_IDENT = re.compile(rf"\b(?:{_IDENT_WORDS}|\w++(?:\.\w++){{1,3}}\(\))")
 # The call alternative is half of _IDENT's cost and cannot match without "()": texts lacking
 # it are scanned with the rest alone, which finds exactly the same matches.
 _IDENT_NO_CALL = re.compile(rf"\b(?:{_IDENT_WORDS})")
@@ -85,7 +88,7 @@ def topics(children: Sequence[Item], limit: int = C.FOOTER_TOPICS) -> list[str]:
     for child in children:
         text = child.content if not child.depth else child.content.split(FOOTER_PREFIX)[-1]
         text = text[: C.TOPIC_SCAN_CHARS] + " " + (child.summary or "")
-        matches = _PATH.findall(text)
+        matches = (_PATH if "/" in text else _PATH_NO_SLASH).findall(text)
         if any(word in text for word in _ERROR_WORDS):  # _ERROR cannot match otherwise
             matches += _ERROR.findall(text)
         matches += (_IDENT if "()" in text else _IDENT_NO_CALL).findall(text)

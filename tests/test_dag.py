@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -317,11 +318,40 @@ def _leaf(n: int, content: str, tags: tuple[str, ...] = ()) -> Item:
     )
 
 
-def _reference_topic_counts(children: list[Item]) -> dict[str, int]:
-    """What topics() counts, computed the plain way: every pattern over every child's text."""
-    from collections import Counter
+# The topic patterns as first written (plain greedy runs); condense's are tuned to match the same.
+_PLAIN_PATH = re.compile(
+    r"(?<![\w/.-])(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|go|ts|tsx|js|rs|java|rb|c|h|cpp|sh|md|json|ya?ml|toml|sql|cfg|ini|txt)\b"
+)
+_PLAIN_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning)\b")
+_PLAIN_IDENT = re.compile(r"\b(?:[a-z]+_[a-z0-9_]+|[a-z]+[A-Z]\w+|[A-Z][a-z]+[A-Z]\w+|\w+(?:\.\w+){1,3}\(\))")
+_TRICKY = [
+    "a/b/ c//d e/f/g.py x.y.z.w.v() a_b_c() fooBar.baz() A/B/C/ ./x/ ../y.go -/-/z snake_case_9 camelCase",
+    "path/to/file.tsx, and/or x/y. Foo.bar.baz.qux.quux() HTTPError ReadTimeoutError/x KeyError.",
+    "config.yaml conf.yml a-b.c-d.md /abs/path/ ~/home/x.cfg URLParser getHTTPResponse x.y()z",
+]
 
+
+def test_tuned_topic_patterns_match_exactly_what_the_plain_ones_match():
     from compactor import condense
+    from tests.test_index import _first_contents
+
+    texts = [d[: C.TOPIC_SCAN_CHARS] for d in _first_contents(800)] + _TRICKY
+    pairs = [
+        (condense._PATH, _PLAIN_PATH, texts),
+        (condense._PATH_NO_SLASH, _PLAIN_PATH, [t for t in texts if "/" not in t]),
+        (condense._ERROR, _PLAIN_ERROR, texts),
+        (condense._IDENT, _PLAIN_IDENT, texts),
+        (condense._IDENT_NO_CALL, _PLAIN_IDENT, [t for t in texts if "()" not in t]),
+    ]
+    for tuned, plain, sample in pairs:
+        assert len(sample) > 100
+        for text in sample:
+            assert tuned.findall(text) == plain.findall(text), (tuned.pattern, text[:200])
+
+
+def _reference_topic_counts(children: list[Item]) -> dict[str, int]:
+    """What topics() counts, computed the plain way: every plain pattern over every child's text."""
+    from collections import Counter
 
     counts: Counter[str] = Counter()
     for child in children:
@@ -329,7 +359,7 @@ def _reference_topic_counts(children: list[Item]) -> dict[str, int]:
         text = text[: C.TOPIC_SCAN_CHARS] + " " + (child.summary or "")
         found = {
             m.group(0).strip(".,:;()'\"`")
-            for rx in (condense._PATH, condense._ERROR, condense._IDENT)
+            for rx in (_PLAIN_PATH, _PLAIN_ERROR, _PLAIN_IDENT)
             for m in rx.finditer(text)
         }
         found |= {f"#{t}" for t in child.tags if t not in C.TYPE_TAGS}
