@@ -1,7 +1,8 @@
 """The state dir: an fsynced journal of ops, atomic snapshots, and a lock shared by processes.
 
 Layout of DIR (0700; files 0600):
-    snapshot.json   {"schema", "gen", "prev_gen", "prev_offset", "settings", "items": [...]}
+    snapshot.json   {"schema", "gen", "prev_gen", "prev_offset", "settings", "index", "dedup", "items": [...]}
+                    as lines: everything before the items on the first, then one item per line
     journal.jsonl   first line {"journal": 1, "gen": G}; then one line per call: {"ops": [...]}
     lock            flock(2) target; LOCK_EX around every append and every snapshot rotation
 
