@@ -40,6 +40,7 @@ from typing import Any, Literal
 import orjson
 
 from . import constants as C
+from .dedup import DedupIndex
 from .index import BM25Index
 from .models import CONTENT_TYPES, Item
 from .persist import JOURNAL, LOCK, SNAPSHOT
@@ -487,7 +488,7 @@ def _replay(
             # they are usable, so the index check below judges what a start would really use.
             restored = store._restore_derived(store._s, dict(snap))  # a copy: loading pops what it used
             if restored and not Store._index_holds(store._s.index, [rec["id"] for rec in snap["items"]]):
-                store._s = type(store._s)()  # other items than the snapshot's: rebuilt, as a start does
+                store._s.index, store._s.dedup = BM25Index(), DedupIndex()  # rebuilt below, as a start does
                 restored = False
             if snap.get("index") and not restored:
                 report.warn(

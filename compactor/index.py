@@ -421,7 +421,7 @@ class BM25Index:
         if sum(self._post.length(tid) for _, tid in weighted) >= _DENSE_MIN_POSTINGS:
             ranked = _dense_top(self, weighted, limit, ok)
         else:
-            acc, found = self._accumulate(query, limit, ok)
+            acc = self._accumulate(weighted, limit, ok)
             ranked = _best(acc, limit) if accept is None else ok.top(acc, limit)
         hits: list[Hit] = []
         for score, d in ranked:
@@ -439,7 +439,8 @@ class BM25Index:
         self, query: str, accept: Callable[[str], bool] | None = None
     ) -> dict[str, tuple[float, tuple[str, ...]]]:
         """BM25 score and matched terms of every candidate, for callers that mix in other signals."""
-        acc, found = self._accumulate(query, None, _Acceptance(self._ext, None))
+        found, weighted = self._weigh(query)
+        acc = self._accumulate(weighted, None, _Acceptance(self._ext, None))
         out: dict[str, tuple[float, tuple[str, ...]]] = {}
         for d, score in acc.items():
             doc_id = self._ext[d]
@@ -466,15 +467,13 @@ class BM25Index:
         weighted.sort(key=itemgetter(0), reverse=True)
         return found, weighted
 
-    def _accumulate(
-        self, query: str, limit: int | None, ok: _Acceptance
-    ) -> tuple[dict[int, float], list[tuple[str, int]]]:
-        """Partial-or-full scores: exact for every document that can be in the top `limit`."""
+    def _accumulate(self, weighted: list[tuple[float, int]], limit: int | None, ok: _Acceptance) -> dict[int, float]:
+        """Partial-or-full scores of the `_weigh`ed terms: exact for every document that can be
+        in the top `limit`."""
         n = len(self._ids)
         acc: dict[int, float] = {}
-        found, weighted = self._weigh(query)
         if not weighted:
-            return acc, found
+            return acc
         scorer = _Scorer(self, n)
         # The most the terms from position j on can still add to any one document, and the
         # postings they would scan: pruning pays once that is well above one pass over the
@@ -508,7 +507,7 @@ class BM25Index:
                     break
             scorer.scan(acc, w, tid)
             scanned += self._post.length(tid)
-        return acc, found
+        return acc
 
     def _matched(self, d: int, found: list[tuple[str, int]]) -> tuple[str, ...]:
         tids = self._doc_terms[d]

@@ -19,6 +19,11 @@ def preview(text: str | None, chars: int = C.PREVIEW_CHARS) -> str:
     return flat if len(flat) <= chars else flat[: chars - 1].rstrip() + "…"
 
 
+def item_preview(item: Item) -> str:
+    """What stands for an item in one line: its summary, or else its content, previewed."""
+    return preview(item.summary or item.content)
+
+
 def budget_line(used: int, budget: int, active: int, archived: int) -> str:
     pct = 100.0 * used / budget if budget else 0.0
     return f"Budget: {used:,}/{budget:,} tokens ({pct:.1f}%) · {active:,} active · {archived:,} archived"
@@ -41,5 +46,5 @@ def item_line(item: Item, *, score: float | None = None, extra: str = "", body: 
     if score is not None:
         head += f" score {score:.3f}"
     if body is None:
-        body = preview(item.summary) if item.summary else preview(item.content)
+        body = item_preview(item)
     return f"{head}{tags}: {body}{extra}"

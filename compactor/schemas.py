@@ -10,9 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from . import constants as C
 from .models import CompactReport, Item
-from .render import preview
+from .render import item_preview
 
 
 class Budget(BaseModel):
@@ -277,7 +276,7 @@ def child(item: Item) -> ChildInfo:
         id=item.id,
         depth=item.depth,
         tier=item.tier,
-        preview=preview(item.summary or item.content, C.PREVIEW_CHARS),
+        preview=item_preview(item),
         tokens=item.view_tokens,
     )
 
@@ -311,7 +310,7 @@ def _brief_fields(item: Item, preview_text: str | None = None) -> dict[str, Any]
         "view": item.view,
         "pinned": item.pinned,
         "tokens": item.view_tokens,
-        "preview": preview(item.summary or item.content, C.PREVIEW_CHARS) if preview_text is None else preview_text,
+        "preview": item_preview(item) if preview_text is None else preview_text,
         "depth": item.depth,
     }
 

@@ -39,9 +39,9 @@ def retention(item: Item, now: float) -> float:
     rec = math.exp(decay * age) if age > 0.0 else 1.0
     count = item.access_count
     acc = min(math.log1p(count) * _W_ACC, C.W_ACCESS) if count > 0 else 0.0
-    tokens = item.summary_tokens if item.view == "summary" and item.summary else item.content_tokens
-    size = min(math.log1p(tokens) * _W_SIZE, C.W_SIZE) if tokens > 0 else 0.0
-    return (_W_IMP * item.importance + C.W_RECENCY * rec + acc - size) * mult
+    tokens = item.view_tokens
+    bulk = min(math.log1p(tokens) * _W_SIZE, C.W_SIZE) if tokens > 0 else 0.0
+    return (_W_IMP * item.importance + C.W_RECENCY * rec + acc - bulk) * mult
 
 
 def retention01(item: Item, now: float) -> float:

@@ -40,7 +40,7 @@ from . import schemas as S
 from .condense import depth_instruction, gist
 from .errors import CompactorError, NotFoundError
 from .models import CompactReport, Item
-from .render import budget_line, item_line, preview
+from .render import budget_line, item_line, item_preview, preview
 from .scope import scope_from_root_uri
 from .store import Store, StoreInput
 
@@ -362,7 +362,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 extra = f"  (matched: {', '.join(h.matched)})" if h.matched else ""
                 if path:
                     extra += f"  [covered by active summary {path[-1]}]"
-                body = preview(h.item.summary or h.item.content)
+                body = item_preview(h.item)
                 lines.append(item_line(h.item, score=h.score, extra=extra, body=body))
                 items.append(S.scored_record(h.item, h.score, h.matched, path=path, preview_text=body))
             text = "\n".join(lines) if lines else "No matches. Try other words, or include_archived=true."

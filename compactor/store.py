@@ -43,7 +43,7 @@ from .dedup import DedupIndex
 from .errors import InvalidArgumentError, NotFoundError, PersistenceError
 from .index import BM25Index
 from .models import CONTENT_TYPES, TUPLE_FIELDS, CompactReport, ContentType, Item, Settings, Tier
-from .persist import Op, SnapshotItems, StateDir, snapshot_chunks
+from .persist import ItemRecords, Op, StateDir, snapshot_chunks
 from .redact import redact
 from .render import budget_line, item_line
 from .tokens import TokenCounter, default_counter
@@ -178,14 +178,6 @@ class _State:
 _LIGHT_FIELDS: frozenset[str] = frozenset({"view", "last_accessed_at", "access_count"})
 
 
-def _unlink_quietly(path: Path) -> None:
-    """Delete a replaced snapshot (off the event loop: freeing 350 MB takes ~30 ms). Not
-    truncated first, which would free it in smaller steps: a reader that does not take the
-    lock (`compactor doctor`) may still have it open, and must read it whole."""
-    with contextlib.suppress(OSError):
-        path.unlink()
-
-
 def _headline(item: Item) -> str | None:
     """What the index's boosted summary field holds: the summary, or else the first line of the
     content (the command of a tool output, the error line, the head of a note). An agent that
@@ -278,22 +270,19 @@ class Store:
         settings = Settings(token_budget=C.BUDGET_DEFAULT)
         snap = loaded.snapshot
         if snap:
-            # One record at a time, each freed once its Item is made: a SnapshotItems reads
-            # them line by line (a list when the snapshot was read whole).
-            records = snap.pop("items")
+            records: ItemRecords = snap.pop("items")  # one at a time, each freed once its Item is made
             try:
                 for key, value in (snap.get("settings") or {}).items():
                     if hasattr(settings, key):
                         setattr(settings, key, value)
                 derived = self._restore_derived(state, snap)
                 read_ids: list[str] = []
-                for record in _popping(records) if isinstance(records, list) else records:
+                for record in records:
                     item = Item.from_record(record)
                     read_ids.append(item.id)
                     self._put(state, item, derived=not derived)
             finally:
-                if isinstance(records, SnapshotItems):
-                    records.close()
+                records.close()
             # Checked once all are read, as they arrive one at a time.
             if derived and not self._index_holds(state.index, read_ids):
                 log.warning("saved index does not match the items; rebuilding it")
@@ -1886,7 +1875,7 @@ class Store:
                 log.warning("snapshot not installed: %s", exc)
                 self._dirty = True
         if old_snapshot is not None:
-            await anyio.to_thread.run_sync(_unlink_quietly, old_snapshot)
+            await anyio.to_thread.run_sync(sd.drop_old_snapshot, old_snapshot)
 
     def _write_snapshot_tmp(self, header: dict[str, Any], items: list[Item]) -> bool:
         assert self._dir is not None
@@ -1944,13 +1933,6 @@ class _Txn:
                 st._put(st._s, prev)
         self._undo.clear()
         self.ops.clear()
-
-
-def _popping(records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The records in order, each dropped from the list as it is handed out."""
-    records.reverse()
-    while records:
-        yield records.pop()
 
 
 @contextlib.contextmanager

@@ -6,12 +6,35 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from compactor.models import Item
 from compactor.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_item(**fields: Any) -> Item:
+    """An active prose leaf with plausible values, any field overridden by `fields`."""
+    base: dict[str, Any] = {
+        "id": "x",
+        "seq": 1,
+        "content": "c",
+        "summary": None,
+        "tags": (),
+        "importance": 5,
+        "content_type": "prose",
+        "pinned": False,
+        "created_at": 1_800_000_000.0,
+        "last_accessed_at": 1_800_000_000.0,
+        "access_count": 0,
+        "content_tokens": 100,
+        "summary_tokens": 0,
+    }
+    base.update(fields)
+    return Item(**base)
 
 
 class FakeClock:

@@ -15,7 +15,7 @@ from compactor.condense import FOOTER_PREFIX, lineage_id, unfamiliar_terms
 from compactor.errors import InvalidArgumentError
 from compactor.models import Item
 from compactor.store import Store, StoreInput
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, make_item
 
 TOPICS = ["auth/session.py", "db/models/query.py", "KeyError", "parse_config", "redis", "billing/invoice.go"]
 
@@ -301,21 +301,7 @@ def test_property_lineage_closure_budget_and_undo(seq):
 
 
 def _leaf(n: int, content: str, tags: tuple[str, ...] = ()) -> Item:
-    return Item(
-        id=f"i{n}",
-        seq=n,
-        content=content,
-        summary=None,
-        tags=tags,
-        importance=5,
-        content_type="prose",
-        pinned=False,
-        created_at=0.0,
-        last_accessed_at=0.0,
-        access_count=0,
-        content_tokens=len(content) // 4,
-        summary_tokens=0,
-    )
+    return make_item(id=f"i{n}", seq=n, content=content, tags=tags, content_tokens=len(content) // 4)
 
 
 # The topic patterns as first written (plain greedy runs); condense's are tuned to match the same.

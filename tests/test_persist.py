@@ -59,7 +59,7 @@ def test_background_snapshot_frees_the_old_snapshot_off_the_event_loop(
 ):
     """The old snapshot is linked aside before the rename (so the rename only drops a link) and
     unlinked afterwards in a worker thread; nothing is left behind and the new one is in place."""
-    from compactor import store as store_module
+    from compactor.persist import StateDir
 
     s = Store(state_dir=state_dir, clock=clock)
     s.store("first")
@@ -67,7 +67,7 @@ def test_background_snapshot_frees_the_old_snapshot_off_the_event_loop(
     old_inode = (state_dir / "snapshot.json").stat().st_ino
     s.store("second")
     unlinked: list[tuple[Path, bool, int]] = []
-    real_unlink = store_module._unlink_quietly
+    real_unlink = StateDir.drop_old_snapshot
 
     def spy(path: Path) -> None:
         # Still linked here, after the new snapshot is installed: the old file's blocks are
@@ -75,7 +75,7 @@ def test_background_snapshot_frees_the_old_snapshot_off_the_event_loop(
         unlinked.append((path, path.exists(), path.stat().st_ino))
         real_unlink(path)
 
-    monkeypatch.setattr(store_module, "_unlink_quietly", spy)
+    monkeypatch.setattr(StateDir, "drop_old_snapshot", staticmethod(spy))
     anyio.run(s.snapshot_async)
     assert len(unlinked) == 1
     path, existed, inode = unlinked[0]

@@ -1,7 +1,6 @@
 import math
 
 from compactor import constants as C
-from compactor.models import Item
 from compactor.scoring import (
     MAX_RANK_FACTOR,
     access,
@@ -12,28 +11,9 @@ from compactor.scoring import (
     retention01,
     size,
 )
+from tests.conftest import make_item as make
 
 NOW = 1_800_000_000.0
-
-
-def make(**kw) -> Item:
-    base = {
-        "id": "x",
-        "seq": 1,
-        "content": "c",
-        "summary": None,
-        "tags": (),
-        "importance": 5,
-        "content_type": "prose",
-        "pinned": False,
-        "created_at": NOW,
-        "last_accessed_at": NOW,
-        "access_count": 0,
-        "content_tokens": 100,
-        "summary_tokens": 0,
-    }
-    base.update(kw)
-    return Item(**base)
 
 
 def test_recency_is_a_true_half_life_from_last_access():
