@@ -41,9 +41,20 @@ import orjson
 
 from . import constants as C
 from .dedup import DedupIndex
+from .errors import CompactorError, StateCorruptError
 from .index import BM25Index
 from .models import CONTENT_TYPES, Item
-from .persist import JOURNAL, LOCK, SNAPSHOT
+from .persist import (
+    JOURNAL,
+    LOCK,
+    SNAPSHOT,
+    JournalRecord,
+    journal_header_len,
+    parse_line,
+    pid_alive,
+    snapshot_checksum_problem,
+    temp_file_pid,
+)
 
 # --- tuning (the lead may move these to constants.py) -------------------------------------
 # A writer holds the lock for one fsync'd append (milliseconds) or one snapshot (well under a
@@ -196,14 +207,25 @@ def _check_permissions(dir_: Path, report: DoctorReport) -> None:
             st = entry.lstat()
         except OSError:
             continue
+        if stat.S_ISLNK(st.st_mode):
+            report.error(
+                "permissions",
+                f"{entry} is a symbolic link: compactor refuses to start, since writes through it would land "
+                "outside the state dir.",
+                f"Replace it with the real file, or remove it: `rm {entry}`.",
+            )
+            continue
         if not stat.S_ISREG(st.st_mode):
             continue
         _check_mode(report, entry, stat.S_IMODE(st.st_mode), 0o600, "read it")
         if entry.name.endswith(".tmp"):
+            pid = temp_file_pid(entry.name)
+            if pid is not None and pid_alive(pid):
+                continue  # a snapshot being written right now by a running server
             report.warn(
                 "temp files",
-                f"{entry} is a temporary file left by an interrupted snapshot.",
-                f"Harmless; compactor deletes it at its next snapshot, or delete it now: `rm {entry}`.",
+                f"{entry} is a temporary file left by an interrupted snapshot ({st.st_size:,} bytes).",
+                f"Harmless; compactor deletes it at its next start or snapshot, or delete it now: `rm {entry}`.",
             )
 
 
@@ -255,6 +277,15 @@ def _check_snapshot(dir_: Path, raw: bytes | None, report: DoctorReport) -> dict
         report.facts["snapshot"] = None
         return None
     aside = f"`mv {path} {path}.bad`"
+    damage = snapshot_checksum_problem(raw)
+    if damage:
+        report.error(
+            "snapshot",
+            f"{path} is damaged: {damage}. compactor refuses to start rather than serve changed memory.",
+            f"Restore it from a backup if you have one. Otherwise move it aside ({aside}); compactor then "
+            "starts from what the journal holds, which may be little if a snapshot truncated it.",
+        )
+        return None
     try:
         snap = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -334,6 +365,7 @@ class _Journal:
     gen: int
     lines: list[tuple[int, int, list[dict[str, Any]]]]  # (line number, byte offset, ops)
     size: int
+    intact: int  # bytes up to the first torn or damaged line
 
 
 def _check_journal(dir_: Path, raw: bytes | None, report: DoctorReport) -> _Journal | None:
@@ -348,12 +380,13 @@ def _check_journal(dir_: Path, raw: bytes | None, report: DoctorReport) -> _Jour
             raise ValueError("no complete first line")
         header = orjson.loads(raw[:nl])
         gen = header["gen"]
+        version = header.get("journal", 1)
         if not isinstance(gen, int) or isinstance(gen, bool) or gen < 1:
             raise ValueError(f"generation {gen!r}")
     except (ValueError, KeyError, TypeError) as exc:
         report.error(
             "journal",
-            f'{path} has a bad header line ({exc}); it should be like {{"journal": 1, "gen": 1}}.',
+            f'{path} has a bad header line ({exc}); it should be like {{"journal": 2, "gen": 1}}.',
             f"Keep a copy (`cp {path} {path}.bad`). If the snapshot is healthy and recent, move the journal "
             f"aside (`mv {path} {path}.bad`): compactor starts a new one, losing only writes since the snapshot.",
         )
@@ -361,6 +394,7 @@ def _check_journal(dir_: Path, raw: bytes | None, report: DoctorReport) -> _Jour
     lines: list[tuple[int, int, list[dict[str, Any]]]] = []
     bad: list[tuple[int, str]] = []
     pos, lineno = nl + 1, 2
+    intact = pos
     while pos < len(raw):
         end = raw.find(b"\n", pos)
         if end < 0:
@@ -372,23 +406,15 @@ def _check_journal(dir_: Path, raw: bytes | None, report: DoctorReport) -> _Jour
             )
             break
         try:
-            entry = orjson.loads(raw[pos:end])
-            ops = entry["ops"]
-            if not isinstance(ops, list) or not all(isinstance(o, dict) and isinstance(o.get("op"), str) for o in ops):
+            ops = parse_line(raw[pos:end], int(version))
+            if not all(isinstance(o, dict) and isinstance(o.get("op"), str) for o in ops):
                 raise TypeError("ops is not a list of {op: ...} objects")
         except (ValueError, KeyError, TypeError) as exc:
-            is_last = not raw[end + 1 :].strip()
-            if is_last:
-                report.warn(
-                    "journal",
-                    f"{path} line {lineno} (the last) does not parse ({exc}): a crash hit mid-write. That call was "
-                    "never acknowledged.",
-                    "Nothing to do: compactor skips and cuts it at its next start.",
-                )
-                break
             bad.append((lineno, str(exc)))
         else:
             lines.append((lineno, pos, ops))
+            if not bad:
+                intact = end + 1
         pos, lineno = end + 1, lineno + 1
     if bad:
         first, why = bad[0]
@@ -396,13 +422,45 @@ def _check_journal(dir_: Path, raw: bytes | None, report: DoctorReport) -> _Jour
             "journal",
             f"{path} line {first} is corrupt ({why})"
             + (f"; so are lines {_examples([str(n) for n, _ in bad[1:]])}" if len(bad) > 1 else "")
-            + f". compactor refuses to start: lines after {first} hold acknowledged writes it cannot place.",
-            f"Keep a copy (`cp {path} {path}.bad`). To keep everything before line {first} and lose that line "
-            f"and all after it: `head -n {first - 1} {path}.bad > {path}`. If you can see what line {first} "
-            "should be (e.g. a flipped byte), fix that line by hand instead and lose nothing.",
+            + ". compactor refuses to start rather than serve or drop acknowledged writes.",
+            f"`compactor doctor --repair --state-dir {dir_}` keeps the intact lines before line {first}, loses "
+            f"line {first} and everything after it, and moves the damaged journal aside as {JOURNAL}.damaged-<time> "
+            "so nothing is deleted. Stop every compactor on this state dir first.",
         )
     report.facts["journal"] = {"gen": gen, "lines": len(lines), "bytes": len(raw)}
-    return _Journal(gen=gen, lines=lines, size=len(raw))
+    return _Journal(gen=gen, lines=lines, size=len(raw), intact=intact)
+
+
+def _check_record(
+    dir_: Path, raw: bytes | None, snap: dict[str, Any] | None, journal: _Journal | None, report: DoctorReport
+) -> None:
+    """What the lock file records as acknowledged must still be in the journal."""
+    report.checks.append("acknowledged writes")
+    record = JournalRecord.parse(raw or b"")
+    if record is None:
+        return
+    report.facts["record"] = {"gen": record.gen, "durable_bytes": record.durable, "bytes": record.end}
+    fix = (
+        "Restore the journal from a backup if you have one. Otherwise `compactor doctor --repair --state-dir "
+        f"{dir_}` accepts the loss (it keeps every intact line and notes the new length) so compactor can start."
+    )
+    if journal is None:
+        snap_gen = int(snap.get("gen", 1)) if snap else 1
+        if record.gen >= snap_gen and record.durable > journal_header_len(record.gen):
+            report.error(
+                "acknowledged writes",
+                f"{dir_ / JOURNAL} is missing, but {dir_ / LOCK} records {record.durable:,} acknowledged bytes of "
+                f"journal generation {record.gen}: writes that were saved are gone.",
+                fix,
+            )
+        return
+    if record.gen == journal.gen and journal.intact < record.durable:
+        report.error(
+            "acknowledged writes",
+            f"{dir_ / JOURNAL} holds {journal.intact:,} intact bytes but {record.durable:,} were acknowledged: "
+            f"{record.durable - journal.intact:,} bytes of saved writes are gone (the file was cut or damaged).",
+            fix,
+        )
 
 
 # --- generation --------------------------------------------------------------------------------
@@ -512,9 +570,8 @@ def _replay(
         report.error(
             "replay",
             f"{len(failures)} journal op(s) cannot be applied: {'; '.join(failures[:MAX_EXAMPLES])}.",
-            f"Keep a copy of the journal (`cp {dir_ / JOURNAL} {dir_ / JOURNAL}.bad`); cutting it before the "
-            f"first bad line (`head -n <line - 1> {dir_ / JOURNAL}.bad > {dir_ / JOURNAL}`) loses that line "
-            "and everything after it. " + _bug_fix(dir_),
+            f"`compactor doctor --repair --state-dir {dir_}` cuts the journal before the first such line (that "
+            "line and everything after it are lost) and moves the whole journal aside first. " + _bug_fix(dir_),
         )
     items = dict(store._s.items)
     active = sum(1 for it in items.values() if it.tier == "active")
@@ -531,11 +588,13 @@ def _replay(
 
 # --- index -------------------------------------------------------------------------------------
 def _check_index(dir_: Path, store: Any, snap: dict[str, Any] | None, report: DoctorReport) -> None:
+    from .store import index_fields
+
     report.checks.append("index")
     items: dict[str, Item] = store._s.items
     fresh = BM25Index()
     for it in items.values():
-        fresh.add(it.id, it.content, it.summary, it.tags)
+        fresh.add(it.id, *index_fields(it))
     rebuilt: BM25Index = store._s.index
     indexed = {e for e in rebuilt.to_state()["ext"] if e is not None}
     missing = sorted(set(items) - indexed)
@@ -551,10 +610,8 @@ def _check_index(dir_: Path, store: Any, snap: dict[str, Any] | None, report: Do
     saved = bool(snap and snap.get("index"))
     how = (
         (
-            "compactor starts from the index saved in the snapshot, so a restart keeps this. Remove the saved "
-            "index so the next start rebuilds it (stop compactor first): "
-            f"`python -c \"import json; p='{dir_ / SNAPSHOT}'; d=json.load(open(p)); d.pop('index', None); "
-            "d.pop('dedup', None); json.dump(d, open(p, 'w'))\"`. "
+            "compactor starts from the index saved in the snapshot, so a restart keeps this. "
+            f"`compactor doctor --repair --state-dir {dir_}` rebuilds it from the items and saves it. "
             if saved
             else "The index is rebuilt from the items at every start, so a restart fixes what you see now. "
         )
@@ -768,9 +825,12 @@ def check(state_dir: Path) -> DoctorReport:
     with _shared_lock(dir_, report):
         snap_raw = _read(dir_ / SNAPSHOT, report, "snapshot")
         journal_raw = _read(dir_ / JOURNAL, report, "journal")
+        lock_raw = _read(dir_ / LOCK, report, "lock")
         ledger_raw = _read(dir_ / C.FORGET_LEDGER, report, "ledger")
     if snap_raw is None and not journal_raw and not report.errors:
-        report.facts["empty"] = True
+        _check_record(dir_, lock_raw, None, None, report)
+        if not report.errors:
+            report.facts["empty"] = True
         return report
     snap = _check_snapshot(dir_, snap_raw, report)
     if snap_raw is not None and snap is None:
@@ -778,6 +838,7 @@ def check(state_dir: Path) -> DoctorReport:
     journal = _check_journal(dir_, journal_raw, report)
     if journal_raw and journal is None:
         return report
+    _check_record(dir_, lock_raw, snap, journal, report)
     if report.errors:
         return report
     batches = _batches_to_replay(dir_, snap, journal, report)
@@ -832,6 +893,89 @@ def render(report: DoctorReport) -> str:
     return "\n".join(out) + "\n"
 
 
+# --- repair ------------------------------------------------------------------------------------
+def repair(state_dir: Path) -> list[str]:
+    """Bring a damaged state dir back to a state compactor starts from, losing as little as the
+    damage forces and deleting nothing: a damaged journal is moved aside before it is cut.
+    Works under the state dir's exclusive lock. Returns what was done, one line each."""
+    from .persist import StateDir
+    from .store import Store
+
+    dir_ = Path(state_dir)
+    done: list[str] = []
+    before = check(dir_)
+    if any(p.check == "snapshot" for p in before.errors):
+        raise StateCorruptError(
+            f"{dir_ / SNAPSHOT} is damaged, and a snapshot cannot be cut back to an intact part. Restore it from "
+            f"a backup, or move it aside (`mv {dir_ / SNAPSHOT} {dir_ / SNAPSHOT}.bad`) to start from the journal."
+        )
+    if any(p.check == "permissions" for p in before.errors):
+        raise StateCorruptError("fix the permission problems the doctor lists first; --repair does not change modes.")
+    sd = StateDir(dir_)
+    sd.open()
+    try:
+        with sd.locked():
+            cut = _first_bad_line(dir_)
+            if cut is not None:
+                path = dir_ / JOURNAL
+                raw = path.read_bytes()
+                aside = dir_ / f"{JOURNAL}.damaged-{int(time.time())}"
+                fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(raw)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                lineno, offset = cut
+                kept = raw[:offset]
+                dropped = raw[offset:].count(b"\n") + (0 if raw.endswith(b"\n") else 1)
+                tmp = path.with_name(JOURNAL + ".tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(kept)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+                done.append(
+                    f"cut {JOURNAL} before line {lineno} ({dropped} line(s) lost); the whole damaged journal "
+                    f"is kept as {aside.name}"
+                )
+            if any(p.check in ("acknowledged writes", "journal") for p in before.errors) or cut is not None:
+                sd.forget_record()
+                done.append("accepted the journal as it now is (the lock file's record of acknowledged bytes reset)")
+    finally:
+        sd.close()
+    store = Store(state_dir=dir_)
+    try:
+        store.rebuild_and_snapshot()
+    finally:
+        store.close()
+    done.append("rebuilt the search index from the items and wrote a fresh snapshot")
+    return done
+
+
+def _first_bad_line(dir_: Path) -> tuple[int, int] | None:
+    """(line number, byte offset) of the journal's first damaged, torn or unappliable line."""
+    report = DoctorReport(state_dir=dir_)
+    raw = _read(dir_ / JOURNAL, report, "journal")
+    if not raw:
+        return None
+    journal = _check_journal(dir_, raw, report)
+    if journal is None:
+        return None
+    if journal.intact < len(raw):
+        offset = journal.intact
+        return raw.count(b"\n", 0, offset) + 1, offset
+    snap = _check_snapshot(dir_, _read(dir_ / SNAPSHOT, report, "snapshot"), report)
+    batches = _batches_to_replay(dir_, snap, journal, report)
+    store = _replay(dir_, snap, batches or [], report)
+    failed = [p for p in report.errors if p.check == "replay"]
+    if store is None or not failed:
+        return None
+    first = min(int(p.what.split("line ", 1)[1].split(" ", 1)[0]) for p in failed)
+    offsets = {n: off for n, off, _ in journal.lines}
+    return first, offsets[first]
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="compactor doctor",
@@ -839,6 +983,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--state-dir", type=Path, required=True, help="the directory given to `compactor --state-dir`")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="fix what can be fixed under the state dir's lock: cut a damaged journal (kept aside, not deleted), "
+        "accept lost writes, rebuild the index; then check again",
+    )
     return p
 
 
@@ -848,6 +998,13 @@ def main(argv: Sequence[str]) -> int:
         args = parser().parse_args(list(argv))
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
         return exc.code if isinstance(exc.code, int) else 2
+    if args.repair:
+        try:
+            for line in repair(args.state_dir):
+                sys.stdout.write(f"repaired: {line}\n")
+        except CompactorError as exc:
+            sys.stderr.write(f"compactor doctor --repair: {exc}\n")
+            return 1
     report = check(args.state_dir)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")

@@ -195,8 +195,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         text = budget_line(store.tokens_used, store.budget, store.count("active"), store.count("archived"))
         if store.degraded:
             text += (
-                f"\nWARNING: not saving to disk ({store.degraded}). Serving from memory; "
-                "it retries on every call and resumes when the disk recovers."
+                f"\nWARNING: memory is read-only: the last write could not be saved ({store.degraded}). "
+                "Writes are refused until the disk recovers; each one tries again."
             )
         return text
 

@@ -204,6 +204,12 @@ def _utf8_size(text: str, field: str) -> int:
         ) from exc
 
 
+def index_fields(item: Item) -> tuple[str, str | None, Sequence[str]]:
+    """What the search index holds of an item: (body, boosted headline, tags). The doctor
+    rebuilds terms through this, so its check and the store cannot drift apart."""
+    return item.content, _headline(item), item.tags
+
+
 def _check_importance(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
         raise InvalidArgumentError(f"importance must be an integer from 1 to 10, got {value!r}.")
@@ -233,11 +239,9 @@ class Store:
         self._s = _State()
         self._dir: StateDir | None = None
         self._dirty = False
+        # Why the last journal write failed; while set, memory is read-only (writes are refused,
+        # never acknowledged unsaved) and every write first tries the disk again.
         self._degraded: str | None = None
-        self._unsaved = 0
-        # Ops acknowledged while degraded exist only here: a reload (another process rotated
-        # the journal) must not erase them, so they are applied again on top of it.
-        self._unsaved_ops: list[Op] = []
         self._ledger_mem: list[dict[str, Any]] = []
         self.load_warnings: list[str] = []
         if state_dir is not None:
@@ -307,25 +311,10 @@ class Store:
         batches = self._dir.read_new()
         if batches is None:
             self._reload()
-            self._reapply_unsaved()
             return
         for batch in batches:
             for op in batch:
                 self._apply(op)
-
-    def _reapply_unsaved(self) -> None:
-        if not self._unsaved_ops:
-            return
-        for op in self._unsaved_ops:
-            if op["op"] == "put":
-                record = dict(op["item"])
-                taken = self._s.by_seq.get(record["seq"])
-                if taken is not None and taken != record["id"]:
-                    # Another process used this seq meanwhile: ours goes after everything.
-                    record["seq"] = self._s.next_seq
-                    op["item"] = record
-            self._apply(op)
-        log.warning("re-applied %d unsaved op(s) after another process rotated the journal", len(self._unsaved_ops))
 
     def _commit(self, ops: list[Op], *, sync: bool = True) -> None:
         if not ops:
@@ -346,38 +335,26 @@ class Store:
             raise
 
     def _persist_ops(self, ops: list[Op], sync: bool) -> None:
-        """Journal applied ops. A failure puts the store in degraded mode and is raised, so
-        the failing call reports it; while degraded, calls are kept in memory and every
-        later call first tries to write a full snapshot, which ends degraded mode."""
+        """Journal applied ops, or raise so the caller's transaction is undone: a write that
+        is not on disk is never acknowledged. A failure makes memory read-only (reads go on);
+        each later write tries the disk again, and the first that succeeds ends it."""
         sd = self._dir
         if sd is None or not ops:
-            return
-        if self._degraded is not None:
-            if self._recover():
-                return
-            self._unsaved += 1
-            self._unsaved_ops.extend(ops)
             return
         try:
             sd.append(ops, sync=sync)
         except PersistenceError as exc:
+            if self._degraded is None:
+                log.error("persistence failed; memory is read-only until the disk recovers: %s", exc)
             self._degraded = str(exc)
-            log.error("persistence failed, serving from memory until the disk recovers: %s", exc)
-            raise
+            raise PersistenceError(
+                f"Memory is read-only until compactor can save again ({exc}). Nothing from this call "
+                "was stored; free disk space or fix permissions and retry: it resumes by itself."
+            ) from exc
+        if self._degraded is not None:
+            log.warning("persistence recovered: saving again")
+            self._degraded = None
         self._dirty = True
-
-    def _recover(self) -> bool:
-        """Try to save everything in memory (snapshot + fresh journal). Call under the lock."""
-        try:
-            self._write_snapshot_locked(dict(self._s.items))
-        except (PersistenceError, OSError) as exc:
-            self._degraded = str(exc)
-            return False
-        log.warning("persistence recovered after %d unsaved call(s)", self._unsaved)
-        self._degraded = None
-        self._unsaved = 0
-        self._unsaved_ops.clear()
-        return True
 
     @property
     def degraded(self) -> str | None:
@@ -456,7 +433,7 @@ class Store:
             for tag in new.tags:
                 s.by_tag.setdefault(tag, set()).add(new.id)
         if old.content != new.content or old.summary != new.summary:
-            s.index.update(new.id, new.content, _headline(new), new.tags)
+            s.index.update(new.id, *index_fields(new))
         elif old.tags != new.tags:
             s.index.retag(new.id, old.tags, new.tags)
         if new.tier != "active" or new.depth:
@@ -558,7 +535,7 @@ class Store:
     @staticmethod
     def _derive(s: _State, item: Item) -> None:
         """Index the item for search and, if an active leaf, for near-duplicates."""
-        s.index.add(item.id, item.content, _headline(item), item.tags)
+        s.index.add(item.id, *index_fields(item))
         if item.tier == "active" and not item.depth:
             s.dedup.add(item.id, s.index.terms(item.id))
 
@@ -1770,9 +1747,10 @@ class Store:
                     journal_bytes=self._dir.journal_size(),
                     generation=self._dir.gen,
                     dirty=self._dirty,
+                    state="read-only" if self._degraded is not None else "saving",
                     degraded=self._degraded is not None,
                     degraded_reason=self._degraded,
-                    unsaved_calls=self._unsaved,
+                    unsaved_calls=0,
                     forget_ledger_entries=self._ledger_count(),
                 )
             pinned = len(s.pinned)
@@ -1820,6 +1798,16 @@ class Store:
         self._dir.remove_temp_files()
         self._dirty = False
 
+    def rebuild_and_snapshot(self) -> None:
+        """Rebuild the derived structures (search index, near-duplicate buckets) from the items
+        and save them with a full snapshot: `compactor doctor --repair` after index drift."""
+        if self._dir is None:
+            return
+        with self._locked():
+            self._sync()
+            self._rebuild_derived(self._s)
+            self._write_snapshot_locked(dict(self._s.items))
+
     def snapshot(self) -> None:
         """Write a snapshot and truncate the journal, synchronously (used at shutdown)."""
         if self._dir is None:
@@ -1862,15 +1850,11 @@ class Store:
                 # Someone else rotated meanwhile (forget, another process): ours is stale.
                 self._discard_tmp()
                 return
-            if self._degraded is not None:
-                # Calls made while degraded are only in memory: save all of it instead.
-                self._discard_tmp()
-                self._recover()
-                return
             old_snapshot = None
             try:
                 old_snapshot = sd.install_snapshot_tmp()
                 sd.rotate(gen + 1, offset)
+                sd.remove_dead_temp_files()
             except (PersistenceError, OSError) as exc:
                 log.warning("snapshot not installed: %s", exc)
                 self._dirty = True

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from compactor import doctor
 from compactor.cli import main as cli_main
 from compactor.errors import CompactorError
-from compactor.persist import snapshot_chunks
+from compactor.persist import journal_line, snapshot_chunks
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 
@@ -83,6 +83,7 @@ def test_healthy_dir_reports_nothing_and_exits_0(state_dir: Path, capsys: pytest
         "permissions",
         "snapshot",
         "journal",
+        "acknowledged writes",
         "generation",
         "replay",
         "index",
@@ -175,7 +176,7 @@ def test_bad_middle_journal_line_names_the_line_and_the_cut(state_dir: Path):
     report = run_check(state_dir)
     p = only(report, "error", "journal")
     assert "line 3 is corrupt" in p.what
-    assert "head -n 2" in p.fix and "journal.jsonl.bad" in p.fix
+    assert "--repair" in p.fix and "before line 3" in p.fix
     with pytest.raises(CompactorError, match="line 3"):
         Store(state_dir=state_dir)  # the loader agrees on the line
 
@@ -227,9 +228,9 @@ def test_op_that_cannot_be_applied_is_named(state_dir: Path):
     s.store("fine")
     s.close()
     with open(state_dir / "journal.jsonl", "ab") as fh:
-        fh.write(b'{"ops":[{"op":"explode","id":"x"}]}\n{"ops":[]}\n')
+        fh.write(journal_line([{"op": "explode", "id": "x"}]) + journal_line([]))
     p = only(run_check(state_dir), "error", "replay")
-    assert "line 3 op 0 ('explode')" in p.what and "head -n" in p.fix
+    assert "line 3 op 0 ('explode')" in p.what and "--repair" in p.fix
 
 
 def test_index_drift_is_detected(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
@@ -291,7 +292,12 @@ def test_saved_index_that_disagrees_with_its_items_is_an_error(state_dir: Path):
     s.close()
     p = only(run_check(state_dir), "error", "index")
     assert victim in p.what and "other terms" in p.what
-    assert "d.pop('index', None)" in p.fix
+    assert "--repair" in p.fix
+    assert doctor.main(["--repair", "--state-dir", str(state_dir)]) == 0
+    assert doctor.check(state_dir).healthy
+    s = Store(state_dir=state_dir)
+    assert victim in [h.item.id for h in s.query("zebra aquarium", include_archived=True)]
+    s.close()
 
 
 def test_saved_index_for_other_items_is_only_a_warning(state_dir: Path):

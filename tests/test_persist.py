@@ -1,5 +1,6 @@
 import os
 import stat
+import zlib
 from pathlib import Path
 
 import anyio
@@ -271,10 +272,16 @@ def _saved(state_dir: Path, n: int = 12) -> tuple[list[str], bytes]:
     return ids, (state_dir / "snapshot.json").read_bytes()
 
 
+def reseal(raw: bytes) -> bytes:
+    """A hand-edited snapshot with its checksum made right again (a deliberate edit, not damage)."""
+    body = raw[: raw.rindex(b"\n") + 1]
+    return body + b'],"crc32":' + str(zlib.crc32(body)).encode() + b"}"
+
+
 def test_snapshot_is_one_json_object_with_one_item_per_line(state_dir: Path):
     ids, raw = _saved(state_dir)
     lines = raw.split(b"\n")
-    assert lines[0].endswith(b',"items":[') and lines[-1] == b"]}"
+    assert lines[0].endswith(b',"items":[') and lines[-1].startswith(b'],"crc32":')
     assert len(lines) == len(ids) + 2
     whole = orjson.loads(raw)  # still plain JSON for any other reader (doctor, jq, json.load)
     assert [it["id"] for it in whole["items"]] == [orjson.loads(ln.rstrip(b","))["id"] for ln in lines[1:-1]]
@@ -285,7 +292,7 @@ def test_an_empty_store_snapshot_loads(state_dir: Path):
     s = Store(state_dir=state_dir)
     s.snapshot()
     s.close()
-    assert (state_dir / "snapshot.json").read_bytes().endswith(b',"items":[\n]}')
+    assert b',"items":[\n],"crc32":' in (state_dir / "snapshot.json").read_bytes()
     assert len(Store(state_dir=state_dir)) == 0
 
 
@@ -351,7 +358,8 @@ def test_a_saved_index_missing_an_item_is_rebuilt(state_dir: Path):
     lines = raw.split(b"\n")
     extra = orjson.loads(lines[1].rstrip(b","))
     extra["id"], extra["seq"], extra["content"] = "zzextra0001", 999, "an item the saved index never saw: quokka"
-    (state_dir / "snapshot.json").write_bytes(b"\n".join([lines[0], orjson.dumps(extra) + b",", *lines[1:]]))
+    edited = b"\n".join([lines[0], orjson.dumps(extra) + b",", *lines[1:]])
+    (state_dir / "snapshot.json").write_bytes(reseal(edited))
     s = Store(state_dir=state_dir)
     assert [h.item.id for h in s.query("quokka")] == ["zzextra0001"]
     assert len(s._s.index) == len(ids) + 1
