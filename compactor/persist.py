@@ -560,6 +560,11 @@ class StateDir:
                     f"writes that were saved are gone. {self._repair_hint()}"
                 )
             return
+        if not exists and record.durable > journal_header_len(gen):
+            raise StateCorruptError(
+                f"Journal {self.journal_path} is missing, but {self.path / LOCK} records {record.durable:,} "
+                f"acknowledged bytes of it: writes that were saved are gone. {self._repair_hint()}"
+            )
         if end < record.durable:
             raise StateCorruptError(
                 f"Journal {self.journal_path} holds {end:,} intact bytes, but {record.durable:,} were "

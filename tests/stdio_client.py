@@ -19,13 +19,15 @@ from tests.conftest import server_command, server_env
 
 
 class StdioServer:
-    def __init__(self, *args: str, cwd: Path | None = None, client_name: str = "pytest") -> None:
+    def __init__(
+        self, *args: str, cwd: Path | None = None, client_name: str = "pytest", env: dict[str, str] | None = None
+    ) -> None:
         self.proc = subprocess.Popen(
             server_command(*args),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=server_env(),
+            env=env if env is not None else server_env(),
             cwd=cwd,
         )
         self._id = 0

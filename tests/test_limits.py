@@ -1,17 +1,13 @@
-"""max_items, max_archive_tokens with the forget ledger, and degraded mode on disk failure."""
+"""max_items, max_archive_tokens with the forget ledger."""
 
 from __future__ import annotations
 
-import errno
-import os
 import random
 from pathlib import Path
 
 import orjson
-import pytest
 
-from compactor.errors import PersistenceError
-from compactor.store import Store, StoreInput
+from compactor.store import Store
 
 
 def words(seed: int, n: int = 40) -> str:
@@ -58,83 +54,3 @@ def test_forget_is_recorded_in_the_ledger_without_content(state_dir: Path):
     raw = (state_dir / "forget-ledger.jsonl").read_bytes()
     assert item.id.encode() in raw and b"zq9" not in raw
     assert s.forget_ledger()[-1]["reason"] == "forget"
-
-
-def _fail_writes(monkeypatch: pytest.MonkeyPatch, err: int, state_dir: Path) -> None:
-    """Every write into the state dir fails, as on a full or read-only disk."""
-    real_open = os.open
-
-    def fake_open(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if str(path).startswith(str(state_dir)) and flags & (os.O_WRONLY | os.O_RDWR):
-            raise OSError(err, os.strerror(err), str(path))
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", fake_open)
-
-
-@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS])
-def test_disk_failure_errors_once_then_serves_from_memory_and_recovers(
-    state_dir: Path, monkeypatch: pytest.MonkeyPatch, err: int
-):
-    s = Store(state_dir=state_dir)
-    first = s.store("saved before the failure").item.id
-    on_disk = {p.name: p.read_bytes() for p in state_dir.iterdir()}
-    _fail_writes(monkeypatch, err, state_dir)
-    with pytest.raises(PersistenceError, match="not applied"):
-        s.store("this call fails")
-    assert s.ids() == [first]
-    assert s.degraded
-    # Later calls keep working from memory and say so in status.
-    mem = s.store("kept in memory while the disk is bad").item.id
-    st = s.status().persistence
-    assert st["degraded"] is True and st["unsaved_calls"] >= 1
-    # Nothing on disk was corrupted meanwhile.
-    for name, data in on_disk.items():
-        if name != "lock":
-            assert (state_dir / name).read_bytes() == data
-    monkeypatch.undo()
-    # The disk is back: the next call saves everything and degraded mode ends.
-    after = s.store("after recovery").item.id
-    assert s.degraded is None and s.status().persistence["unsaved_calls"] == 0
-    s.close()
-    again = Store(state_dir=state_dir)
-    assert set(again.ids()) == {first, mem, after}
-
-
-def test_failed_bulk_store_is_all_or_nothing(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
-    s = Store(state_dir=state_dir)
-    _fail_writes(monkeypatch, errno.ENOSPC, state_dir)
-    with pytest.raises(PersistenceError):
-        s.bulk_store([StoreInput(words(i)) for i in range(10)])
-    assert len(s) == 0
-
-
-def test_writes_kept_in_memory_survive_another_process_rotating_the_journal(
-    state_dir: Path, monkeypatch: pytest.MonkeyPatch
-):
-    a = Store(state_dir=state_dir)
-    b = Store(state_dir=state_dir)
-    a.store("before")
-    real_append = type(a._dir).append  # type: ignore[union-attr]
-
-    def failing_append(self, ops, *, sync=True):  # type: ignore[no-untyped-def]
-        if self is a._dir:
-            raise PersistenceError("No space left on device (simulated)")
-        return real_append(self, ops, sync=sync)
-
-    monkeypatch.setattr(type(a._dir), "append", failing_append)
-    monkeypatch.setattr(a, "_recover", lambda: False)
-    with pytest.raises(PersistenceError):
-        a.store("fails once")
-    kept = a.store("acknowledged while degraded").item.id
-    b.store("from the other process")
-    b.snapshot()  # rotates the journal: a must reload
-    a.query("anything")
-    assert a.get(kept).content == "acknowledged while degraded"
-    monkeypatch.undo()
-    assert a._recover()
-    a.close()
-    b.close()
-    again = Store(state_dir=state_dir)
-    contents = {again.get(i).content for i in again.ids()}
-    assert {"before", "acknowledged while degraded", "from the other process"} <= contents
