@@ -753,6 +753,11 @@ class Store:
                     {"op": "put", "item": it.evolve({"seq": seq + n}).to_record()} for n, it in enumerate(chunk)
                 ]
                 report = self._transact(ops, protected=frozenset()) or report
+            if dropped and self._s.uncovered:
+                # The children of a node left out are covered again now, as compaction would.
+                st = self.settings
+                with self._txn() as txn:
+                    self._condense(txn, int(st.auto_compact_threshold * st.token_budget), frozenset())
             return ImportedRecords(
                 items=[self._s.items[it.id] for it in order if it.id in self._s.items],
                 compaction=report,

@@ -18,7 +18,7 @@ from ..models import Item
 from ..outfile import write_private
 from ..render import preview
 from ..store import BulkStored, Store, StoreInput, TierFilter
-from .common import EXIT_OK, EXIT_USAGE, CliError, Out, add_json, add_state_dir, item_json, opened
+from .common import EXIT_OK, EXIT_USAGE, CliError, Out, add_json, add_state_dir, item_json, opened, scope_note
 
 EXPORT_FORMAT = "compactor-export"
 
@@ -93,15 +93,6 @@ def _write(text: str, output: Path | None, force: bool) -> None:
     write_private(output, text, overwrite=force)
 
 
-def scope_note(store: Store, tier: str, verb: str) -> str | None:
-    """What the scope filter left out of a CLI view, and how to see it; None if nothing."""
-    hidden = store.hidden_by_scope(cast(TierFilter, tier))
-    if not hidden:
-        return None
-    which = "" if tier == "all" else f"{tier} "
-    return f"{hidden:,} {which}item(s) of other projects {verb} (scope {store.scope}); --scope all includes them."
-
-
 def cmd_export(args: argparse.Namespace, out: Out) -> int:
     """Export every item (all pages, oldest first). json: one document with every field of
     every item, which `compactor import` reads back exactly. markdown: one section per item,
@@ -113,7 +104,7 @@ def cmd_export(args: argparse.Namespace, out: Out) -> int:
         raise CliError("export --format memory-md writes a directory: pass -o DIR", EXIT_USAGE)
     with opened(args) as store:
         items = list(all_items(store, args.tier))
-        note = scope_note(store, args.tier, "not exported")
+        _, note = scope_note(store, args.tier, "not exported")
     if note:
         print(note, file=sys.stderr)
     if args.format == "json":
