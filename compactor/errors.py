@@ -4,7 +4,8 @@
     ├── InvalidArgumentError       the caller's arguments are wrong; nothing changed
     ├── NotFoundError              no item with that id
     ├── PersistenceError           the state dir could not be written; nothing changed
-    └── StateCorruptError          a state file cannot be read; startup stops
+    ├── StateCorruptError          a state file cannot be read; startup stops
+    └── OutputRefusedError         an export would follow a symlink or replace a file
 
 Messages are written for the model that will read them: they say what to do next.
 """
@@ -35,3 +36,7 @@ class PersistenceError(CompactorError):
 
 class StateCorruptError(CompactorError):
     """A state file exists but cannot be loaded. Never overwritten automatically."""
+
+
+class OutputRefusedError(CompactorError):
+    """An export target is a symlink, or a file that may only be replaced when told to."""

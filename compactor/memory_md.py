@@ -22,7 +22,9 @@ from typing import Any
 import yaml
 
 from . import constants as C
+from .errors import OutputRefusedError
 from .models import Item
+from .outfile import exists_not_link, write_private
 from .render import preview
 from .store import StoreInput
 
@@ -40,6 +42,10 @@ _HEADING2 = re.compile(r"^##\s+(.*)$")
 _TITLE = re.compile(r"^#\s+")
 _VALID_ID = re.compile(r"[a-z0-9][a-z0-9_-]{2,63}")
 ID_KEY = "compactor_id"
+# First line of a MEMORY.md our export writes: how a later export knows it may replace it.
+INDEX_MARKER = (
+    "<!-- written by `compactor export --format memory-md`; hand-written entries belong in files of their own -->"
+)
 
 
 @dataclass(slots=True)
@@ -183,7 +189,7 @@ def parse_memory_index(text: str, base: Path | None = None, source: str = INDEX_
         block = []
 
     for lineno, line in enumerate(text.replace("\r\n", "\n").splitlines(), start=1):
-        if _TITLE.match(line) and not block and not entries and not section:
+        if (_TITLE.match(line) and not block and not entries and not section) or line.startswith(INDEX_MARKER):
             continue
         index = _INDEX_LINE.match(line)
         if index:
@@ -306,35 +312,88 @@ def index_line(name: str, file: str, description: str, limit: int = C.MEMORY_IND
     return f"- [{preview(name, max(room, 8))}]({file})"[:limit]
 
 
+def is_our_index(text: str) -> bool:
+    """Whether a MEMORY.md was written by our export (its first line is the marker)."""
+    return text.lstrip("\ufeff").startswith(INDEX_MARKER)
+
+
+def _existing_text(path: Path) -> str | None:
+    """The text of a file already at `path`, None if there is none; a symlink is refused."""
+    if not exists_not_link(path):
+        return None
+    if not path.is_file():
+        raise OutputRefusedError(f"{path} exists and is not a file.")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _ours(text: str) -> bool:
+    meta, _ = split_frontmatter(text)
+    return meta is not None and isinstance(meta.get(ID_KEY), str)
+
+
 def export_memory_dir(
-    items: Iterable[Item], dest: Path, min_importance: int = C.MEMORY_EXPORT_MIN_IMPORTANCE
+    items: Iterable[Item], dest: Path, min_importance: int = C.MEMORY_EXPORT_MIN_IMPORTANCE, *, force: bool = False
 ) -> MemoryExport:
     """Write pinned and important items as topic files plus a MEMORY.md index, newest first,
-    the index capped at MEMORY_INDEX_MAX_LINES lines."""
+    the index capped at MEMORY_INDEX_MAX_LINES lines (the marker line included).
+
+    Nothing hand-written is replaced: a MEMORY.md without our marker line stops the export,
+    and a topic file we did not write keeps its name (ours takes another). A file of ours is
+    replaced only with `force`; one that already holds the same text is left as it is.
+    Everything is checked before anything is written; files are 0600."""
     chosen = sorted(
         (it for it in items if wants_export(it, min_importance)),
         key=lambda it: (it.created_at, it.seq),
         reverse=True,
     )
-    dest.mkdir(parents=True, exist_ok=True)
+    if exists_not_link(dest) and not dest.is_dir():
+        raise OutputRefusedError(f"{dest} exists and is not a directory; memory-md writes a directory.")
+    index_path = dest / INDEX_NAME
+    old_index = _existing_text(index_path)
+    if old_index is not None and not is_our_index(old_index):
+        raise OutputRefusedError(
+            f"{index_path} was not written by compactor (no marker line); refusing to replace it. "
+            "Export to another directory, or move that file aside first."
+        )
     used: set[str] = set()
     files: list[str] = []
-    lines: list[str] = []
+    lines: list[str] = [INDEX_MARKER]
     left_out: list[str] = []
+    writes: list[tuple[Path, str]] = []
+    replaced: list[str] = []
     for it in chosen:
         if len(lines) >= C.MEMORY_INDEX_MAX_LINES:
             left_out.append(it.id)
             continue
         entry = entry_from_item(it)
+        text = entry.text.rstrip("\n") + "\n"
         stem = _slug(entry.name)[:40].strip("_") or it.id
         file = f"{stem}.md"
         n = 2
-        while file in used:
+        while True:
+            old = _existing_text(dest / file) if file not in used else None
+            if file not in used and (old is None or _normalise(old) == _normalise(text) or _ours(old)):
+                break
             file = f"{stem}_{n}.md"
             n += 1
         used.add(file)
-        (dest / file).write_text(entry.text.rstrip("\n") + "\n", encoding="utf-8")
+        if old is None or _normalise(old) != _normalise(text):
+            writes.append((dest / file, text))
+            if old is not None:
+                replaced.append(file)
         files.append(file)
         lines.append(index_line(entry.name, file, entry.description))
-    (dest / INDEX_NAME).write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
-    return MemoryExport(files=files, index_lines=lines, left_out=left_out)
+    index_text = "\n".join(lines) + "\n"
+    if old_index is not None and old_index != index_text:
+        replaced.append(INDEX_NAME)
+    if replaced and not force:
+        raise OutputRefusedError(
+            f"{dest} already holds {len(replaced)} file(s) from an earlier export ({', '.join(replaced[:3])}"
+            f"{', …' if len(replaced) > 3 else ''}); pass --force to replace them."
+        )
+    dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for path, text in writes:
+        write_private(path, text, overwrite=force)
+    if old_index != index_text:
+        write_private(index_path, index_text, overwrite=force)
+    return MemoryExport(files=files, index_lines=lines[1:], left_out=left_out)

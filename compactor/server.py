@@ -717,8 +717,9 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         annotations=READ_ONLY,
         description=(
             "Export memory as JSON or Markdown, oldest first, in bounded pages: pass the returned "
-            "next_cursor to get the next page. summaries_only=true exports summaries (or previews) "
-            "instead of full content."
+            "next_cursor to get the next page. JSON items carry every field (tier, scope, lineage, "
+            "timestamps); saved as one JSON list, `compactor import` reads them back. "
+            "summaries_only=true exports summaries (or previews) instead of full content."
         ),
     )
     async def export(
@@ -735,20 +736,12 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
             md: list[str] = []
             for it in page.items:
                 body = (it.summary or preview(it.content, 300)) if summaries_only else it.content
-                rec = {
-                    "id": it.id,
-                    "content_type": it.content_type,
-                    "importance": it.importance,
-                    "tags": list(it.tags),
-                    "tier": it.tier,
-                    "view": it.view,
-                    "pinned": it.pinned,
-                    "created_at": it.created_at,
-                    "summary": it.summary,
-                }
-                if not summaries_only:
-                    rec["content"] = it.content
-                else:
+                # Every field but the store-local seq, as `compactor export` writes them: the
+                # items of all pages, as a JSON list, are what `compactor import` reads back.
+                rec = it.to_record()
+                del rec["seq"]
+                if summaries_only:
+                    del rec["content"]
                     rec["text"] = body
                 records.append(rec)
                 md.append(

@@ -100,6 +100,11 @@ class BulkStored:
 
 
 @dataclass(slots=True)
+class ImportedRecords(BulkStored):
+    dropped_nodes: list[str] = field(default_factory=list)  # summary nodes left out: children missing
+
+
+@dataclass(slots=True)
 class Updated:
     item: Item
     warnings: list[str]
@@ -691,6 +696,162 @@ class Store:
             skipped.extend(res.skipped)
             report = res.compaction or report
         return BulkStored(items=items, compaction=report, skipped=skipped)
+
+    def import_records(self, records: Sequence[dict[str, Any]]) -> ImportedRecords:
+        """Bring back items as a JSON export recorded them: every field kept (tier, view,
+        scope, lineage, timestamps, access counts), only `seq` and token counts assigned here.
+        Ids already present are skipped, so importing twice stores nothing new. A summary node
+        comes only with children that list it as their parent (imported with it, or already
+        here); otherwise it is left out and its children are left uncovered, for compaction to
+        cover again. Written in chunks of BULK_MAX_ITEMS through the one mutation path."""
+        with self._locked():
+            self._sync()
+            self._redacted = {}
+            now = self._clock()
+            built: dict[str, Item] = {}
+            skipped: list[str] = []
+            for i, rec in enumerate(records):
+                try:
+                    item = self._build_record(rec, now)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was imported.") from exc
+                if item.id in self._s.items or item.id in built:
+                    skipped.append(item.id)
+                    continue
+                built[item.id] = item
+            dropped = self._settle_lineage(built)
+            order = list(built.values())
+            report: CompactReport | None = None
+            for start in range(0, len(order), C.BULK_MAX_ITEMS):
+                # Seqs per chunk: the previous chunk's compaction may have made nodes.
+                seq = self._s.next_seq
+                chunk = order[start : start + C.BULK_MAX_ITEMS]
+                ops: list[Op] = [
+                    {"op": "put", "item": it.evolve({"seq": seq + n}).to_record()} for n, it in enumerate(chunk)
+                ]
+                report = self._transact(ops, protected=frozenset()) or report
+            if dropped and self._s.uncovered:
+                # The children of a node left out are covered again now, as compaction would.
+                st = self.settings
+                with self._txn() as txn:
+                    self._condense(txn, int(st.auto_compact_threshold * st.token_budget), frozenset())
+            return ImportedRecords(
+                items=[self._s.items[it.id] for it in order if it.id in self._s.items],
+                compaction=report,
+                skipped=skipped,
+                redacted=self.take_redactions(),
+                dropped_nodes=dropped,
+            )
+
+    def _build_record(self, rec: dict[str, Any], now: float) -> Item:
+        """An Item from an exported record, every field checked as `_build` checks a new one."""
+        if not isinstance(rec, dict):
+            raise InvalidArgumentError("an item must be a JSON object.")
+        content = rec.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidArgumentError("content must be a non-empty string.")
+        size = _utf8_size(content, "content")
+        if size > C.MAX_CONTENT_BYTES:
+            raise InvalidArgumentError(f"content is {size:,} bytes; the limit is {C.MAX_CONTENT_BYTES:,}.")
+        item_id = rec.get("id")
+        if not isinstance(item_id, str) or not _VALID_ID.fullmatch(item_id):
+            raise InvalidArgumentError("id must be 3-64 characters of a-z, 0-9, '-' or '_'.")
+        summary = self._check_summary(rec.get("summary"))
+        content, summary = self._redact(content, summary)
+        ctype = rec.get("content_type")
+        if ctype not in CONTENT_TYPES:
+            ctype = str(detect_type(content))
+        try:
+            tags = parse_tags(rec["tags"]) if "tags" in rec else merge_tags([], auto_tags(content, ctype))
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgumentError(str(exc)) from exc
+        if len(tags) > C.MAX_TAGS:
+            raise InvalidArgumentError(f"{len(tags)} tags; at most {C.MAX_TAGS}.")
+
+        def pick(key: str, ok: Callable[[Any], bool], default: Any) -> Any:
+            value = rec.get(key, default)
+            if not ok(value):
+                raise InvalidArgumentError(f"{key} has an invalid value: {value!r}.")
+            return value
+
+        def is_time(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e11
+
+        def is_count(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+        def is_ids(v: Any) -> bool:
+            return isinstance(v, list | tuple) and all(isinstance(x, str) and _VALID_ID.fullmatch(x) for x in v)
+
+        def is_ref(v: Any) -> bool:
+            return v is None or (isinstance(v, str) and bool(_VALID_ID.fullmatch(v)))
+
+        scope = rec.get("scope", self.scope)
+        if not isinstance(scope, str):
+            raise InvalidArgumentError("scope must be a string.")
+        created = float(pick("created_at", is_time, now))
+        depth = pick("depth", is_count, 0)
+        children = tuple(pick("children", is_ids, ()))
+        if bool(depth) != bool(children or rec.get("gone_children")):
+            raise InvalidArgumentError("a summary node (depth >= 1) needs children, and only a node has them.")
+        return Item(
+            id=item_id,
+            seq=0,
+            content=content,
+            summary=summary,
+            tags=tuple(tags),
+            importance=_check_importance(rec.get("importance", C.IMPORTANCE_DEFAULT)),
+            content_type=cast(ContentType, ctype),
+            pinned=pick("pinned", lambda v: isinstance(v, bool), False),
+            created_at=created,
+            last_accessed_at=float(pick("last_accessed_at", is_time, created)),
+            access_count=pick("access_count", is_count, 0),
+            content_tokens=self.counter.count(content),
+            summary_tokens=self.counter.count(summary),
+            tier=pick("tier", lambda v: v in ("active", "archived"), "active"),
+            view=pick("view", lambda v: v in ("content", "summary"), "content"),
+            merged_into=pick("merged_into", is_ref, None),
+            dup_of=pick("dup_of", is_ref, None),
+            depth=depth,
+            children=children,
+            parents=tuple(pick("parents", is_ids, ())),
+            quality=pick("quality", lambda v: v is None or isinstance(v, str), None),
+            gone_children=tuple(pick("gone_children", is_ids, ())),
+            children_tier=pick("children_tier", lambda v: v in ("active", "archived"), "archived"),
+            scope=scope if scope == "" else self._check_scope(scope),
+        )
+
+    def _settle_lineage(self, built: dict[str, Item]) -> list[str]:
+        """Make the imported items' links two-way with what will exist: drop (and return) the
+        nodes whose children do not list them, then every link to an item that is not there."""
+        have = self._s.items
+
+        def find(item_id: str) -> Item | None:
+            return built.get(item_id) or have.get(item_id)
+
+        dropped: list[str] = []
+        changed = True
+        while changed:  # a dropped d1 node is a missing child of its d2 parent
+            changed = False
+            for node in [it for it in built.values() if it.depth]:
+                gone = set(node.gone_children)
+                kids = [(c, find(c)) for c in node.children]
+                if any(c not in gone and (k is None or node.id not in k.parents) for c, k in kids):
+                    del built[node.id]
+                    dropped.append(node.id)
+                    changed = True
+        for item in list(built.values()):
+            parents = tuple(p for p in item.parents if (par := find(p)) is not None and item.id in par.children)
+            changes: dict[str, Any] = {}
+            if parents != item.parents:
+                changes["parents"] = parents
+            for key in ("merged_into", "dup_of"):
+                ref = getattr(item, key)
+                if ref is not None and (ref == item.id or find(ref) is None):
+                    changes[key] = None
+            if changes:
+                built[item.id] = item.evolve(changes)
+        return dropped
 
     def bulk_store(self, inputs: Sequence[StoreInput]) -> BulkStored:
         """All or nothing: every input is validated before anything is written."""
@@ -1691,6 +1852,18 @@ class Store:
         if scope == ALL_SCOPES:
             return None
         return frozenset({scope_key(self._check_scope(scope)), GLOBAL_SCOPE})
+
+    def hidden_by_scope(self, tier: TierFilter = "all", scope: str | None = None) -> int:
+        """How many items of `tier` a read in `scope` (default: the store's) leaves out."""
+        with self._read():
+            scopes = self._scopes(scope)
+            if scopes is None:
+                return 0
+            tiers = ("active", "archived") if tier == "all" else (tier,)
+            if any(t not in ("active", "archived") for t in tiers):
+                raise InvalidArgumentError("tier must be one of: active, archived, all.")
+            seen = sum(len(self._s.scope_order.get(sc, {}).get(t, [])) for sc in scopes for t in tiers)
+            return sum(len(self._s.order[t]) for t in tiers) - seen
 
     @staticmethod
     def _check_scope(scope: str) -> str:

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from compactor import cli
 from compactor import constants as C
-from compactor.memory_md import _INDEX_LINE, index_line, parse_memory_index, read_memory_path, to_store_input
+from compactor.memory_md import (
+    _INDEX_LINE,
+    INDEX_MARKER,
+    index_line,
+    parse_memory_index,
+    read_memory_path,
+    to_store_input,
+)
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 
@@ -178,7 +185,8 @@ def test_export_memory_md_round_trip(capsys, tmp_path, state_dir):
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert "Wrote 4 memory files" in printed.out
-    index = (out / "MEMORY.md").read_text().splitlines()
+    marker, *index = (out / "MEMORY.md").read_text().splitlines()
+    assert marker == INDEX_MARKER  # how a later export knows the file is ours to replace
     # importance >= 7: user (7+), feedback, project and the native item; not reference or trivia.
     assert len(index) == 4
     for line in index:
@@ -212,9 +220,9 @@ def test_index_is_capped_newest_first(tmp_path, state_dir):
     out = tmp_path / "m"
     assert cli.main(["export", "--format", "memory-md", "-o", str(out), "--state-dir", str(state_dir)]) == 0
     lines = (out / "MEMORY.md").read_text().splitlines()
-    assert len(lines) == C.MEMORY_INDEX_MAX_LINES
-    assert "lesson 229" in lines[0] and "lesson 30" in lines[-1]
-    assert len(list(out.glob("*.md"))) == C.MEMORY_INDEX_MAX_LINES + 1
+    assert len(lines) == C.MEMORY_INDEX_MAX_LINES  # the marker line counts: Claude Code reads 200 lines
+    assert lines[0] == INDEX_MARKER and "lesson 229" in lines[1] and "lesson 31" in lines[-1]
+    assert len(list(out.glob("*.md"))) == C.MEMORY_INDEX_MAX_LINES
 
 
 @given(

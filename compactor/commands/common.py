@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from ..persist import JOURNAL, SNAPSHOT
 from ..report import StateFiles
 from ..scope import project_scope
-from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store
+from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store, TierFilter
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -143,3 +143,16 @@ def item_json(item: Any, *, full: bool = True) -> dict[str, Any]:
     if not full:
         record.pop("content", None)
     return record
+
+
+def scope_note(store: Store, tier: TierFilter, verb: str) -> tuple[int, str | None]:
+    """How many items of `tier` the scope filter left out of a CLI view, and a line saying so
+    and how to see them (None when it left out nothing)."""
+    hidden = store.hidden_by_scope(tier)
+    if not hidden:
+        return 0, None
+    which = "" if tier == "all" else f"{tier} "
+    return (
+        hidden,
+        f"{hidden:,} {which}item(s) of other projects {verb} (scope {store.scope}); --scope all includes them.",
+    )

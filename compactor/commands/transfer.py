@@ -4,7 +4,6 @@ compactor JSON export, a Claude Code auto-memory dir, a MEMORY.md or one memory 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import sys
@@ -16,12 +15,12 @@ from typing import Any, cast
 from .. import constants as C
 from .. import memory_md
 from ..models import Item
+from ..outfile import write_private
 from ..render import preview
-from ..store import Store, StoreInput, TierFilter
-from .common import EXIT_OK, EXIT_USAGE, CliError, Out, add_json, add_state_dir, item_json, opened
+from ..store import BulkStored, Store, StoreInput, TierFilter
+from .common import EXIT_OK, EXIT_USAGE, CliError, Out, add_json, add_state_dir, item_json, opened, scope_note
 
 EXPORT_FORMAT = "compactor-export"
-_VALID_ID = re.compile(r"[a-z0-9][a-z0-9_-]{2,63}")
 
 
 def register(sub: Any) -> None:
@@ -32,6 +31,9 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=["json", "markdown", "memory-md"], default="json", help="default: json")
     p.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="file to write (a dir for memory-md; default: stdout)"
+    )
+    p.add_argument(
+        "--force", action="store_true", help="replace an existing file (never a symlink or a hand-written MEMORY.md)"
     )
     p.add_argument("--tier", choices=["active", "archived", "all"], default="all", help="default: all")
     p.add_argument(
@@ -84,22 +86,27 @@ def _markdown(items: list[Item]) -> str:
     return "\n".join(parts)
 
 
-def _write(text: str, output: Path | None) -> None:
+def _write(text: str, output: Path | None, force: bool) -> None:
     if output is None or str(output) == "-":
         sys.stdout.write(text)
         return
-    output.write_text(text, encoding="utf-8")
+    write_private(output, text, overwrite=force)
 
 
 def cmd_export(args: argparse.Namespace, out: Out) -> int:
     """Export every item (all pages, oldest first). json: one document with every field of
-    every item, which `compactor import` reads back. markdown: one section per item.
-    memory-md: pinned and important items as a Claude Code auto-memory dir (one file each
-    plus a MEMORY.md index, newest first, at most 200 lines); needs -o DIR."""
+    every item, which `compactor import` reads back exactly. markdown: one section per item,
+    for reading (not importable). memory-md: pinned and important items as a Claude Code
+    auto-memory dir (one file each plus a MEMORY.md index, newest first, at most 200 lines);
+    needs -o DIR. Files are written 0600; an existing file is replaced only with --force, a
+    symlink never, and a MEMORY.md compactor did not write never."""
     if args.format == "memory-md" and args.output is None:
         raise CliError("export --format memory-md writes a directory: pass -o DIR", EXIT_USAGE)
     with opened(args) as store:
         items = list(all_items(store, args.tier))
+        _, note = scope_note(store, args.tier, "not exported")
+    if note:
+        print(note, file=sys.stderr)
     if args.format == "json":
         doc = {
             "format": EXPORT_FORMAT,
@@ -108,11 +115,11 @@ def cmd_export(args: argparse.Namespace, out: Out) -> int:
             "count": len(items),
             "items": [item_json(it) for it in items],
         }
-        _write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", args.output)
+        _write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", args.output, args.force)
     elif args.format == "markdown":
-        _write(_markdown(items), args.output)
+        _write(_markdown(items), args.output, args.force)
     else:
-        result = memory_md.export_memory_dir(items, args.output, args.min_importance)
+        result = memory_md.export_memory_dir(items, args.output, args.min_importance, force=args.force)
         out.line(f"Wrote {len(result.files)} memory files and {args.output / memory_md.INDEX_NAME}.")
         if result.left_out:
             out.line(
@@ -124,37 +131,42 @@ def cmd_export(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-def _from_export(doc: Any) -> list[StoreInput]:
+def _records(doc: Any) -> list[dict[str, Any]]:
+    """The item records of a compactor JSON export (or of a bare list, as the MCP `export`
+    tool's pages hold)."""
     records = doc.get("items") if isinstance(doc, dict) else doc
     if not isinstance(records, list):
         raise CliError("the JSON holds no items list (expected a compactor export)")
-    inputs: list[StoreInput] = []
     for i, rec in enumerate(records):
         if not isinstance(rec, dict) or not isinstance(rec.get("content"), str):
-            raise CliError(f"items[{i}] has no content")
-        if rec.get("depth"):
-            continue  # summary nodes are rebuilt from their children by compaction
-        item_id = rec.get("id")
-        if not (isinstance(item_id, str) and _VALID_ID.fullmatch(item_id)):
-            item_id = "imp-" + hashlib.blake2b(rec["content"].encode(), digest_size=10).hexdigest()
-        auto = set(C.TYPE_TAGS)
-        tags = [t for t in rec.get("tags") or [] if isinstance(t, str) and t not in auto]
-        importance = rec.get("importance", C.IMPORTANCE_DEFAULT)
-        inputs.append(
-            StoreInput(
-                content=rec["content"],
-                summary=rec.get("summary") if isinstance(rec.get("summary"), str) else None,
-                tags=tags,
-                importance=importance if isinstance(importance, int) and 1 <= importance <= 10 else 5,
-                pinned=bool(rec.get("pinned")),
-                item_id=item_id,
-            )
+            raise CliError(f"items[{i}] has no content (a summaries_only export cannot be imported)")
+    return records
+
+
+# A section heading of our own markdown export (CLI or MCP tool): `## <id> · <type> · importance N · <tier>`.
+_EXPORT_HEADING = re.compile(
+    r"^## [a-z0-9][a-z0-9_-]{2,63} · (?:error|code|decision|tool_output|prose) · importance \d+ · (?:active|archived)",
+    re.M,
+)
+
+
+def _refuse_markdown_export(path: Path) -> None:
+    """Our markdown export is for reading: it keeps neither scope, lineage nor timestamps, and
+    read as a MEMORY.md every line would become an item."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc}") from exc
+    if text.startswith("# compactor export") or _EXPORT_HEADING.search(text):
+        raise CliError(
+            f"{path} is a compactor markdown export, which cannot be imported without losing fields; "
+            "export with --format json (the default) and import that file."
         )
-    return inputs
 
 
-def read_inputs(path: Path) -> tuple[str, list[StoreInput]]:
-    """(kind, items) for whatever `path` is."""
+def read_inputs(path: Path) -> tuple[str, list[dict[str, Any]] | None, list[StoreInput]]:
+    """(kind, records, inputs) for whatever `path` is: the records of a JSON export (every
+    field, for `Store.import_records`), else None and the inputs read from memory files."""
     if not path.exists():
         raise CliError(f"{path} does not exist")
     if path.is_file() and path.suffix.lower() == ".json":
@@ -162,40 +174,61 @@ def read_inputs(path: Path) -> tuple[str, list[StoreInput]]:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise CliError(f"{path} is not valid JSON: {exc}") from exc
-        return "compactor export", _from_export(doc)
+        return "compactor export", _records(doc), []
+    if path.is_file():
+        _refuse_markdown_export(path)
     if path.is_dir() or path.suffix.lower() in (".md", ".markdown"):
         entries = memory_md.read_memory_path(path)
         kind = "memory dir" if path.is_dir() else path.name
-        return kind, [memory_md.to_store_input(e) for e in entries]
+        return kind, None, [memory_md.to_store_input(e) for e in entries]
     raise CliError(f"cannot import {path}: expected a .json export, a .md file or a memory dir")
 
 
 def cmd_import(args: argparse.Namespace, out: Out) -> int:
-    """Import items. FILE may be a compactor JSON export (ids kept), a Claude Code memory file
-    (*.md with YAML frontmatter name, description, type) or a MEMORY.md (index lines
-    `- [name](file.md) — text`, or flat entries starting with `- `, `## ` or a date). DIR is a
-    Claude Code auto-memory dir. Memory types user, feedback, project and reference become
-    tags and set importance. Ids derive from content: importing twice adds nothing."""
-    kind, inputs = read_inputs(args.path)
+    """Import items. FILE may be a compactor JSON export (every field kept: ids, tier, view,
+    scope, lineage, timestamps; a summary node whose children are not in the file or not
+    linked to it here is left out, and compaction summarises those children again), a Claude
+    Code memory file (*.md with YAML frontmatter name, description, type) or a MEMORY.md
+    (index lines `- [name](file.md) — text`, or flat entries starting with `- `, `## ` or a
+    date). DIR is a Claude Code auto-memory dir. Memory types user, feedback, project and
+    reference become tags and set importance. Importing twice adds nothing. A markdown
+    export is refused: import the JSON one."""
+    kind, records, inputs = read_inputs(args.path)
     if args.dry_run:
+        rows: list[tuple[Any, Any, Any, str]] = (
+            [(r["id"], r.get("summary"), r.get("tags"), r["content"]) for r in records]
+            if records is not None
+            else [(r.item_id, r.summary, r.tags, r.content) for r in inputs]
+        )
         if out.json_mode:
-            out.json({"kind": kind, "items": [{"id": i.item_id, "summary": i.summary, "tags": i.tags} for i in inputs]})
+            out.json({"kind": kind, "items": [{"id": i, "summary": sm, "tags": t} for i, sm, t, _ in rows]})
         else:
-            out.line(f"Would import {len(inputs)} items from {args.path} ({kind}):")
-            for inp in inputs:
-                out.line(f"  {inp.item_id}  {preview(inp.summary or inp.content, 90)}")
+            out.line(f"Would import {len(rows)} items from {args.path} ({kind}):")
+            for item_id, summary, _, content in rows:
+                out.line(f"  {item_id}  {preview(summary or content, 90)}")
         return EXIT_OK
-    if not inputs:
+    if not (records or inputs):
         if out.json_mode:
             out.json({"kind": kind, "imported": [], "already_present": []})
         else:
             out.line(f"Nothing to import from {args.path}.")
         return EXIT_OK
+    dropped: list[str] = []
     with opened(args, create=True) as store:
-        result = store.import_items(inputs)
+        if records is not None:
+            res = store.import_records(records)
+            result: BulkStored = res
+            dropped = res.dropped_nodes
+        else:
+            result = store.import_items(inputs)
     new = [it.id for it in result.items]
     if out.json_mode:
-        out.json({"kind": kind, "imported": new, "already_present": result.skipped})
+        out.json({"kind": kind, "imported": new, "already_present": result.skipped, "dropped_nodes": dropped})
         return EXIT_OK
     out.line(f"Imported {len(new)} items from {args.path} ({kind}); {len(result.skipped)} were already present.")
+    if dropped:
+        out.line(
+            f"{len(dropped)} summary node(s) left out: their children are not in the file or not linked to them "
+            "here; compaction summarises those children again."
+        )
     return EXIT_OK

@@ -14,7 +14,7 @@ from ..persist import JOURNAL, StateDir
 from ..render import preview
 from ..report import ago, item_report, per_depth, status_report
 from ..store import Store
-from .common import EXIT_OK, Out, add_json, add_state_dir, item_json, opened, state_dir_of, state_files
+from .common import EXIT_OK, Out, add_json, add_state_dir, item_json, opened, scope_note, state_dir_of, state_files
 
 
 def register(sub: Any) -> None:
@@ -130,6 +130,7 @@ def cmd_list(args: argparse.Namespace, out: Out) -> int:
     summary."""
     with opened(args) as store:
         page = store.list_items(offset=args.offset, limit=args.limit, tier=args.tier)
+        hidden, note = scope_note(store, args.tier, "not listed")
     if out.json_mode:
         out.json(
             {
@@ -137,22 +138,27 @@ def cmd_list(args: argparse.Namespace, out: Out) -> int:
                 "total": page.total,
                 "offset": page.offset,
                 "next_offset": page.offset + len(page.items) if page.offset + len(page.items) < page.total else None,
+                "hidden_by_scope": hidden,
             }
         )
         return EXIT_OK
     now = time.time()
     if not page.items:
         out.line(f"No {args.tier} items." if args.tier != "all" else "No items.")
+        if note:
+            out.line(note)
         return EXIT_OK
     width = _id_width(page.items)
     out.line(_header(out, width))
     for it in page.items:
         out.line(_row(out, it, now, width))
     shown_to = page.offset + len(page.items)
-    note = f"{page.offset + 1}-{shown_to} of {page.total:,} {args.tier}"
+    footer = f"{page.offset + 1}-{shown_to} of {page.total:,} {args.tier}"
     if shown_to < page.total:
-        note += f"; next: --offset {shown_to}"
-    out.line(out.paint(note, "dim"))
+        footer += f"; next: --offset {shown_to}"
+    out.line(out.paint(footer, "dim"))
+    if note:
+        out.line(out.paint(note, "dim"))
     return EXIT_OK
 
 
@@ -221,24 +227,30 @@ def cmd_query(args: argparse.Namespace, out: Out) -> int:
     does."""
     with opened(args) as store:
         hits = store.query(args.text, tags=args.tags, limit=args.limit, include_archived=args.archived)
+        hidden, note = scope_note(store, "all" if args.archived else "active", "not searched")
     if out.json_mode:
         out.json(
             {
                 "items": [
                     {**item_json(h.item, full=False), "score": round(h.score, 4), "matched": list(h.matched)}
                     for h in hits
-                ]
+                ],
+                "hidden_by_scope": hidden,
             }
         )
         return EXIT_OK
     if not hits:
         out.line("No matches." + ("" if args.archived else " (--archived searches the archive too)"))
+        if note:
+            out.line(note)
         return EXIT_OK
     now = time.time()
     width = _id_width([h.item for h in hits])
     out.line(_header(out, width, f" {'SCORE':>6}"))
     for h in hits:
         out.line(_row(out, h.item, now, width, f" {h.score:>6.3f}"))
+    if note:
+        out.line(out.paint(note, "dim"))
     return EXIT_OK
 
 
