@@ -107,6 +107,9 @@ QUERY_LIMIT_MAX: Final = 100
 NEEDS_SUMMARY_LIMIT: Final = 10
 EXPORT_PAGE_CHARS: Final = 60_000
 BULK_MAX_ITEMS: Final = 1_000
+# A wrong argument is echoed in the error up to this many characters: enough to recognise it,
+# never a large paste sent back into the model's context.
+ARG_ECHO_CHARS: Final = 40
 
 # A client that advertises roots but never answers must not stall the first tool call.
 ROOTS_TIMEOUT_S: Final = 2.0

@@ -32,10 +32,10 @@ from mcp_types import (
     TextContent,
     ToolAnnotations,
 )
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from . import constants as C
-from . import resources
+from . import contract, resources
 from . import schemas as S
 from .condense import depth_instruction, gist
 from .errors import CompactorError, NotFoundError
@@ -100,7 +100,8 @@ class BulkItem(BaseModel):
     model_config = {"extra": "forbid"}
 
 
-_BULK = TypeAdapter(list[BulkItem])
+_BULK_PROPERTIES: dict[str, Any] = BulkItem.model_json_schema()["properties"]
+_BULK_FIELDS = list(BulkItem.model_fields)
 
 
 def _result(text: str, structured: BaseModel | dict[str, Any]) -> CallToolResult:
@@ -302,17 +303,26 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                     raw = json.loads(raw)
                 except json.JSONDecodeError as exc:
                     raise ToolError(f"items is a string but not valid JSON ({exc.msg} at {exc.pos}).") from exc
+                except RecursionError as exc:
+                    raise ToolError(
+                        "items is nested too deeply to read; send a JSON array of flat objects. Nothing was stored."
+                    ) from exc
             if not isinstance(raw, list):
                 raise ToolError("items must be a JSON array of objects.")
             if len(raw) > C.BULK_MAX_ITEMS:
                 raise ToolError(f"items has {len(raw):,} entries; send at most {C.BULK_MAX_ITEMS:,} per call.")
-            try:
-                parsed = _BULK.validate_python(raw)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                loc = err["loc"]
-                where = f"items[{loc[0]}]" + "".join(f".{p}" for p in loc[1:])
-                raise ToolError(f"{where}: {err['msg']}. Nothing was stored.") from exc
+            for i, entry in enumerate(raw):
+                if not isinstance(entry, dict):
+                    raise ToolError(
+                        f"items[{i}] must be an object with content and optional {', '.join(_BULK_FIELDS[1:])}, "
+                        f"got {contract.describe_value(entry)}. Nothing was stored."
+                    )
+                problem = contract.arguments_problem(
+                    "", BulkItem, _BULK_PROPERTIES, entry, path=f"items[{i}].", noun="field"
+                )
+                if problem is not None:
+                    raise ToolError(f"{problem} Nothing was stored.")
+            parsed = [BulkItem.model_validate(entry, strict=True) for entry in raw]
             res = store.bulk_store([StoreInput(p.content, p.summary, p.tags, p.importance, p.pinned) for p in parsed])
             tokens = sum(it.content_tokens for it in res.items)
             text = (
@@ -821,6 +831,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         return await run(ctx, go)
 
     resources.register(mcp, store)
+    contract.install(mcp)
     return mcp
 
 
