@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from . import constants as C
 log = logging.getLogger(__name__)
 
 _MISSING = object()
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def install(mcp: MCPServer) -> None:
@@ -99,6 +101,24 @@ def arguments_problem(
         model.model_validate(dict(data), strict=True)
     except ValidationError as exc:
         return " ".join(error_sentences(prefix, path, properties, data, exc))
+    for arg, value in data.items():
+        bad = _lone_surrogate(value)
+        if bad is not None:
+            # Over stdio the SDK refuses such a message whole; in-process it would be stored.
+            return f"{prefix}{path}{arg} holds a lone surrogate (U+{ord(bad):04X}), which is not Unicode text."
+    return None
+
+
+def _lone_surrogate(value: Any, depth: int = 0) -> str | None:
+    """The first lone surrogate in a string argument (or in the strings of a list or object)."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        return found.group() if found else None
+    if depth < C.ARG_SCAN_DEPTH and isinstance(value, list | dict):
+        for v in value.values() if isinstance(value, dict) else value:
+            bad = _lone_surrogate(v, depth + 1)
+            if bad is not None:
+                return bad
     return None
 
 

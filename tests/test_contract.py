@@ -167,3 +167,14 @@ def test_input_schemas_refuse_unknown_arguments(srv: StdioServer):
     """The published schemas say what the server enforces, so a client can check before sending."""
     tools = srv.request("tools/list")["result"]["tools"]
     assert tools and all(t["inputSchema"].get("additionalProperties") is False for t in tools)
+
+
+def test_lone_surrogates_are_refused_in_process_as_over_stdio():
+    """Over stdio a lone surrogate never reaches a tool (tests/test_protocol_abuse.py); in-process
+    it would be stored as text that no JSON encoder can write back. Refused the same way."""
+    is_error, text, _, count = anyio.run(_call, "store", {"content": "a\ud83db"})
+    assert is_error and text == "store: content holds a lone surrogate (U+D83D), which is not Unicode text."
+    assert count == 0
+    is_error, text, _, count = anyio.run(_call, "bulk_store", {"items": [{"content": "ok", "tags": ["x\udc00"]}]})
+    assert is_error and text == "bulk_store: items holds a lone surrogate (U+DC00), which is not Unicode text."
+    assert count == 0
