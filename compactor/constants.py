@@ -107,6 +107,21 @@ QUERY_LIMIT_MAX: Final = 100
 NEEDS_SUMMARY_LIMIT: Final = 10
 EXPORT_PAGE_CHARS: Final = 60_000
 BULK_MAX_ITEMS: Final = 1_000
+# A wrong argument is echoed in the error up to this many characters: enough to recognise it,
+# never a large paste sent back into the model's context.
+ARG_ECHO_CHARS: Final = 40
+# Arguments are scanned for lone surrogates this deep: bulk_store's items are a list of objects
+# holding a list of tags, so 3 levels; deeper values are refused by the schemas anyway.
+ARG_SCAN_DEPTH: Final = 3
+
+# --- stdio transport ----------------------------------------------------------------------
+# Requests unanswered or with a reply not yet written to stdout: past this, stdin is not read
+# (backpressure), so a client that never reads its replies cannot grow the server's memory.
+# Well above what a client pipelines (Claude Code sends tool calls one at a time).
+MAX_PENDING_REQUESTS: Final = 32
+# A line the SDK's JSON parser refuses is parsed again only up to this size to find its id:
+# past it (the 50 MB garbage line) the reply keeps id null rather than spend the time.
+MAX_REPARSE_CHARS: Final = 2 << 20
 
 # A client that advertises roots but never answers must not stall the first tool call.
 ROOTS_TIMEOUT_S: Final = 2.0

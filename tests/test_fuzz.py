@@ -233,6 +233,7 @@ async def run_session(store: Store, calls: list[tuple[str, dict[str, Any]]]) -> 
                 text = result.content[0].text  # type: ignore[union-attr]
                 if text == f"Error executing tool {tool}":
                     Tally.opaque += 1  # an exception the tool did not expect: the SDK hides its message
+                assert "pydantic" not in text and "validation error" not in text, (tool, text[:500])
                 assert fingerprint(store) == before, f"{tool} failed but changed the store: {args!r:.300}"
             else:
                 assert result.structured_content is not None, (tool, result)

@@ -13,16 +13,21 @@ transport, not our code, that decides:
 - Valid messages that need no answer (an unknown notification, a response or error the server
   never asked for) get none; the SDK also reads a request with an object or null id as a
   notification, so that gets none either.
-- A JSON string with a lone surrogate escape ("\\ud800") fails the SDK's JSON parser, so the
-  whole message is refused the same way: lone surrogates never reach a tool over stdio.
+- A JSON string with a lone surrogate escape ("\\ud800") fails the SDK's JSON parser: the whole
+  message is refused (-32600) with the request's id, so the client does not wait forever; lone
+  surrogates never reach a tool.
 - The SDK's parser accepts the non-JSON literals NaN and Infinity; the tools' schemas then
   reject them as a tool error ("finite number").
-- Invalid UTF-8 bytes are decoded with replacement characters (U+FFFD) and stored as such.
+- Invalid UTF-8 bytes are refused (-32700, with the request's id and where the bad byte is),
+  never stored as replacement characters (U+FFFD) behind a success reply.
+- A client that never reads its replies stops being read from (backpressure): the server's
+  memory stays flat, and every reply is delivered once the client reads again.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -185,13 +190,76 @@ def test_nan_and_infinity_literals_are_tool_errors(srv: StdioServer, literal: by
     assert srv.ok("status")["auto_compact_threshold"] == settings["auto_compact_threshold"]
 
 
-def test_invalid_utf8_is_replaced_not_fatal(srv: StdioServer):
+def test_lone_surrogate_escape_is_refused_with_the_request_id(srv: StdioServer):
+    count = active_items(srv)
+    before, _ = exchange(srv, INVALID["lone surrogate escape"])
+    assert before == [
+        {
+            "jsonrpc": "2.0",
+            "id": 18,
+            "error": {
+                "code": -32600,
+                "message": "Invalid Request: the message holds a lone UTF-16 surrogate escape (\\ud800); "
+                "nothing was run",
+            },
+        }
+    ]
+    assert active_items(srv) == count
+
+
+def test_invalid_utf8_is_refused_with_the_request_id(srv: StdioServer):
+    count = active_items(srv)
     raw = b'{"jsonrpc":"2.0","id":19,"method":"tools/call","params":{"name":"store","arguments":'
     raw += b'{"content":"left \xff\xfe right"}}}\n'
     before, _ = exchange(srv, raw)
-    assert len(before) == 1 and before[0]["result"]["isError"] is False, before
-    item = before[0]["result"]["structuredContent"]["id"]
-    assert srv.ok("get", id=item)["content"] == "left \ufffd\ufffd right"
+    assert len(before) == 1 and before[0]["id"] == 19, before
+    at = raw.index(0xFF)
+    assert before[0]["error"] == {
+        "code": -32700,
+        "message": f"Parse error: the message is not valid UTF-8 (byte 0xff at character {at}); nothing was run",
+    }
+    assert active_items(srv) == count
+    # Valid UTF-8, U+FFFD included, is stored exactly.
+    item = srv.ok("store", content="left \ufffd \u00e9 \U0001f600 right")["id"]
+    assert srv.ok("get", id=item)["content"] == "left \ufffd \u00e9 \U0001f600 right"
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) / 1024
+
+
+def test_a_client_that_never_reads_cannot_grow_the_server():
+    """2,000 export calls (~40 KB of reply each) from a client that does not read stdout. Before,
+    the server kept reading and held every reply: +130 MB in 5 s. Now it stops reading stdin
+    while replies are not drained, and delivers all of them, in order, once the client reads."""
+    n = 2_000
+    with StdioServer("--log-level", "ERROR") as fresh:
+        fresh.ok(
+            "bulk_store", items=[{"content": f"item {i} " + "lorem ipsum dolor sit amet " * 40} for i in range(60)]
+        )
+        base = _rss_mb(fresh.pid)
+        call = {"name": "export", "arguments": {}}
+        burst = b"".join(
+            line({"jsonrpc": "2.0", "id": 100_000 + i, "method": "tools/call", "params": call}) for i in range(n)
+        )
+        writer = threading.Thread(target=fresh.send_raw, args=(burst,), daemon=True)
+        writer.start()
+        peak = base
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            peak = max(peak, _rss_mb(fresh.pid))
+        assert writer.is_alive(), "the server read every request although no reply was read"
+        assert peak - base < 30, f"RSS grew {base:.0f} -> {peak:.0f} MB while the client did not read"
+        ids = []
+        while len(ids) < n:
+            msg = fresh.read_message(30)
+            assert "result" in msg and not msg["result"].get("isError"), str(msg)[:300]
+            ids.append(msg["id"])
+        assert ids == [100_000 + i for i in range(n)]
+        writer.join(10)
+        print(f"\nRSS {base:.0f} -> {peak:.0f} MB while {n:,} replies waited; all delivered in order")
 
 
 def test_fifty_megabyte_store_is_a_clear_tool_error(srv: StdioServer):

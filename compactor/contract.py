@@ -1,0 +1,232 @@
+"""The tool contract: every tools/call is checked before its tool runs.
+
+The SDK validates arguments laxly ("7" becomes 7, true becomes 1, unknown arguments are
+dropped) and reports a failure as pydantic's multi-line dump with a URL. Here each call is
+validated in pydantic strict mode against the tool's own argument model, and a wrong call is
+answered as a tool error of plain sentences, one per wrong argument: which argument, what it
+allows (read from the tool's published input schema), and what was sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel, ValidationError
+
+from . import constants as C
+
+log = logging.getLogger(__name__)
+
+_MISSING = object()
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def install(mcp: MCPServer) -> None:
+    """Check every tools/call of `mcp` strictly, before the SDK's own (lax) validation, and word
+    every tool error the same way."""
+
+    async def check_arguments(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call" and ctx.request_id is not None and ctx.params is not None:
+            problem = call_problem(mcp, ctx.params)
+            if problem is not None:
+                # Argument names only: the rejected values are the caller's data.
+                log.info("%s: arguments rejected", ctx.params.get("name"))
+                return CallToolResult(content=[TextContent(type="text", text=problem)], is_error=True)
+            return _plain_tool_error(ctx.params.get("name"), await call_next(ctx))
+        return await call_next(ctx)
+
+    mcp.middleware.append(check_arguments)
+    for tool in mcp._tool_manager.list_tools():
+        tool.parameters["additionalProperties"] = False  # publish what is enforced
+
+
+def _plain_tool_error(name: object, result: HandlerResult) -> HandlerResult:
+    """The SDK words a tool's deliberate error "Error executing tool store: <message>": say
+    "store: <message>", as the argument errors above do. The result arrives serialized."""
+    if not isinstance(result, dict) or result.get("isError") is not True:
+        return result
+    content = result.get("content")
+    head = f"Error executing tool {name}: "
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        text = content[0].get("text")
+        if isinstance(text, str) and text.startswith(head):
+            first = {**content[0], "text": f"{name}: {text[len(head) :]}"}
+            return {**result, "content": [first, *content[1:]]}
+    return result
+
+
+def call_problem(mcp: MCPServer, params: Mapping[str, Any]) -> str | None:
+    """What is wrong with a tools/call's arguments, or None. Malformed params (no name, arguments
+    not an object) and unknown tools are left to the SDK, which answers them already."""
+    name, arguments = params.get("name"), params.get("arguments")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        return None
+    tool = mcp._tool_manager.get_tool(name)
+    if tool is None:
+        return None
+    model = tool.fn_metadata.arg_model
+    # The SDK parses a JSON string sent for a list or object argument (clients do send those);
+    # keep accepting exactly what it accepts there.
+    data = tool.fn_metadata.pre_parse_json(arguments)
+    return arguments_problem(f"{name}: ", model, tool.parameters.get("properties", {}), data)
+
+
+def arguments_problem(
+    prefix: str,
+    model: type[BaseModel],
+    properties: Mapping[str, Any],
+    data: Mapping[str, Any],
+    *,
+    path: str = "",
+    noun: str = "argument",
+) -> str | None:
+    """One sentence per wrong argument of `data` for `model`, or None. Each sentence starts with
+    `prefix` ("store: "), and names an argument as `path` + its name ("items[2].importance")."""
+    accepted = [field.alias or name for name, field in model.model_fields.items()]
+    unknown = [key for key in data if key not in accepted]
+    if unknown:
+        names = ", ".join(repr(path + k[: C.ARG_ECHO_CHARS]) for k in unknown[:5])
+        takes = f"accepted: {', '.join(accepted)}" if accepted else "it takes no arguments"
+        return f"{prefix}unknown {noun}{'s' if len(unknown) > 1 else ''} {names}; {takes}."
+    try:
+        model.model_validate(dict(data), strict=True)
+    except ValidationError as exc:
+        return " ".join(error_sentences(prefix, path, properties, data, exc))
+    for arg, value in data.items():
+        bad = _lone_surrogate(value)
+        if bad is not None:
+            # Over stdio the SDK refuses such a message whole; in-process it would be stored.
+            return f"{prefix}{path}{arg} holds a lone surrogate (U+{ord(bad):04X}), which is not Unicode text."
+    return None
+
+
+def _lone_surrogate(value: Any, depth: int = 0) -> str | None:
+    """The first lone surrogate in a string argument (or in the strings of a list or object)."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        return found.group() if found else None
+    if depth < C.ARG_SCAN_DEPTH and isinstance(value, list | dict):
+        for v in value.values() if isinstance(value, dict) else value:
+            bad = _lone_surrogate(v, depth + 1)
+            if bad is not None:
+                return bad
+    return None
+
+
+def error_sentences(
+    prefix: str, path: str, properties: Mapping[str, Any], data: Mapping[str, Any], exc: ValidationError
+) -> list[str]:
+    """One sentence per argument named in `exc`, in the order pydantic found them."""
+    sentences: list[str] = []
+    seen: set[str] = set()
+    for err in exc.errors(include_url=False):
+        loc = err["loc"]
+        arg = str(loc[0]) if loc else ""
+        if arg in seen:
+            continue  # a union reports one error per alternative: one sentence is enough
+        seen.add(arg)
+        schema = properties.get(arg, {})
+        allowed = describe_schema(schema) if schema else "a valid value"
+        value = data.get(arg, _MISSING)
+        name = path + arg
+        if value is _MISSING:
+            sentences.append(f"{prefix}{name} is required: {allowed}.")
+        elif err["type"] == "recursion_loop":
+            sentences.append(f"{prefix}{name} is nested too deeply; it must be {allowed}.")
+        else:
+            sentences.append(f"{prefix}{name} must be {allowed}, got {describe_value(value)}.")
+    return sentences
+
+
+def describe_schema(schema: Mapping[str, Any]) -> str:
+    """What a JSON schema allows, in words: 'an integer from 1 to 10', 'true, false or null'."""
+    return _join_or(_alternatives(schema))
+
+
+def _alternatives(schema: Mapping[str, Any]) -> list[str]:
+    if "anyOf" in schema:
+        out: list[str] = []
+        for sub in schema["anyOf"]:
+            out.extend(a for a in _alternatives(sub) if a not in out)
+        return out
+    if "enum" in schema:
+        return ["one of " + ", ".join(repr(v) for v in schema["enum"])]
+    kind = schema.get("type")
+    if kind == "integer":
+        return ["an integer" + _bounds(schema)]
+    if kind == "number":
+        return ["a finite number" + _bounds(schema)]
+    if kind == "string":
+        return ["a string" + _lengths(schema)]
+    if kind == "boolean":
+        return ["true", "false"]
+    if kind == "null":
+        return ["null"]
+    if kind == "array":
+        items = schema.get("items", {})
+        what = {"string": "strings", "object": "objects", "integer": "integers", "number": "numbers"}
+        return [f"a list of {what.get(items.get('type'), 'values')}"]
+    if kind == "object":
+        return ["an object"]
+    return ["a valid value"]
+
+
+def _num(v: Any) -> str:
+    return f"{v:,}" if isinstance(v, int) else repr(v)
+
+
+def _bounds(schema: Mapping[str, Any]) -> str:
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    if lo is not None and hi is not None:
+        return f" from {_num(lo)} to {_num(hi)}"
+    if lo is not None:
+        return f" of at least {_num(lo)}"
+    if hi is not None:
+        return f" of at most {_num(hi)}"
+    return ""
+
+
+def _lengths(schema: Mapping[str, Any]) -> str:
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
+    if lo and hi is not None:
+        return f" of {lo:,} to {hi:,} characters"
+    if hi is not None:
+        return f" of at most {hi:,} characters"
+    if lo:
+        return f" of at least {lo:,} characters"
+    return ""
+
+
+def _join_or(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
+
+
+def describe_value(value: Any) -> str:
+    """What was sent, briefly and without echoing much of it back."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, int | float):
+        text = repr(value)
+        return f"the number {text}" if len(text) <= C.ARG_ECHO_CHARS else f"a number of {len(text):,} digits"
+    if isinstance(value, str):
+        if len(value) <= C.ARG_ECHO_CHARS:
+            return f"the string {value!r}"
+        return f"a string of {len(value):,} characters"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value):,} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a value of type {type(value).__name__}"
