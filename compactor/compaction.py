@@ -80,6 +80,7 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
     # 2. Deduplication: only items added or changed since the last pass need checking.
     losers: set[str] = set()
     gained: dict[str, list[str]] = {}
+    gained_from: dict[str, list[tuple[str, str]]] = {}
     for item_id in inp.dedup_pending:
         a = by_id.get(item_id)
         if a is None or item_id in losers:
@@ -101,15 +102,28 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
             ops.append({"op": "patch", "id": loser.id, "set": {"tier": "archived", "merged_into": survivor.id}})
             used -= loser.view_tokens if loser.id not in promoted else loser.summary_tokens
             tags = gained.setdefault(survivor.id, list(survivor.tags))
+            sources = gained_from.setdefault(survivor.id, list(survivor.tags_from))
+            merged = {tag for tag, _ in sources}
             for tag in loser.tags:
-                if tag not in tags and len(tags) < C.MAX_TAGS:
+                # Where the tag came from: the loser, or whoever gave it to the loser in a merge.
+                origins = [src for t, src in loser.tags_from if t == tag] or [loser.id]
+                if tag not in tags:
+                    if len(tags) >= C.MAX_TAGS:
+                        continue
                     tags.append(tag)
+                elif tag not in merged:
+                    continue  # the survivor's own tag: nobody's forget takes it
+                sources.extend((tag, src) for src in origins if (tag, src) not in sources)
             report.deduplicated.append((loser.id, survivor.id))
             if loser.id == item_id:
                 break
     for survivor_id, tags in gained.items():
-        if survivor_id not in losers and tuple(tags) != by_id[survivor_id].tags:
-            ops.append({"op": "patch", "id": survivor_id, "set": {"tags": tags}})
+        sources = gained_from[survivor_id]
+        if survivor_id not in losers and (tuple(tags), tuple(sources)) != (
+            by_id[survivor_id].tags,
+            by_id[survivor_id].tags_from,
+        ):
+            ops.append({"op": "patch", "id": survivor_id, "set": {"tags": tags, "tags_from": sources}})
 
     # 3. Eviction: the lowest-value raw items move to the archive until the target is met,
     # leaving room for the summary nodes that will cover them. Summary nodes are condensed

@@ -92,6 +92,9 @@ TAG_SCAN_CHARS: Final = 64 * 1024
 MIN_HUMAN_SECRET: Final = 4  # shorter `password=` values are test dummies ("x", "pw"), not credentials
 MIN_MACHINE_SECRET: Final = 8  # generated keys/tokens are far longer; 8 keeps short lexer tokens out
 MIN_BEARER_TOKEN: Final = 16  # OAuth/JWT bearer tokens are 20+ chars; shorter "Bearer xyz" is prose
+MIN_PASSPHRASE_WORDS: Final = 2  # a quoted password with spaces: 2-5 words is a passphrase ...
+MAX_PASSPHRASE_WORDS: Final = 5  # ... more reads as a message ("Please enter the new password")
+MIN_RANDOM_LETTERS: Final = 20  # letters-only secrets (client_secret=AbXq...) are long; names shorter
 MAX_PASSES: Final = 4  # text with secrets settles after one pass (a second one confirms); see `redact`
 
 # --- output bounds ------------------------------------------------------------------------

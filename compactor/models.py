@@ -46,6 +46,9 @@ class Item:
     # Where a summary node's children were when it was made: dissolve puts them back there.
     children_tier: Tier = "archived"
     scope: str = ""
+    # (tag, id of the item it came from) for tags gained when near-duplicates merged into this
+    # one: forgetting that item takes back the tags only it gave.
+    tags_from: tuple[tuple[str, str], ...] = ()
 
     @property
     def view_tokens(self) -> int:
@@ -76,13 +79,21 @@ class Item:
             else:
                 for key in TUPLE_FIELDS:
                     setattr(item, key, tuple(getattr(item, key)))
+                item.tags_from = pairs(item.tags_from)
                 return item
         known = _FIELD_NAMES
         data = {k: v for k, v in record.items() if k in known}
         for key in TUPLE_FIELDS:
             if key in data:
                 data[key] = tuple(data[key])
+        if "tags_from" in data:
+            data["tags_from"] = pairs(data["tags_from"])
         return cls(**data)
+
+
+def pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """`tags_from` as tuples: JSON brings it back as a list of lists."""
+    return tuple((tag, source) for tag, source in value)
 
 
 # Tuple fields: JSON (records, journal patches) brings them back as lists.

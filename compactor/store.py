@@ -42,7 +42,7 @@ from .condense import (
 from .dedup import DedupIndex
 from .errors import InvalidArgumentError, NotFoundError, PersistenceError
 from .index import BM25Index
-from .models import CONTENT_TYPES, TUPLE_FIELDS, CompactReport, ContentType, Item, Settings, Tier
+from .models import CONTENT_TYPES, TUPLE_FIELDS, CompactReport, ContentType, Item, Settings, Tier, pairs
 from .persist import ItemRecords, Op, StateDir, snapshot_chunks
 from .redact import redact
 from .render import budget_line, item_line
@@ -395,6 +395,8 @@ class Store:
             for key in TUPLE_FIELDS:
                 if key in changes:
                     changes[key] = tuple(changes[key])
+            if "tags_from" in changes:
+                changes["tags_from"] = pairs(changes["tags_from"])
             new = old.evolve(changes)
             self._swap(old, new)
         elif kind == "del":
@@ -605,7 +607,7 @@ class Store:
         content, summary = self._redact(content, summary)
         importance = _check_importance(inp.importance)
         try:
-            user_tags = parse_tags(inp.tags)
+            user_tags = parse_tags(self._redact_tags(inp.tags))
         except (ValueError, TypeError) as exc:
             raise InvalidArgumentError(str(exc)) from exc
         for tag in user_tags:
@@ -634,7 +636,7 @@ class Store:
             access_count=0,
             content_tokens=self.counter.count(content),
             summary_tokens=self.counter.count(summary),
-            scope=self._check_scope(inp.scope) if inp.scope is not None else self.scope,
+            scope=self._check_stored_scope(inp.scope) if inp.scope is not None else self.scope,
         )
 
     def _redact(self, content: str, summary: str | None) -> tuple[str, str | None]:
@@ -649,6 +651,32 @@ class Store:
             for r in found:
                 self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         return content, summary
+
+    def _redact_tags(self, tags: str | Sequence[str] | None) -> str | Sequence[str] | None:
+        """Tags without the ones holding a credential: such a tag is dropped, not rewritten, as
+        `[redacted:github_token]` would tag nothing. Checked before parse_tags lowercases them
+        (`AKIA...` is only a key in upper case)."""
+        if not self.redact_secrets or tags is None:
+            return tags
+        raw: list[Any] = tags.strip().split(",") if isinstance(tags, str) else list(tags)
+        kept: list[Any] = []
+        for tag in raw:
+            found = redact(tag)[1] if isinstance(tag, str) else []  # parse_tags reports a non-string
+            for r in found:
+                self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+            if not found:
+                kept.append(tag)
+        return kept
+
+    def _check_stored_scope(self, scope: str) -> str:
+        """A scope names a project; one that holds a credential is refused rather than stored
+        (rewriting it would file the item under a different project)."""
+        scope = self._check_scope(scope)
+        found = redact(scope)[1] if self.redact_secrets else []
+        if found:
+            kinds = ", ".join(r.kind for r in found)
+            raise InvalidArgumentError(f"scope holds what looks like a credential ({kinds}); name the project instead.")
+        return scope
 
     def take_redactions(self) -> dict[str, int]:
         """What the last call redacted (kind -> count), and reset."""
@@ -1266,12 +1294,16 @@ class Store:
                 changes["importance"] = _check_importance(importance)
             if tags is not None or content is not None:
                 try:
-                    user = parse_tags(tags) if tags is not None else self._user_tags(old)
+                    user = parse_tags(self._redact_tags(tags)) if tags is not None else self._user_tags(old)
                 except ValueError as exc:
                     raise InvalidArgumentError(str(exc)) from exc
                 ctype = changes.get("content_type", old.content_type)
                 text = changes.get("content", old.content)
                 changes["tags"] = merge_tags(user, auto_tags(text, ctype))[: C.MAX_TAGS]
+                if old.tags_from:
+                    # Tags the caller names are theirs now; merged ones kept stay attributed.
+                    own = set(parse_tags(self._redact_tags(tags))) if tags is not None else set()
+                    changes["tags_from"] = [p for p in old.tags_from if p[0] in changes["tags"] and p[0] not in own]
             self._transact(
                 [{"op": "patch", "id": item_id, "set": changes}],
                 protected=frozenset({item_id}),
@@ -1346,6 +1378,12 @@ class Store:
                 for other in self._s.items.values()
                 if other.merged_into == item_id
             )
+            # Tags it gave to items it was merged with: those only it gave go too.
+            ops.extend(
+                {"op": "patch", "id": other.id, "set": _without_source(other, item_id)}
+                for other in self._s.items.values()
+                if any(source == item_id for _, source in other.tags_from)
+            )
             txn = _Txn(self)
             try:
                 txn.apply(ops)
@@ -1378,10 +1416,17 @@ class Store:
                     change["gone_children"] = [*parent.gone_children, item.id]
                     change["quality"] = "stale"
                 kids = [self._s.items[c] for c in parent.children if c in self._s.items]
-                if kids:
-                    text = extractive_text(parent.depth, kids, self.counter.count)
+                # Rebuilt even with no child left: the old text quotes the forgotten one.
+                text = extractive_text(parent.depth, kids, self.counter.count)
+                if text != parent.content:
                     change["content"] = text
                     change["content_tokens"] = self.counter.count(text)
+                # A node's tags come from its children: drop the forgotten item's unless a
+                # remaining child has them too.
+                left = {t for kid in kids for t in kid.tags}
+                tags = [t for t in parent.tags if t not in item.tags or t in left]
+                if len(tags) != len(parent.tags):
+                    change["tags"] = tags
                 if change:
                     txn.apply([{"op": "patch", "id": pid, "set": change}])
                 nxt.extend(p for p in parent.parents if p in self._s.items)
@@ -2105,6 +2150,14 @@ def _gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _without_source(item: Item, source: str) -> dict[str, Any]:
+    """The tag change that takes back what `source` gave `item` in merges."""
+    kept = [pair for pair in item.tags_from if pair[1] != source]
+    still = {tag for tag, _ in kept}
+    gone = {tag for tag, src in item.tags_from if src == source} - still
+    return {"tags": [t for t in item.tags if t not in gone], "tags_from": kept}
 
 
 def _common_tags(children: list[Item]) -> list[str]:

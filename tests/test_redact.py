@@ -18,11 +18,16 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from bench.revisits import default_corpus
+from bench.redaction import REVIEWED
+from bench.secret_shapes import NEAR_MISSES as SHAPE_NEAR_MISSES
+from bench.secret_shapes import SHAPES, Shape
 from compactor.redact import REDACTION_KINDS, Redaction, placeholder, redact
 
 DATA = Path(__file__).parent / "data" / "secrets.jsonl"
-CORPUS = default_corpus()
+# Windows of the real-agent corpus around credential-like words (`python -m bench.redaction
+# --sample ...`), kept here so these tests do not need ../shared; the full corpus is measured by
+# `python -m bench.redaction`.
+CORPUS_SAMPLE = Path(__file__).parent / "data" / "corpus_sample.jsonl"
 
 ROWS: list[dict[str, Any]] = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines()]
 SECRETS = [row for row in ROWS if row["kind"] is not None]
@@ -35,7 +40,7 @@ def test_corpus_size_and_coverage() -> None:
     print(f"\nsecrets corpus: {len(SECRETS)} secrets, {len(NEAR_MISSES)} near-misses", file=sys.stderr)
     assert len(SECRETS) >= 30
     assert len(NEAR_MISSES) >= 30
-    assert {row["kind"] for row in SECRETS} == set(REDACTION_KINDS)
+    assert {row["kind"] for row in SECRETS} | {shape.kind for shape in SHAPES} == set(REDACTION_KINDS)
     for row in SECRETS:
         assert row["secret"] in row["text"], row["note"]
 
@@ -65,7 +70,7 @@ def test_all_rows_at_once() -> None:
     expected: dict[str, int] = {}
     for row in SECRETS:
         expected[row["kind"]] = expected.get(row["kind"], 0) + 1
-    assert found == [Redaction(kind, expected[kind]) for kind in REDACTION_KINDS]
+    assert found == [Redaction(kind, expected[kind]) for kind in REDACTION_KINDS if kind in expected]
     assert not [row["note"] for row in SECRETS if row["secret"] in out]
     for row in NEAR_MISSES:
         assert row["text"] in out, row["note"]
@@ -214,32 +219,67 @@ def test_redact_is_idempotent_on_mixed_fragments(text: str) -> None:
 # --- real sessions and speed ---------------------------------------------------------------------
 
 
-def test_real_sessions_have_almost_no_redactions() -> None:
-    events = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
-    hits = []
-    for event in events:
-        out, found = redact(event["content"])
-        if found:
-            hits.append((event, out, found))
-    share = len(hits) / len(events)
-    print(f"\ncorpus: {len(hits)} of {len(events)} events redacted ({share:.3%})", file=sys.stderr)
-    for event, out, found in hits:
-        changed = [
-            (a.strip(), b.strip())
-            for a, b in zip(event["content"].splitlines(), out.splitlines(), strict=False)
-            if a != b
-        ]
-        print(f"  {event['traj']} #{event['seq']} {event['kind']} {found}", file=sys.stderr)
-        for a, b in changed:
-            print(f"    - {a[:120]}\n    + {b[:120]}", file=sys.stderr)
-    assert share < 0.005
+def test_real_sessions_redact_only_the_reviewed_literal_passwords() -> None:
+    rows = [json.loads(line) for line in CORPUS_SAMPLE.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) >= 300
+    hits = {(row["traj"], row["seq"]): redact(row["text"]) for row in rows}
+    hits = {where: result for where, result in hits.items() if result[1]}
+    for (traj, seq), (_, found) in hits.items():
+        print(f"  {traj} #{seq} {found}", file=sys.stderr)
+    assert hits, "the sample holds the reviewed literal passwords"
+    assert set(hits) <= REVIEWED  # anything else is a false positive
+    assert all(r.kind == "password" for _, found in hits.values() for r in found)
 
 
 def test_one_mebibyte_is_fast() -> None:
-    text = "\n".join(json.loads(line)["content"] for line in CORPUS.read_text(encoding="utf-8").splitlines())
-    text = text[: 1 << 20]
+    rows = [json.loads(line)["text"] for line in CORPUS_SAMPLE.read_text(encoding="utf-8").splitlines()]
+    text = "\n".join(rows + [shape.text for shape in SHAPES] + SHAPE_NEAR_MISSES)
+    text = (text * (1 + (1 << 20) // len(text)))[: 1 << 20]
     start = time.perf_counter()
     redact(text)
     elapsed = time.perf_counter() - start
-    print(f"\nredact 1 MiB of real sessions: {elapsed * 1000:.1f} ms", file=sys.stderr)
+    print(f"\nredact 1 MiB of sample sessions and credentials: {elapsed * 1000:.1f} ms", file=sys.stderr)
     assert elapsed < 2.0  # catches a quadratic pattern, not scheduler noise
+
+
+# --- the credential shapes of issue 12 -------------------------------------------------------------
+
+
+def test_shape_table_covers_the_issue() -> None:
+    assert len(SHAPES) >= 41
+    assert len({shape.name for shape in SHAPES}) == len(SHAPES)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[shape.name for shape in SHAPES])
+def test_every_credential_shape_is_redacted(shape: Shape) -> None:
+    out, found = redact(shape.text)
+    assert shape.secret not in out
+    assert found == [Redaction(shape.kind, 1)]
+    assert redact(out) == (out, [])
+
+
+@pytest.mark.parametrize("text", SHAPE_NEAR_MISSES)
+def test_credential_near_misses_are_left_alone(text: str) -> None:
+    assert redact(text) == (text, [])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("curl -u deploy:Q7x9Lm2Pz https://ci/x", "curl -u deploy:[REDACTED:cli_password] https://ci/x"),
+        ("mysql -u root -pQ7x9Lm2Pz app", "mysql -u root -p[REDACTED:cli_password] app"),
+        ("h.io:5432:db:app:Q7x9Lm2Pz", "h.io:5432:db:app:[REDACTED:password]"),
+        ("machine h.io login me password Q7x9Lm2Pz", "machine h.io login me password [REDACTED:password]"),
+        ("default login me password Q7x9Lm2Pz", "default login me password [REDACTED:password]"),
+        ('password = "correct horse battery"', 'password = "[REDACTED:password]"'),
+        ("AccountName=a;AccountKey=" + "Qx9+" * 10 + "==;x=y", "AccountName=a;AccountKey=[REDACTED:azure_key];x=y"),
+    ],
+)
+def test_new_detectors_keep_the_context(text: str, expected: str) -> None:
+    assert redact(text)[0] == expected
+
+
+def test_passphrases_and_messages_differ() -> None:
+    assert redact('password = "Please enter the new password."')[1] == []
+    assert redact("'password': 'This field is required.'")[1] == []
+    assert redact("password: 'two words'")[1] == [Redaction("password", 1)]
