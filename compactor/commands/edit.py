@@ -154,7 +154,9 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
         f"{result.max_archive_tokens:,} tokens:"
     )
     for it in result.items[:50]:
-        out.line(f"  {out.paint(it.id, 'id')}  imp {it.importance}  {it.content_tokens:,} tok  {preview(it.content, 70)}")
+        out.line(
+            f"  {out.paint(it.id, 'id')}  imp {it.importance}  {it.content_tokens:,} tok  {preview(it.content, 70)}"
+        )
     if len(result.items) > 50:
         out.line(f"  … {len(result.items) - 50:,} more (--json lists all)")
     out.line("Nothing was removed. Run again with --yes to delete them for good.")
