@@ -1070,7 +1070,7 @@ class Store:
         for (scope, depth), level_items in sorted(by_level.items()):
             pending = sorted(level_items, key=lambda it: it.seq)
             if depth == 0:
-                pending = self._extend_latest_node(txn, scope, pending, made)
+                pending = self._extend_latest_node(txn, scope, pending, made, protected)
                 groups = group_coherent(pending, C.CHUNK_SIZE, s.index.terms)
             else:
                 full = len(pending) - len(pending) % C.FANOUT
@@ -1121,7 +1121,9 @@ class Store:
                 txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}}])
         return made
 
-    def _extend_latest_node(self, txn: _Txn, scope: str, pending: list[Item], made: list[str]) -> list[Item]:
+    def _extend_latest_node(
+        self, txn: _Txn, scope: str, pending: list[Item], made: list[str], protected: frozenset[str]
+    ) -> list[Item]:
         """A few newly archived raw items join the newest d1 node that has room rather than
         making a node of their own: small auto-compactions would otherwise leave a trail of
         one-item summaries. The node is re-made (its id follows its children), so only a
@@ -1139,6 +1141,7 @@ class Store:
             latest is None
             or latest.quality != "extractive"
             or latest.pinned
+            or latest.id in protected
             or latest.parents
             or latest.children_tier != "archived"
             or len(latest.children) >= C.CHUNK_SIZE
@@ -1424,9 +1427,16 @@ class Store:
             if child.tier != tier:
                 change["tier"] = tier
             ops.append({"op": "patch", "id": child.id, "set": change})
-        # What comes back is protected only as far as it fits: the call ends within budget.
-        self._transact(ops, protected=frozenset(c.id for c in kids))
-        return [self._s.items[c.id] for c in kids]
+        st = self.settings
+        with self._txn() as txn:
+            txn.apply(ops)
+            # A pure undo unless the summaries that came back overflow the budget: then they
+            # are protected only as far as they fit, and the call still ends within budget.
+            if st.auto_compact and self._s.used > st.token_budget:
+                target = int((st.auto_compact_threshold - C.AUTO_COMPACT_GAP) * st.token_budget)
+                self._compact_in(txn, target, frozenset(c.id for c in kids), "auto")
+        # A child that did not fit may have been condensed again (a d1 even re-made).
+        return [self._s.items[c.id] for c in kids if c.id in self._s.items]
 
     def expand(self, item_id: str, offset: int = 0, limit: int = 20) -> tuple[Item, list[Item], int]:
         """A summary's children, paged: (node, children page, total children)."""
