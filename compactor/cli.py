@@ -57,7 +57,12 @@ def serve_parser() -> argparse.ArgumentParser:
         help=f"seconds between background snapshots (default {C.SNAPSHOT_INTERVAL_S:g})",
     )
     p.add_argument("--max-items", type=int, help="active items kept before the oldest low-value ones are archived")
-    p.add_argument("--max-archive-tokens", type=int, help="archive size past which low-value leaves are dropped")
+    p.add_argument(
+        "--max-archive-tokens",
+        type=int,
+        help="archive size past which `compactor prune` proposes removing low-value items (nothing is deleted "
+        "automatically)",
+    )
     p.add_argument(
         "--no-redact",
         action="store_true",

@@ -133,10 +133,13 @@ ROOTS_TIMEOUT_S: Final = 2.0
 # Active items beyond this many move to the archive (lowest value first), down to 90% of it:
 # a 100k-token budget holds a few thousand items, so this only bites with a huge budget.
 MAX_ITEMS_DEFAULT: Final = 100_000
-# ~200 MB of text: past it the lowest-value archived leaves are dropped, each one recorded in
-# the forget ledger. Large enough for 100k typical items.
+# ~200 MB of text: past it `compactor prune` proposes removing the lowest-value archived raw
+# items (nothing is ever deleted automatically). Large enough for 100k typical items.
 MAX_ARCHIVE_TOKENS_DEFAULT: Final = 50_000_000
 FORGET_LEDGER: Final = "forget-ledger.jsonl"
+# When a call's own items do not all fit, the ones kept active leave room for this many nodes:
+# the summaries covering the rest condense under pressure down to about one per level.
+FIT_RESERVE_NODES: Final = 2
 LEDGER_MEMORY_MAX: Final = 10_000
 
 # --- persistence --------------------------------------------------------------------------
@@ -153,7 +156,8 @@ SNAPSHOT_SYNC_BYTES: Final = 4 << 20
 
 # --- summary DAG --------------------------------------------------------------------------
 # 20 archived items to a d1 node and 5 nodes to the next depth, up to depth 4: 20 * 5**3 =
-# 2,500 raw items under one d4 node, so a 100k-item archive needs ~40 top-level nodes.
+# 2,500 raw items under one d4 node, so a 100k-item archive needs ~40 top-level nodes. Past d4 a
+# level is added only when the budget cannot hold the d4 nodes (never by mixing levels).
 CHUNK_SIZE: Final = 20
 FANOUT: Final = 5
 MAX_DEPTH: Final = 4

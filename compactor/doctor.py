@@ -758,7 +758,7 @@ def _check_lineage(dir_: Path, items: dict[str, Item], report: DoctorReport) -> 
 
 # --- forget ledger -----------------------------------------------------------------------------
 def _check_ledger(dir_: Path, raw: bytes | None, items: dict[str, Item], report: DoctorReport) -> None:
-    """The append-only record of every forget and every drop past max_archive_tokens."""
+    """The append-only record of every forget and prune (and of drops by older versions)."""
     if raw is None:
         return
     report.checks.append("ledger")
@@ -791,11 +791,12 @@ def _check_ledger(dir_: Path, raw: bytes | None, items: dict[str, Item], report:
             f"{path} has {len(bad)} unreadable line(s): {_examples([str(n) for n in bad])}.",
             "compactor skips them; the entries are lost but nothing else is affected. Keep the file as it is.",
         )
-    back = sorted({e["id"] for e in entries if e.get("reason") == "max_archive_tokens"} & set(items))
+    back = sorted({e["id"] for e in entries if e.get("reason") in ("max_archive_tokens", "prune")} & set(items))
     if back:
         report.warn(
             "ledger",
-            f"{len(back)} item(s) recorded as dropped past max_archive_tokens are present: {_examples(back)}.",
+            f"{len(back)} item(s) recorded as pruned (or dropped past max_archive_tokens) are present: "
+            f"{_examples(back)}.",
             "Harmless: the ledger entry is written before the drop, so a crash in between leaves an entry "
             "for a drop that did not happen (or the id was stored again later).",
         )

@@ -139,7 +139,7 @@ class CompactReport:
     needs_summary: list[str] = field(default_factory=list)
     condensed: list[str] = field(default_factory=list)
     needs_text: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)  # archived leaves dropped past max_archive_tokens
+    dropped: list[str] = field(default_factory=list)  # always empty: nothing is dropped automatically
     trigger: Literal["manual", "auto"] = "manual"
 
     @property

@@ -18,6 +18,10 @@ class Budget(BaseModel):
     token_budget: int
     tokens_used: int
     usage: float = Field(description="tokens_used / token_budget")
+    pinned_tokens: int = Field(default=0, description="active tokens of pinned items")
+    pinned_over_budget: bool = Field(
+        default=False, description="pinned items alone exceed the budget: only unpinning or a larger budget helps"
+    )
 
 
 class CompactionSummary(BaseModel):
@@ -26,7 +30,7 @@ class CompactionSummary(BaseModel):
     deduplicated: int
     archived: int
     condensed: int = 0
-    dropped: int = 0
+    dropped: int = Field(default=0, description="always 0: compaction deletes nothing (see `compactor prune`)")
     tokens_before: int
     tokens_after: int
 
@@ -240,8 +244,14 @@ class ConfigureResult(BaseModel):
 
 
 # --- builders -----------------------------------------------------------------------------
-def budget(used: int, total: int) -> Budget:
-    return Budget(token_budget=total, tokens_used=used, usage=round(used / total, 4) if total else 0.0)
+def budget(used: int, total: int, pinned: int = 0) -> Budget:
+    return Budget(
+        token_budget=total,
+        tokens_used=used,
+        usage=round(used / total, 4) if total else 0.0,
+        pinned_tokens=pinned,
+        pinned_over_budget=pinned > total,
+    )
 
 
 def compaction_summary(report: CompactReport | None) -> CompactionSummary | None:

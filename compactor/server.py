@@ -131,8 +131,6 @@ def _compaction_text(report: CompactReport | None) -> str:
         parts.append(f"{len(report.archived)} archived")
     if report.condensed:
         parts.append(f"{len(report.condensed)} summary nodes made")
-    if report.dropped:
-        parts.append(f"{len(report.dropped)} archived items dropped past max_archive_tokens (see the forget ledger)")
     text = (
         f"\nAuto-compaction ran ({report.tokens_before:,} -> {report.tokens_after:,} tokens): "
         + ", ".join(parts)
@@ -196,10 +194,16 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
             raise _tool_error(exc) from exc
 
     def current_budget() -> S.Budget:
-        return S.budget(store.tokens_used, store.budget)
+        return S.budget(store.tokens_used, store.budget, store.pinned_tokens)
 
     def line() -> str:
         text = budget_line(store.tokens_used, store.budget, store.count("active"), store.count("archived"))
+        pinned = store.pinned_tokens
+        if pinned > store.budget:
+            text += (
+                f"\nOVER BUDGET: pinned items alone take {pinned:,} of the {store.budget:,}-token budget and "
+                "compaction never moves them. Unpin some or raise token_budget with configure."
+            )
         if store.degraded:
             text += (
                 f"\nWARNING: memory is read-only: the last write could not be saved ({store.degraded}). "
@@ -589,12 +593,14 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         annotations=WRITE_IDEMPOTENT,
         description=(
             "Bring an archived item back to the active tier. Auto-compaction may follow to stay in "
-            "budget, but it never archives the item you restored."
+            "budget; it archives the item you restored only if that alone does not fit."
         ),
     )
     async def restore(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
         def go() -> CallToolResult:
             it, report = store.restore(id)
+            if it.tier == "archived":
+                return item_result(it, "Too large for the budget, so still archived (get(id) reads it):", report)
             return item_result(it, "Restored", report)
 
         return await run(ctx, go)
@@ -788,8 +794,10 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         description=(
             "Change settings: token_budget, auto_compact (on/off), auto_compact_threshold (compact "
             "above this share of the budget, down to 0.1 below it), recall_tokens (cap of recall's "
-            "output). A budget lowered below current usage compacts at once when auto-compact is on. "
-            "A budget set here is kept over any client default."
+            "output), max_items (active items kept; the rest move to the archive), max_archive_tokens "
+            "(archive size past which `compactor prune` proposes removals). A budget lowered below "
+            "current usage compacts at once when auto-compact is on. Deletes nothing: every item stays "
+            "gettable. A budget set here is kept over any client default."
         ),
     )
     async def configure(
@@ -812,7 +820,9 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
             )
             text = (
                 f"Settings: budget {st.token_budget:,}, auto-compact {'on' if st.auto_compact else 'off'} "
-                f"above {st.auto_compact_threshold:.0%}, recall_tokens {st.recall_tokens:,}.\n{line()}"
+                f"above {st.auto_compact_threshold:.0%}, recall_tokens {st.recall_tokens:,}, "
+                f"max_items {st.max_items:,} active, max_archive_tokens {st.max_archive_tokens:,} "
+                f"(only what `compactor prune` proposes; nothing is deleted).\n{line()}"
                 f"{_compaction_text(report)}"
             )
             model = S.ConfigureResult(

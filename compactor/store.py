@@ -105,6 +105,20 @@ class ImportedRecords(BulkStored):
 
 
 @dataclass(slots=True)
+class Pruned:
+    items: list[Item]  # removed, or that would be without `apply`
+    bytes: int  # UTF-8 bytes of their content and summaries
+    tokens: int
+    archived_tokens: int  # the archive's size before
+    max_archive_tokens: int
+    applied: bool
+
+
+def _item_bytes(item: Item) -> int:
+    return len(item.content.encode("utf-8", "replace")) + len((item.summary or "").encode("utf-8", "replace"))
+
+
+@dataclass(slots=True)
 class Updated:
     item: Item
     warnings: list[str]
@@ -572,6 +586,13 @@ class Store:
     def budget(self) -> int:
         return self.settings.token_budget
 
+    @property
+    def pinned_tokens(self) -> int:
+        """Active tokens of pinned items: compaction never moves them, so past the budget
+        only unpinning (or a larger budget) brings usage back within it."""
+        s = self._s
+        return sum(s.items[i].view_tokens for i in s.pinned)
+
     def __len__(self) -> int:
         return len(self._s.items)
 
@@ -762,7 +783,9 @@ class Store:
                 # The children of a node left out are covered again now, as compaction would.
                 st = self.settings
                 with self._txn() as txn:
-                    self._condense(txn, int(st.auto_compact_threshold * st.token_budget), frozenset())
+                    self._condense(
+                        txn, int(st.auto_compact_threshold * st.token_budget), frozenset(), last_resort=False
+                    )
             return ImportedRecords(
                 items=[self._s.items[it.id] for it in order if it.id in self._s.items],
                 compaction=report,
@@ -932,59 +955,103 @@ class Store:
                 txn.apply(self._dup_hint_ops(hint_ids))
             report = self._auto_compact(txn, protected)
             report = self._enforce_limits(txn, protected, report)
-            # Ledger first: a crash between the two leaves an entry for a drop that did not
-            # happen (the doctor warns), never a drop without an entry.
-            self._record_drops(report)
         return report
 
     def _enforce_limits(
         self, txn: _Txn, protected: frozenset[str], report: CompactReport | None
     ) -> CompactReport | None:
-        """max_items and max_archive_tokens: never an error, always accounted for."""
+        """max_items bounds the active tier: the excess moves to the archive, never out of it.
+        max_archive_tokens deletes nothing here: it only sets what `prune` proposes."""
         s, st = self._s, self.settings
         over_items = len(s.order["active"]) - st.max_items
-        over_archive = s.archived_tokens > st.max_archive_tokens
-        if over_items <= 0 and not over_archive:
+        if over_items <= 0:
             return report
         if report is None:
             report = CompactReport(tokens_before=s.used, tokens_after=s.used, target_tokens=s.used, trigger="auto")
         now = self._clock()
-        if over_items > 0:
-            # The oldest low-value items go to the archive (and are condensed like any other),
-            # down to 90% of the limit so the O(active) pass is paid once per many stores.
-            over_items += st.max_items // 10
-            movable = [
-                s.items[s.by_seq[q]]
-                for q in s.order["active"]
-                if not s.items[s.by_seq[q]].pinned and s.by_seq[q] not in protected and not s.items[s.by_seq[q]].depth
-            ]
-            victims = heapq.nsmallest(over_items, movable, key=lambda it: (scoring.retention(it, now), it.seq))
-            txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}} for it in victims])
-            report.archived.extend(it.id for it in victims)
-            report.condensed.extend(self._condense(txn, s.used, protected))
-        if s.archived_tokens > st.max_archive_tokens:
-            # Past the archive bound the lowest-value archived leaves are dropped; each drop
-            # goes to the forget ledger, so nothing disappears silently.
-            leaves = sorted(
-                (s.items[s.by_seq[q]] for q in s.order["archived"] if not s.items[s.by_seq[q]].depth),
-                key=lambda it: (scoring.retention(it, now), it.seq),
-            )
-            for leaf in leaves:
-                if s.archived_tokens <= st.max_archive_tokens:
-                    break
-                txn.apply([{"op": "del", "id": leaf.id}])
-                self._mark_gone(txn, leaf)
-                report.dropped.append(leaf.id)
+        # The oldest low-value items go to the archive (and are condensed like any other),
+        # down to 90% of the limit so the O(active) pass is paid once per many stores.
+        over_items += st.max_items // 10
+        movable = [
+            s.items[s.by_seq[q]]
+            for q in s.order["active"]
+            if not s.items[s.by_seq[q]].pinned and s.by_seq[q] not in protected and not s.items[s.by_seq[q]].depth
+        ]
+        victims = heapq.nsmallest(over_items, movable, key=lambda it: (scoring.retention(it, now), it.seq))
+        txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}} for it in victims])
+        report.archived.extend(it.id for it in victims)
+        report.condensed.extend(self._condense(txn, s.used, protected, last_resort=False))
         report.tokens_after = s.used
         return report
 
-    def _record_drops(self, report: CompactReport | None) -> None:
-        """Call before the journal commit that drops them (write-ahead): a crash in between then
-        leaves at worst a ledger entry for a drop that did not happen, never a silent drop."""
-        if report is None or not report.dropped:
-            return
+    # --- prune: the one way besides forget that frees disk, and only when told -------------
+    def prune_candidates(self, max_archive_tokens: int | None = None) -> list[Item]:
+        """The lowest-value archived raw items whose removal brings the archive down to
+        `max_archive_tokens` (the setting by default). Pinned items and summaries never."""
+        limit = self.settings.max_archive_tokens if max_archive_tokens is None else max_archive_tokens
+        with self._read():
+            return self._prune_candidates(limit)
+
+    def _prune_candidates(self, limit: int) -> list[Item]:
+        s = self._s
+        excess = s.archived_tokens - limit
+        if excess <= 0:
+            return []
         now = self._clock()
-        self._ledger_append([{"id": item_id, "reason": "max_archive_tokens", "at": now} for item_id in report.dropped])
+        leaves = sorted(
+            (
+                it
+                for it in map(s.items.__getitem__, map(s.by_seq.__getitem__, s.order["archived"]))
+                if not it.depth and not it.pinned
+            ),
+            key=lambda it: (scoring.retention(it, now), it.seq),
+        )
+        out: list[Item] = []
+        for leaf in leaves:
+            if excess <= 0:
+                break
+            out.append(leaf)
+            excess -= leaf.content_tokens
+        return out
+
+    def prune(self, *, apply: bool = False, max_archive_tokens: int | None = None) -> Pruned:
+        """What `prune_candidates` names, with its size; removed only with `apply`: from memory
+        and disk (snapshot rewritten, journal rotated), each id in the forget ledger."""
+        limit = self.settings.max_archive_tokens if max_archive_tokens is None else max_archive_tokens
+        with self._locked():
+            self._sync()
+            before = self._s.archived_tokens
+            victims = self._prune_candidates(limit)
+            size = sum(_item_bytes(it) for it in victims)
+            tokens = sum(it.content_tokens for it in victims)
+            result = Pruned(victims, size, tokens, before, limit, applied=False)
+            if not apply or not victims:
+                return result
+            gone = {it.id for it in victims}
+            ops: list[Op] = [{"op": "del", "id": it.id} for it in victims]
+            ops.extend(
+                {"op": "patch", "id": other.id, "set": {"merged_into": None}}
+                for other in self._s.items.values()
+                if other.merged_into in gone and other.id not in gone
+            )
+            # Ledger first (write-ahead): a crash before the purge leaves an entry for an item
+            # still present (the doctor says so), never a removal without an entry.
+            now = self._clock()
+            self._ledger_append([{"id": it.id, "reason": "prune", "at": now} for it in victims])
+            txn = _Txn(self)
+            try:
+                txn.apply(ops)
+                self._mark_gone_many(txn, victims)
+                if self._dir is not None:
+                    self._write_snapshot_locked(dict(self._s.items))
+            except (PersistenceError, OSError) as exc:
+                txn.rollback()
+                raise PersistenceError(f"Could not prune: {exc}. Nothing was deleted.") from exc
+            except BaseException:
+                txn.rollback()
+                raise
+            result.applied = True
+            return result
 
     def _ledger_append(self, entries: list[dict[str, Any]]) -> None:
         self._ledger_mem.extend(entries)
@@ -1032,21 +1099,57 @@ class Store:
         return ops
 
     def _auto_compact(self, txn: _Txn, protected: frozenset[str]) -> CompactReport | None:
-        st = self.settings
-        if not st.auto_compact or self._s.used <= st.auto_compact_threshold * st.token_budget:
-            if len(self._s.uncovered) > C.CHUNK_SIZE:
+        st, s = self.settings, self._s
+        if not st.auto_compact:
+            return None  # the agent compacts itself; replies show usage over budget
+        if s.used <= st.auto_compact_threshold * st.token_budget:
+            if len(s.uncovered) > C.CHUNK_SIZE:
                 # The archive grew by more than a chunk that no summary covers (a dissolve,
                 # a restore-and-evict): condense it without a full compaction.
-                self._condense(txn, int(st.auto_compact_threshold * st.token_budget), protected)
-            return None
+                self._condense(txn, int(st.auto_compact_threshold * st.token_budget), protected, last_resort=False)
+            if s.used <= st.token_budget:
+                return None
         target = int((st.auto_compact_threshold - C.AUTO_COMPACT_GAP) * st.token_budget)
         return self._compact_in(txn, target, protected, "auto")
 
     def _compact_in(self, txn: _Txn, target_tokens: int, protected: frozenset[str], trigger: str) -> CompactReport:
         """Phases 1-3 (promote, dedup, evict), then 4: condense the archive into summary nodes,
-        all applied inside `txn`."""
+        all applied inside `txn`. The call's own items are protected only as far as they fit:
+        if the budget is still exceeded, a second pass protects the newest that fit, and a
+        third none, so the call ends within budget unless pinned items alone exceed it."""
         with _gc_paused():
-            return self._compact_phases(txn, target_tokens, protected, trigger)
+            s = self._s
+            mine = (s.items[i] for i in protected if i in s.items and s.items[i].tier == "active")
+            if protected and sum(it.view_tokens for it in mine if not it.pinned) + self.pinned_tokens > target_tokens:
+                # They cannot all fit: squeezing everything else for them first would only
+                # condense older summaries for nothing (each such pass adds a level).
+                protected = self._fitting(protected, target_tokens, base=self.pinned_tokens)
+            report = self._compact_phases(txn, target_tokens, protected, trigger)
+            limit = self.settings.token_budget
+            if self._s.used > limit and protected:
+                fitting = self._fitting(protected, target_tokens)
+                _merge_reports(report, self._compact_phases(txn, target_tokens, fitting, trigger))
+                if self._s.used > limit and fitting:
+                    _merge_reports(report, self._compact_phases(txn, target_tokens, frozenset(), trigger))
+            return report
+
+    def _fitting(self, protected: frozenset[str], target_tokens: int, base: int | None = None) -> frozenset[str]:
+        """The newest protected active items that fit in what the target leaves once `base`
+        (by default everything else active: pinned items, the summaries) is counted."""
+        s = self._s
+        items = sorted(
+            (s.items[i] for i in protected if i in s.items and s.items[i].tier == "active" and not s.items[i].pinned),
+            key=lambda it: -it.seq,
+        )
+        if base is None:
+            base = s.used - sum(it.view_tokens for it in items)
+        room = target_tokens - base - C.FIT_RESERVE_NODES * C.NODE_MAX_TOKENS
+        keep: list[str] = []
+        for it in items:
+            if it.view_tokens <= room:
+                keep.append(it.id)
+                room -= it.view_tokens
+        return frozenset(keep)
 
     def _compact_phases(self, txn: _Txn, target_tokens: int, protected: frozenset[str], trigger: str) -> CompactReport:
         s = self._s
@@ -1073,12 +1176,17 @@ class Store:
         ops, report = compaction.plan(inp)
         report.needs_summary = self._needs_summary(active)
         txn.apply(ops)
-        report.condensed = self._condense(txn, target_tokens, protected)
+        # Archiving summaries is the last resort, taken only once nothing of the call is
+        # protected any more: before that, the call's own items leave first.
+        report.condensed = self._condense(txn, target_tokens, protected, last_resort=not protected)
         report.tokens_after = s.used
         report.needs_text = self._needs_text()
         return report
 
     def _make_node(self, txn: _Txn, depth: int, children: list[Item], children_tier: Tier) -> str | None:
+        if any(c.depth != depth - 1 for c in children):
+            # A d3 over raw tool output would ask the agent for "durable context" about it.
+            raise AssertionError(f"a d{depth} node over children of depths {sorted({c.depth for c in children})}")
         node_id = lineage_id(c.id for c in children)
         if node_id in self._s.items:
             return None
@@ -1114,47 +1222,60 @@ class Store:
         txn.apply(ops)
         return node_id
 
-    def _condense(self, txn: _Txn, target_tokens: int, protected: frozenset[str]) -> list[str]:
+    def _condense(self, txn: _Txn, target_tokens: int, protected: frozenset[str], *, last_resort: bool) -> list[str]:
+        """Phase 4. A node of depth d only ever covers nodes of depth d-1 (raw items: d0)."""
         s = self._s
         made: list[str] = []
-        # 4a. Every archived item no summary covers goes into a d1 node (deeper if it is itself a
-        # node that was evicted), in coherent groups of neighbours in time.
+        # 4a. Every archived item no summary covers is covered at its own level, in coherent
+        # groups of neighbours in time: raw items by d1 nodes, an evicted dN node with other
+        # dN nodes by a d(N+1) node, FANOUT at a time (fewer wait in the archive as roots, so
+        # repeated evictions deepen the DAG by one level per FANOUT nodes, not per call).
         # A summary never mixes scopes: it would show one project's memories to another.
-        by_scope: dict[str, list[Item]] = {}
+        by_level: dict[tuple[str, int], list[Item]] = {}
         for item_id in s.uncovered:
             it = s.items[item_id]
-            by_scope.setdefault(scope_key(it.scope), []).append(it)
-        for scope, scope_items in by_scope.items():
-            pending = sorted(scope_items, key=lambda it: it.seq)
-            pending = self._extend_latest_node(txn, scope, pending, made)
-            for group in group_coherent(pending, C.CHUNK_SIZE, s.index.terms):
-                depth = min(C.MAX_DEPTH, 1 + max(c.depth for c in group))
-                node_id = self._make_node(txn, depth, group, "archived")
+            by_level.setdefault((scope_key(it.scope), it.depth), []).append(it)
+        for (scope, depth), level_items in sorted(by_level.items()):
+            pending = sorted(level_items, key=lambda it: it.seq)
+            if depth == 0:
+                pending = self._extend_latest_node(txn, scope, pending, made, protected)
+                groups = group_coherent(pending, C.CHUNK_SIZE, s.index.terms)
+            else:
+                full = len(pending) - len(pending) % C.FANOUT
+                groups = [pending[i : i + C.FANOUT] for i in range(0, full, C.FANOUT)]
+            for group in groups:
+                node_id = self._make_node(txn, depth + 1, group, "archived")
                 if node_id:
                     made.append(node_id)
 
-        # 4b. More than FANOUT active nodes at one depth condense into the next depth; under
-        # budget pressure, any two do.
-        for depth in range(1, C.MAX_DEPTH):
+        # 4b. More than FANOUT active nodes at one depth condense into the next depth, up to
+        # MAX_DEPTH; under budget pressure any two of one depth do, at every depth, so a level
+        # past MAX_DEPTH is made only when the budget needs it (depth stays log_FANOUT(n)).
+        depth = 1
+        while True:
+            nodes = [it for it in self._active_nodes() if not it.pinned and it.id not in protected]
+            if not any(it.depth >= depth for it in nodes):
+                break
             per_scope: dict[str, list[Item]] = {}
-            for it in self._active_nodes():
-                if it.depth == depth and not it.pinned:
+            for it in nodes:
+                if it.depth == depth:
                     per_scope.setdefault(scope_key(it.scope), []).append(it)
             for scope_nodes in per_scope.values():
-                nodes = scope_nodes
-                while len(nodes) > C.FANOUT or (s.used > target_tokens and len(nodes) >= 2):
-                    group, nodes = nodes[: C.FANOUT], nodes[C.FANOUT :]
+                rest = scope_nodes
+                while (len(rest) > C.FANOUT and depth < C.MAX_DEPTH) or (s.used > target_tokens and len(rest) >= 2):
+                    group, rest = rest[: C.FANOUT], rest[C.FANOUT :]
                     if len(group) < 2:
                         break
                     node_id = self._make_node(txn, depth + 1, group, "active")
                     if node_id:
                         made.append(node_id)
+            depth += 1
 
         # 4c. Last resort for budgets smaller than the summaries themselves: archive the
-        # lowest-value nodes. They stay reachable by query and are re-covered next time.
-        if s.used > target_tokens:
+        # lowest-value nodes. They stay reachable by query and are listed as roots.
+        if last_resort and s.used > target_tokens:
             now = self._clock()
-            rest = sorted(
+            rest_items = sorted(
                 (
                     s.items[s.by_seq[q]]
                     for q in s.order["active"]
@@ -1162,13 +1283,15 @@ class Store:
                 ),
                 key=lambda it: (scoring.retention(it, now), it.seq),
             )
-            for it in rest:
+            for it in rest_items:
                 if s.used <= target_tokens:
                     break
                 txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}}])
         return made
 
-    def _extend_latest_node(self, txn: _Txn, scope: str, pending: list[Item], made: list[str]) -> list[Item]:
+    def _extend_latest_node(
+        self, txn: _Txn, scope: str, pending: list[Item], made: list[str], protected: frozenset[str]
+    ) -> list[Item]:
         """A few newly archived raw items join the newest d1 node that has room rather than
         making a node of their own: small auto-compactions would otherwise leave a trail of
         one-item summaries. The node is re-made (its id follows its children), so only a
@@ -1186,6 +1309,7 @@ class Store:
             latest is None
             or latest.quality != "extractive"
             or latest.pinned
+            or latest.id in protected
             or latest.parents
             or latest.children_tier != "archived"
             or len(latest.children) >= C.CHUNK_SIZE
@@ -1231,7 +1355,6 @@ class Store:
             with self._txn() as txn:
                 report = self._compact_in(txn, target, frozenset(), "manual")
                 self._enforce_limits(txn, frozenset(), report)
-                self._record_drops(report)
             return report
 
     def update(
@@ -1341,7 +1464,8 @@ class Store:
         with self._locked():
             self._sync()
             self._get(item_id)
-            self._commit([{"op": "patch", "id": item_id, "set": changes}])
+            # Through compaction: unpinning may leave usage over a budget the pins alone exceeded.
+            self._transact([{"op": "patch", "id": item_id, "set": changes}], protected=frozenset({item_id}))
             return self._s.items[item_id]
 
     def pin(self, item_id: str) -> Item:
@@ -1401,6 +1525,37 @@ class Store:
             self._ledger_append([{"id": item_id, "reason": "forget", "at": self._clock()}])
             return item
 
+    def _mark_gone_many(self, txn: _Txn, items: list[Item]) -> None:
+        """`_mark_gone` for many items at once: each ancestor's text is rebuilt once."""
+        s = self._s
+        gone: dict[str, list[str]] = {}
+        for item in items:
+            for p in item.parents:
+                if p in s.items:
+                    gone.setdefault(p, []).append(item.id)
+        level = sorted(gone)
+        seen: set[str] = set()
+        while level:
+            nxt: list[str] = []
+            for pid in level:
+                if pid in seen:
+                    continue
+                seen.add(pid)
+                parent = s.items[pid]
+                change: dict[str, Any] = {}
+                if pid in gone:
+                    change["gone_children"] = [*parent.gone_children, *gone[pid]]
+                    change["quality"] = "stale"
+                kids = [s.items[c] for c in parent.children if c in s.items]
+                if kids:
+                    text = extractive_text(parent.depth, kids, self.counter.count)
+                    change["content"] = text
+                    change["content_tokens"] = self.counter.count(text)
+                if change:
+                    txn.apply([{"op": "patch", "id": pid, "set": change}])
+                nxt.extend(p for p in parent.parents if p in s.items)
+            level = nxt
+
     def _mark_gone(self, txn: _Txn, item: Item) -> None:
         """Summaries that covered a forgotten item keep their id but record the child as gone
         and are flagged stale; extractive text is rebuilt up the lineage so no ancestor still
@@ -1451,11 +1606,22 @@ class Store:
         kids = [self._s.items[c] for c in node.children if c in self._s.items]
         for child in kids:
             change: dict[str, Any] = {"parents": [p for p in child.parents if p != node.id]}
-            if child.tier != node.children_tier:
-                change["tier"] = node.children_tier
+            # Summary children come back active (an archived one nothing covers would only
+            # be re-covered at its level); raw children go back to where they were.
+            tier = "active" if child.depth else node.children_tier
+            if child.tier != tier:
+                change["tier"] = tier
             ops.append({"op": "patch", "id": child.id, "set": change})
-        self._commit(ops)
-        return [self._s.items[c.id] for c in kids]
+        st = self.settings
+        with self._txn() as txn:
+            txn.apply(ops)
+            # A pure undo unless the summaries that came back overflow the budget: then they
+            # are protected only as far as they fit, and the call still ends within budget.
+            if st.auto_compact and self._s.used > st.token_budget:
+                target = int((st.auto_compact_threshold - C.AUTO_COMPACT_GAP) * st.token_budget)
+                self._compact_in(txn, target, frozenset(c.id for c in kids), "auto")
+        # A child that did not fit may have been condensed again (a d1 even re-made).
+        return [self._s.items[c.id] for c in kids if c.id in self._s.items]
 
     def expand(self, item_id: str, offset: int = 0, limit: int = 20) -> tuple[Item, list[Item], int]:
         """A summary's children, paged: (node, children page, total children)."""
@@ -1486,8 +1652,11 @@ class Store:
         return path
 
     def roots(self) -> list[Item]:
-        """Active summary nodes no other summary covers, newest first."""
-        return [it for it in reversed(self._active_nodes()) if not it.parents]
+        """Summary nodes no other summary covers, newest first: the active ones, then those a
+        budget smaller than the summaries moved to the archive."""
+        s = self._s
+        archived = sorted((s.items[i] for i in s.uncovered if s.items[i].depth), key=lambda it: -it.seq)
+        return [it for it in reversed(self._active_nodes()) if not it.parents] + archived
 
     def tree(self, root: str | None = None, max_depth: int = 2, max_chars: int = C.MAX_OUTPUT_CHARS) -> str:
         """A bounded text rendering of the DAG (from `root`, or from every active root)."""
@@ -2158,6 +2327,16 @@ def _without_source(item: Item, source: str) -> dict[str, Any]:
     still = {tag for tag, _ in kept}
     gone = {tag for tag, src in item.tags_from if src == source} - still
     return {"tags": [t for t in item.tags if t not in gone], "tags_from": kept}
+
+
+def _merge_reports(into: CompactReport, more: CompactReport) -> None:
+    """Fold a further compaction pass of the same call into its report."""
+    into.promoted.extend(more.promoted)
+    into.deduplicated.extend(more.deduplicated)
+    into.archived.extend(more.archived)
+    into.condensed.extend(more.condensed)
+    into.needs_text = more.needs_text
+    into.tokens_after = more.tokens_after
 
 
 def _common_tags(children: list[Item]) -> list[str]:

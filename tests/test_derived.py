@@ -126,7 +126,9 @@ def test_derived_structures_match_the_items_through_a_random_walk(seed: int, tmp
         assert _kept(store) == derived, done[-5:]
         for key in ("pinned", "active_nodes", "dup_hints", "uncovered"):
             seen[key] = max(seen.get(key, 0), len(derived[key]))
-        seen["depth"] = max([seen.get("depth", 0)] + [store.get(i).depth for i in derived["active_nodes"]])
+        # Any node: a deep one is active only while the budget holds it (levels no longer mix,
+        # so deep nodes are rarer in a short walk).
+        seen["depth"] = max([seen.get("depth", 0)] + [it.depth for it in store._s.items.values()])
     # The walk reached the states worth checking: pins, duplicates, nodes of depth 2 and more.
     assert min(seen.values()) >= 1 and seen["depth"] >= 2, (seen, sorted(set(done)))
     store.snapshot()

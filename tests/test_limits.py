@@ -26,25 +26,36 @@ def test_max_items_archives_oldest_low_value_never_errors(store: Store):
     assert all(store.get(i).content == words(ids.index(i) + 1) for i in ids)  # nothing lost
 
 
-def test_max_archive_tokens_drops_lowest_value_leaves_into_the_ledger(state_dir: Path):
+def test_max_archive_tokens_deletes_nothing_and_prune_removes_only_when_told(state_dir: Path):
     s = Store(state_dir=state_dir)
     s.configure(token_budget=1_000, max_archive_tokens=2_000)
     ids = [s.store(words(i, 60), importance=1 + i % 9).item.id for i in range(80)]
-    st = s.status()
-    assert st.persistence["forget_ledger_entries"] > 0
+    # The setting bounds nothing by deleting: every item is still there, nothing in the ledger.
+    assert all(s.get(i).content == words(ids.index(i), 60) for i in ids)
+    assert s.status().persistence["forget_ledger_entries"] == 0
+    assert s._s.archived_tokens > 2_000
+    dry = s.prune()
+    assert dry.items and not dry.applied and dry.bytes > 0
+    assert all(s.get(it.id) for it in dry.items)  # a dry run changes nothing
+    assert all(it.tier == "archived" and not it.depth and not it.pinned for it in dry.items)
+    done = s.prune(apply=True)
+    assert done.applied and [it.id for it in done.items] == [it.id for it in dry.items]
+    assert done.bytes == dry.bytes
+    assert s._s.archived_tokens <= 2_000
     ledger = [orjson.loads(line) for line in (state_dir / "forget-ledger.jsonl").read_bytes().splitlines()]
-    dropped = {e["id"] for e in ledger}
-    assert all(e["reason"] == "max_archive_tokens" and e["at"] > 0 for e in ledger)
+    pruned = {e["id"] for e in ledger}
+    assert pruned == {it.id for it in done.items}
+    assert all(e["reason"] == "prune" and e["at"] > 0 for e in ledger)
     present = set(s.ids())
-    # Everything stored is either still here or recorded in the ledger: nothing vanished silently.
-    assert set(ids) <= present | dropped
-    assert not dropped & present
-    leaves = [i for i in present if s.get(i).tier == "archived" and s.get(i).depth == 0]
-    assert s._s.archived_tokens <= 2_000 or not leaves
-    for item_id in dropped:
-        for node_id in present:
-            node = s.get(node_id)
-            assert item_id not in node.children or item_id in node.gone_children
+    assert set(ids) == (set(ids) & present) | pruned and not pruned & present
+    for node_id in present:
+        node = s.get(node_id)
+        assert all(c in node.gone_children for c in node.children if c in pruned)
+    s.close()
+    # Gone from disk too: a fresh process does not see them.
+    again = Store(state_dir=state_dir)
+    assert not pruned & set(again.ids())
+    assert not again.prune().items
 
 
 def test_forget_is_recorded_in_the_ledger_without_content(state_dir: Path):

@@ -1,4 +1,4 @@
-"""Subcommands that change memory: pin, unpin, forget, dissolve."""
+"""Subcommands that change memory: pin, unpin, forget, dissolve, prune."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import NotFoundError
+from ..render import preview
 from ..store import Store
 from .common import EXIT_ERROR, EXIT_OK, CliError, Out, add_json, add_state_dir, item_json, opened
 
@@ -28,6 +29,17 @@ def register(sub: Any) -> None:
     p.add_argument("ids", nargs="+", metavar="ID", help="item id(s)")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask; needed when stdin is not a terminal")
     p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser(
+        "prune", help="free disk: remove low-value archived items (dry run unless --yes)", description=cmd_prune.__doc__
+    )
+    add_state_dir(p)
+    add_json(p)
+    p.add_argument("-y", "--yes", "--apply", dest="yes", action="store_true", help="remove them (default: only list)")
+    p.add_argument(
+        "--max-archive-tokens", type=int, metavar="N", help="bring the archive down to N tokens (default: the setting)"
+    )
+    p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("dissolve", help="undo one summary node", description=cmd_dissolve.__doc__)
     add_state_dir(p)
@@ -100,4 +112,52 @@ def cmd_dissolve(args: argparse.Namespace, out: Out) -> int:
     out.line(f"Dissolved {out.paint(args.id, 'id')}: {len(kids)} children are uncovered again.")
     for k in kids:
         out.line(f"  {out.paint(k.id, 'id')}  d{k.depth} {k.tier}")
+    return EXIT_OK
+
+
+def cmd_prune(args: argparse.Namespace, out: Out) -> int:
+    """Free disk by removing the lowest-value archived raw items until the archive is within
+    max_archive_tokens (or --max-archive-tokens N). Without --yes it only lists them and their
+    size. With --yes they are deleted for good (memory, snapshot and journal), each id recorded
+    in the forget ledger. Pinned items and summaries are never pruned; nothing else ever
+    deletes an item but forget."""
+    limit = args.max_archive_tokens
+    if limit is not None and limit < 0:
+        raise CliError("--max-archive-tokens must be 0 or more")
+    with opened(args) as store:
+        result = store.prune(apply=bool(args.yes), max_archive_tokens=limit)
+    if out.json_mode:
+        out.json(
+            {
+                "applied": result.applied,
+                "items": [it.id for it in result.items],
+                "count": len(result.items),
+                "bytes": result.bytes,
+                "tokens": result.tokens,
+                "archived_tokens": result.archived_tokens,
+                "max_archive_tokens": result.max_archive_tokens,
+            }
+        )
+        return EXIT_OK
+    size = f"{len(result.items):,} items, {result.bytes:,} bytes ({result.tokens:,} tokens)"
+    if not result.items:
+        out.line(
+            f"Nothing to prune: the archive holds {result.archived_tokens:,} tokens, "
+            f"within max_archive_tokens {result.max_archive_tokens:,}."
+        )
+        return EXIT_OK
+    if result.applied:
+        out.line(f"Pruned {size}; freed {result.bytes:,} bytes. Each id is in the forget ledger.")
+        return EXIT_OK
+    out.line(
+        f"Would remove {size} to bring the archive from {result.archived_tokens:,} to at most "
+        f"{result.max_archive_tokens:,} tokens:"
+    )
+    for it in result.items[:50]:
+        out.line(
+            f"  {out.paint(it.id, 'id')}  imp {it.importance}  {it.content_tokens:,} tok  {preview(it.content, 70)}"
+        )
+    if len(result.items) > 50:
+        out.line(f"  … {len(result.items) - 50:,} more (--json lists all)")
+    out.line("Nothing was removed. Run again with --yes to delete them for good.")
     return EXIT_OK
