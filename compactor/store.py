@@ -597,7 +597,8 @@ class Store:
         return len(self._s.items)
 
     def ids(self) -> list[str]:
-        return list(self._s.items)
+        with self._read():  # another process may have stored or forgotten since our last call
+            return list(self._s.items)
 
     def count(self, tier: Tier) -> int:
         return len(self._s.order[tier])
