@@ -232,3 +232,10 @@ TAG_B: Final = 0.0
 # 0.917/0.621, 0.925/0.631, 0.927/0.645, 0.931/0.638, 0.930/0.630, 0.927/0.648.
 RECENCY_PRIOR: Final = 0.5
 RECENCY_HALF_LIFE_ITEMS: Final = 20
+
+# --- reports -----------------------------------------------------------------------------------
+# Enough example ids to find the damage without flooding a terminal (doctor, derived checks).
+REPORT_EXAMPLES: Final = 10
+# A writer holds the lock for one fsync'd append (milliseconds) or one snapshot (well under a
+# second for 100k items); 5 s without it means a stuck process, and the doctor reads anyway.
+DOCTOR_LOCK_WAIT_S: Final = 5.0

@@ -40,30 +40,24 @@ from typing import Any, Literal
 import orjson
 
 from . import constants as C
-from .dedup import DedupIndex
 from .errors import CompactorError, StateCorruptError
-from .index import BM25Index
 from .models import CONTENT_TYPES, Item
 from .persist import (
     JOURNAL,
     LOCK,
     SNAPSHOT,
     JournalRecord,
+    StateDir,
     journal_header_len,
     parse_line,
     pid_alive,
     snapshot_checksum_problem,
     temp_file_pid,
 )
+from .store import Store
 
-# --- tuning (the lead may move these to constants.py) -------------------------------------
-# A writer holds the lock for one fsync'd append (milliseconds) or one snapshot (well under a
-# second for 100k items); 5 s without it means a stuck process, and reading anyway is better
-# than hanging.
-LOCK_WAIT_S = 5.0
-# Enough examples to find the damage without flooding a terminal.
-MAX_EXAMPLES = 10
-# --------------------------------------------------------------------------------------------
+LOCK_WAIT_S = C.DOCTOR_LOCK_WAIT_S
+MAX_EXAMPLES = C.REPORT_EXAMPLES
 
 Severity = Literal["error", "warning"]
 _TIERS = ("active", "archived")
@@ -527,45 +521,21 @@ def _batches_to_replay(
 # --- replay ------------------------------------------------------------------------------------
 def _replay(
     dir_: Path, snap: dict[str, Any] | None, batches: list[tuple[int, list[dict[str, Any]]]], report: DoctorReport
-) -> Any:
-    """Rebuild an in-memory Store through its own apply path, as startup does."""
-    from .models import Settings
-    from .store import Store
-
+) -> Store | None:
+    """Rebuild an in-memory Store through the store's own loading and apply path."""
     report.checks.append("replay")
-    store = Store()
-    settings = Settings(token_budget=C.BUDGET_DEFAULT)
-    failures: list[str] = []
     try:
-        if snap:
-            for key, value in (snap.get("settings") or {}).items():
-                if hasattr(settings, key):
-                    setattr(settings, key, value)
-            store.settings = settings
-            # As the loader does: take the index and dedup buckets saved with the snapshot when
-            # they are usable, so the index check below judges what a start would really use.
-            restored = store._restore_derived(store._s, dict(snap))  # a copy: loading pops what it used
-            if restored and not Store._index_holds(store._s.index, [rec["id"] for rec in snap["items"]]):
-                store._s.index, store._s.dedup = BM25Index(), DedupIndex()  # rebuilt below, as a start does
-                restored = False
-            if snap.get("index") and not restored:
-                report.warn(
-                    "index",
-                    "the search index saved in the snapshot is unusable or does not match its items.",
-                    "Nothing to do: compactor rebuilds it from the items at start (a slower start) and "
-                    "saves a good one with its next full snapshot.",
-                )
-            for rec in snap["items"]:
-                store._put(store._s, Item.from_record(rec), derived=not restored)
+        store, restored, failures = Store.replay(snap, batches)
     except Exception as exc:
         report.error("replay", f"the snapshot's items cannot be loaded ({exc!r}).", _bug_fix(dir_))
         return None
-    for lineno, ops in batches:
-        for k, op in enumerate(ops):
-            try:
-                store._apply(op)
-            except Exception as exc:
-                failures.append(f"line {lineno} op {k} ({op.get('op')!r}): {exc!r:.120}")
+    if snap and snap.get("index") and not restored:
+        report.warn(
+            "index",
+            "the search index saved in the snapshot is unusable or does not match its items.",
+            "Nothing to do: compactor rebuilds it from the items at start (a slower start) and "
+            "saves a good one with its next full snapshot.",
+        )
     if failures:
         report.error(
             "replay",
@@ -573,7 +543,7 @@ def _replay(
             f"`compactor doctor --repair --state-dir {dir_}` cuts the journal before the first such line (that "
             "line and everything after it are lost) and moves the whole journal aside first. " + _bug_fix(dir_),
         )
-    items = dict(store._s.items)
+    items = {it.id: it for it in store.iter_items()}
     active = sum(1 for it in items.values() if it.tier == "active")
     report.facts["items"] = {
         "total": len(items),
@@ -587,26 +557,8 @@ def _replay(
 
 
 # --- index -------------------------------------------------------------------------------------
-def _check_index(dir_: Path, store: Any, snap: dict[str, Any] | None, report: DoctorReport) -> None:
-    from .store import index_fields
-
+def _check_index(dir_: Path, store: Store, snap: dict[str, Any] | None, report: DoctorReport) -> None:
     report.checks.append("index")
-    items: dict[str, Item] = store._s.items
-    fresh = BM25Index()
-    for it in items.values():
-        fresh.add(it.id, *index_fields(it))
-    rebuilt: BM25Index = store._s.index
-    indexed = {e for e in rebuilt.to_state()["ext"] if e is not None}
-    missing = sorted(set(items) - indexed)
-    extra = sorted(indexed - set(items))
-    stale: list[str] = []
-    broken: list[str] = []
-    for i in sorted(set(items) & indexed):
-        try:
-            if rebuilt.terms(i) != fresh.terms(i):
-                stale.append(i)
-        except (IndexError, KeyError, AssertionError, TypeError):
-            broken.append(i)  # term ids pointing nowhere: a damaged saved index
     saved = bool(snap and snap.get("index"))
     how = (
         (
@@ -618,49 +570,8 @@ def _check_index(dir_: Path, store: Any, snap: dict[str, Any] | None, report: Do
         + "Either way the incremental index upkeep has a bug. "
         + _bug_fix(dir_)
     )
-    if broken:
-        report.error(
-            "index",
-            f"the search index is internally inconsistent for {len(broken)} item(s) ({_examples(broken)}): "
-            "searches touching them would fail.",
-            how,
-        )
-    if missing:
-        report.error("index", f"{len(missing)} item(s) are not in the search index: {_examples(missing)}.", how)
-    if extra:
-        report.error("index", f"the search index holds {len(extra)} id(s) with no item: {_examples(extra)}.", how)
-    if stale:
-        report.error(
-            "index", f"{len(stale)} item(s) are indexed with other terms than their text: {_examples(stale)}.", how
-        )
-    if not (missing or extra or stale) and rebuilt.avg_doc_len != fresh.avg_doc_len:
-        report.error(
-            "index",
-            f"the index's document lengths disagree with the items ({rebuilt.avg_doc_len:.3f} vs "
-            f"{fresh.avg_doc_len:.3f} average): scores would be off.",
-            how,
-        )
-    # Derived counters the Store keeps incrementally.
-    used = sum(it.view_tokens for it in items.values() if it.tier == "active")
-    if store.tokens_used != used:
-        report.error(
-            "index",
-            f"tokens used is {store.tokens_used:,} after replay but the active items add up to {used:,}.",
-            how,
-        )
-    for tier in _TIERS:
-        n = sum(1 for it in items.values() if it.tier == tier)
-        if store.count(tier) != n:
-            report.error("index", f"the {tier} order lists {store.count(tier)} items but {n} are {tier}.", how)
-    dedup = store._s.dedup
-    want_dedup = {it.id for it in items.values() if it.tier == "active" and not it.depth}
-    wrong = sorted(want_dedup ^ {i for i in items if i in dedup})
-    if wrong:
-        report.error(
-            "index",
-            f"{len(wrong)} item(s) are wrongly in or out of the near-duplicate buckets: {_examples(wrong)}.",
-            how,
-        )
+    for problem in store.check_derived():
+        report.error("index", problem + ".", how)
 
 
 # --- lineage -----------------------------------------------------------------------------------
@@ -849,8 +760,9 @@ def check(state_dir: Path) -> DoctorReport:
     if store is None:
         return report
     _check_index(dir_, store, snap, report)
-    _check_lineage(dir_, dict(store._s.items), report)
-    _check_ledger(dir_, ledger_raw, dict(store._s.items), report)
+    items = {it.id: it for it in store.iter_items()}
+    _check_lineage(dir_, items, report)
+    _check_ledger(dir_, ledger_raw, items, report)
     return report
 
 
@@ -899,9 +811,6 @@ def repair(state_dir: Path) -> list[str]:
     """Bring a damaged state dir back to a state compactor starts from, losing as little as the
     damage forces and deleting nothing: a damaged journal is moved aside before it is cut.
     Works under the state dir's exclusive lock. Returns what was done, one line each."""
-    from .persist import StateDir
-    from .store import Store
-
     dir_ = Path(state_dir)
     done: list[str] = []
     before = check(dir_)

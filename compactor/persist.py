@@ -321,6 +321,10 @@ class StateDir:
                     "Replace it with the real file (or remove it) and start again."
                 )
 
+    @property
+    def is_open(self) -> bool:
+        return self._lock_fd is not None
+
     def close(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)

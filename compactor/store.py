@@ -289,27 +289,8 @@ class Store:
     def _load_state(self) -> None:
         assert self._dir is not None
         loaded = self._dir.load()
-        state = _State()
-        settings = Settings(token_budget=C.BUDGET_DEFAULT)
         snap = loaded.snapshot
-        if snap:
-            records: ItemRecords = snap.pop("items")  # one at a time, each freed once its Item is made
-            try:
-                for key, value in (snap.get("settings") or {}).items():
-                    if hasattr(settings, key):
-                        setattr(settings, key, value)
-                derived = self._restore_derived(state, snap)
-                read_ids: list[str] = []
-                for record in records:
-                    item = Item.from_record(record)
-                    read_ids.append(item.id)
-                    self._put(state, item, derived=not derived)
-            finally:
-                records.close()
-            # Checked once all are read, as they arrive one at a time.
-            if derived and not self._index_holds(state.index, read_ids):
-                log.warning("saved index does not match the items; rebuilding it")
-                self._rebuild_derived(state)
+        state, settings, _ = self._state_from_snapshot(snap)
         old_state, old_settings = self._s, self.settings
         self._s, self.settings = state, settings
         try:
@@ -322,6 +303,105 @@ class Store:
         for warning in loaded.warnings:
             log.warning("%s", warning)
         self.load_warnings = loaded.warnings
+
+    def _state_from_snapshot(self, snap: dict[str, Any] | None) -> tuple[_State, Settings, bool]:
+        """Memory as a snapshot describes it: (state, settings, whether the index saved with
+        it was used). Its items are read one at a time, each freed once its Item is made."""
+        state = _State()
+        settings = Settings(token_budget=C.BUDGET_DEFAULT)
+        if not snap:
+            return state, settings, False
+        records: ItemRecords = snap.pop("items")
+        try:
+            for key, value in (snap.get("settings") or {}).items():
+                if hasattr(settings, key):
+                    setattr(settings, key, value)
+            derived = self._restore_derived(state, snap)
+            read_ids: list[str] = []
+            for record in records:
+                item = Item.from_record(record)
+                read_ids.append(item.id)
+                self._put(state, item, derived=not derived)
+        finally:
+            records.close()
+        # Checked once all are read, as they arrive one at a time.
+        if derived and not self._index_holds(state.index, read_ids):
+            log.warning("saved index does not match the items; rebuilding it")
+            self._rebuild_derived(state)
+            derived = False
+        return state, settings, derived
+
+    @classmethod
+    def replay(
+        cls, snapshot: dict[str, Any] | None, batches: Sequence[tuple[int, list[Op]]]
+    ) -> tuple[Store, bool, list[str]]:
+        """An in-memory Store built from a parsed snapshot and journal lines exactly as a start
+        builds one, for checking a state dir without opening it (the doctor). Returns the
+        store, whether the snapshot's saved index was used, and one message per op that could
+        not be applied ("line N op K ('kind'): error"); those ops are skipped."""
+        store = cls()
+        snap = dict(snapshot) if snapshot else None
+        if snap is not None:
+            snap["items"] = (record for record in list(snap["items"]))
+        store._s, store.settings, derived = store._state_from_snapshot(snap)
+        failures: list[str] = []
+        for lineno, ops in batches:
+            for k, op in enumerate(ops):
+                try:
+                    store._apply(op)
+                except Exception as exc:
+                    failures.append(f"line {lineno} op {k} ({op.get('op')!r}): {exc!r:.120}")
+        return store, derived, failures
+
+    def check_derived(self) -> list[str]:
+        """What the incrementally kept structures (search index, token total, tier orders,
+        near-duplicate buckets) get wrong against a rebuild from the items; [] when right."""
+        s = self._s
+        problems: list[str] = []
+        fresh = BM25Index()
+        for it in s.items.values():
+            fresh.add(it.id, *index_fields(it))
+        indexed = {e for e in s.index.to_state()["ext"] if e is not None}
+        missing = sorted(set(s.items) - indexed)
+        extra = sorted(indexed - set(s.items))
+        stale: list[str] = []
+        broken: list[str] = []
+        for i in sorted(set(s.items) & indexed):
+            try:
+                if s.index.terms(i) != fresh.terms(i):
+                    stale.append(i)
+            except (IndexError, KeyError, AssertionError, TypeError):
+                broken.append(i)  # term ids pointing nowhere: a damaged saved index
+        if broken:
+            problems.append(
+                f"the search index is internally inconsistent for {len(broken)} item(s) ({_examples(broken)}): "
+                "searches touching them would fail"
+            )
+        if missing:
+            problems.append(f"{len(missing)} item(s) are not in the search index: {_examples(missing)}")
+        if extra:
+            problems.append(f"the search index holds {len(extra)} id(s) with no item: {_examples(extra)}")
+        if stale:
+            problems.append(f"{len(stale)} item(s) are indexed with other terms than their text: {_examples(stale)}")
+        if not (missing or extra or stale) and s.index.avg_doc_len != fresh.avg_doc_len:
+            problems.append(
+                f"the index's document lengths disagree with the items ({s.index.avg_doc_len:.3f} vs "
+                f"{fresh.avg_doc_len:.3f} average): scores would be off"
+            )
+        used = sum(it.view_tokens for it in s.items.values() if it.tier == "active")
+        if s.used != used:
+            problems.append(f"tokens used is {s.used:,} but the active items add up to {used:,}")
+        for tier in ("active", "archived"):
+            n = sum(1 for it in s.items.values() if it.tier == tier)
+            if len(s.order[tier]) != n:
+                problems.append(f"the {tier} order lists {len(s.order[tier])} items but {n} are {tier}")
+        want_dedup = {it.id for it in s.items.values() if it.tier == "active" and not it.depth}
+        wrong = sorted(want_dedup ^ {i for i in s.items if i in s.dedup})
+        if wrong:
+            problems.append(
+                f"{len(wrong)} item(s) are wrongly in or out of the near-duplicate buckets: {_examples(wrong)}"
+            )
+        return problems
 
     def _sync(self) -> None:
         """Apply what other processes appended since our last call. Call under the lock."""
@@ -2349,6 +2429,11 @@ def _common_tags(children: list[Item]) -> list[str]:
     return sorted(counts, key=lambda t: (-counts[t], t))[:5]
 
 
+def _examples(ids: Sequence[str], limit: int = C.REPORT_EXAMPLES) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f" (+{len(ids) - limit} more)" if len(ids) > limit else "")
+
+
 class _NullLock:
     def __enter__(self) -> None:
         return None
@@ -2366,7 +2451,7 @@ class _ReadGuard:
 
     def __enter__(self) -> None:
         sd = self._store._dir
-        if sd is None:
+        if sd is None or not sd.is_open:  # closed: memory as it was last seen
             return
         # Exclusive, not shared: catching up mutates memory and a reload re-reads the journal.
         self._cm = sd.locked(exclusive=True)

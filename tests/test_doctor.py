@@ -237,7 +237,7 @@ def test_index_drift_is_detected(state_dir: Path, monkeypatch: pytest.MonkeyPatc
     """The index is rebuilt at every start, so drift can only come from a bug in its incremental
     upkeep: simulate three such bugs and check the doctor sees each."""
     made = make_state(state_dir)
-    victim = made["ids"][10]
+    victim = ""
     put, drop, swap = Store._put, Store._drop, Store._swap
 
     def lose_one(self: Store, s: Any, item: Any, **kw: Any) -> None:
@@ -258,8 +258,15 @@ def test_index_drift_is_detected(state_dir: Path, monkeypatch: pytest.MonkeyPatc
     node = next(it.id for it in s.roots())
     s.dissolve(node)  # a journaled del
     s.close()
+    # A journaled put, in a copy: the loader checks a saved index against the snapshot's items
+    # and rebuilds it on a mismatch, so upkeep bugs show in what the journal replays on top.
+    other = state_dir.parent / "other"
+    shutil.copytree(state_dir, other)
+    s = Store(state_dir=other)
+    victim = s.store("an item written after the snapshot, lost by the buggy upkeep").item.id
+    s.close()
     monkeypatch.setattr(Store, "_put", lose_one)
-    p = only(run_check(state_dir), "error", "index")
+    p = only(run_check(other), "error", "index")
     assert "not in the search index" in p.what and victim in p.what
     monkeypatch.setattr(Store, "_put", put)
     monkeypatch.setattr(Store, "_drop", keep_dropped)
