@@ -178,6 +178,10 @@ class _State:
 _LIGHT_FIELDS: frozenset[str] = frozenset({"view", "last_accessed_at", "access_count"})
 
 
+# The longest prefix that ends a word right before a space (greedy, so the last such word).
+_WHOLE_WORDS = re.compile(r".*\S(?=\s)", re.DOTALL)
+
+
 def _headline(item: Item) -> str | None:
     """What the index's boosted summary field holds: the summary, or else the first line of the
     content (the command of a tool output, the error line, the head of a note). An agent that
@@ -190,7 +194,13 @@ def _headline(item: Item) -> str | None:
     # one-liners over everything else.
     if not newline or not rest.strip():
         return None
-    return first.strip()[: C.HEADLINE_CHARS] or None
+    line = first.strip()
+    if len(line) <= C.HEADLINE_CHARS:
+        return line or None
+    # Cut after the last whole word that fits: a word cut short would be indexed as a term the
+    # item does not contain ("helioproject" of "Helioprojective"). No space at all: no headline.
+    whole = _WHOLE_WORDS.match(line, 0, C.HEADLINE_CHARS + 1)
+    return whole.group() if whole else None
 
 
 def _utf8_size(text: str, field: str) -> int:
