@@ -1437,9 +1437,11 @@ class Store:
         query: str | None = None,
         tags: str | Sequence[str] | None = None,
         limit: int = 10,
-        include_archived: bool = False,
+        include_archived: bool = True,
         scope: str | None = None,
     ) -> list[Hit]:
+        """Search active and archived items (`include_archived=False`: the active tier only);
+        archived hits rank under equally relevant active ones by at most 1/ARCHIVED_RANK_FACTOR."""
         if not 1 <= limit <= C.QUERY_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.QUERY_LIMIT_MAX}.")
         try:
@@ -1559,7 +1561,7 @@ class Store:
             text = (query or "").strip()
             ranked: list[tuple[Item, float]]
             if text:
-                hits = self._search(text, [], C.QUERY_LIMIT_MAX, False, scopes)
+                hits = self._search(text, [], C.QUERY_LIMIT_MAX, True, scopes)
                 ranked = [(h.item, h.score) for h in hits]
             else:
                 retention = scoring.retention
@@ -1611,7 +1613,8 @@ class Store:
             shown_pinned = [c[0] for c in ordered if c[0].pinned]
             shown = [(c[0], c[1] or 0.0) for c in ordered if not c[0].pinned]
             lines = [c[2] for c in ordered if c[0].pinned] + [c[2] for c in ordered if not c[0].pinned]
-            more = max(active_count - len(ordered), 0)
+            # A query's archived hits are shown too; `more` counts the active items left out.
+            more = max(active_count - sum(c[0].tier == "active" for c in ordered), 0)
             return Recall(
                 pinned=shown_pinned,
                 items=shown,
@@ -1649,7 +1652,7 @@ class Store:
                 body.append(f"No active items in scope {self.scope!r} (other projects' items exist; scope='all').")
             else:
                 body.append("No active items fit within recall_tokens.")
-        more = active_count - len(ordered)
+        more = active_count - sum(c[0].tier == "active" for c in ordered)
         if more > 0:
             sample = ", ".join(list(dict.fromkeys(left_out))[:8])
             body.append(
