@@ -1509,8 +1509,36 @@ class Store:
                 heapq.heapreplace(leaders, final)
         scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
         top = scored[:limit]
+        if any(it.depth and it.id in self._covering(top) for _, it in top):
+            # A summary node found with an item it covers only repeats extracts of that item, whose
+            # hit names it (covered_by): leave the node out. That lowers the cut, so the hits past
+            # the early stop are scored too.
+            for h in raw[len(scored) :]:
+                it = s.items[h.doc_id]
+                scored.append((scoring.rank_score(h.score, it, now, newer=newest - it.seq), it))
+            scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
+            dropped: set[str] = set()
+            while True:
+                top = [pair for pair in scored if pair[1].id not in dropped][:limit]
+                covering = self._covering(top)
+                newly = {it.id for _, it in top if it.depth and it.id in covering} - dropped
+                if not newly:
+                    break
+                dropped |= newly
         matched = s.index.matched_terms([it.id for _, it in top], text)
         return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
+
+    def _covering(self, hits: list[tuple[float, Item]]) -> set[str]:
+        """Every summary node above the hits in the DAG: O(hits * depth), never the store."""
+        items = self._s.items
+        seen: set[str] = set()
+        stack = [p for _, it in hits for p in it.parents]
+        while stack:
+            node_id = stack.pop()
+            if node_id not in seen and node_id in items:
+                seen.add(node_id)
+                stack.extend(items[node_id].parents)
+        return seen
 
     def _touch(self, ids: list[str]) -> None:
         """A query is an access. Journaled without fsync: losing one on power loss is harmless."""

@@ -67,6 +67,7 @@ async def _check(ok: Call, text_of: Call, active: str, archived: str) -> None:
     node = await ok("get", id=cover)
     assert node["tier"] == "active" and node["depth"] >= 1
     assert hit["path"][0] in (await ok("get", id=archived))["parents"]
+    assert not set(hit["path"]) & set(ids)  # the summaries over a hit would only repeat it
     # Equally relevant, and the archived one is the newer: only the tier factor puts it under.
     top = plain["items"][ids.index(active)]
     assert ids.index(active) < ids.index(archived)
