@@ -81,7 +81,9 @@ _BOUND_SLACK: Final = 1e-9
 _TOP_BLOCK: Final = 256
 # ---------------------------------------------------------------------------------------------
 
-_STATE_FORMAT: Final = 2
+# Bumped when the layout or the text the store feeds in changes, so an older saved index is
+# rebuilt rather than trusted (3: headlines cut at word boundaries; a 2 may hold a cut word).
+_STATE_FORMAT: Final = 3
 _TF_BITS: Final = 8
 _CODE_MASK: Final = (1 << _TF_BITS) - 1
 _DOC_LIMIT: Final = 1 << (32 - _TF_BITS)

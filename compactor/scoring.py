@@ -57,11 +57,14 @@ def recency_prior(newer: int) -> float:
 
 def rank_score(relevance: float, item: Item, now: float, newer: int | None = None) -> float:
     """Relevance first; retention, the recency prior (when `newer`, the items stored since this
-    one, is given) and pinning are bounded multipliers on top of it."""
+    one, is given), pinning and the tier are bounded multipliers on top of it."""
     score = relevance * (1.0 + C.RETENTION_WEIGHT * retention01(item, now))
     if newer is not None:
         score *= recency_prior(newer)
+    if item.tier == "archived":
+        score *= C.ARCHIVED_RANK_FACTOR
     return score * C.PIN_BOOST if item.pinned else score
 
 
+# The tier factor only lowers a score (it is at most 1), so it does not raise this bound.
 MAX_RANK_FACTOR = (1.0 + C.RETENTION_WEIGHT) * (1.0 + C.RECENCY_PRIOR) * C.PIN_BOOST

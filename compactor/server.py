@@ -217,8 +217,9 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         annotations=READ_ONLY,
         description=(
             "Call this FIRST in every session. Returns the budget line, pinned items, and the most "
-            "valuable active memories (by retention, or by relevance to `query` plus retention), each "
-            "with id, type, importance, tags and summary or preview. Output is capped by tokens "
+            "valuable active memories (by retention, or by relevance to `query` plus retention; with a "
+            "query, matching archived items too, marked), each with id, type, importance, tags and "
+            "summary or preview. Output is capped by tokens "
             "(configure recall_tokens) and says how many more items exist; use query/get for those."
         ),
     )
@@ -232,7 +233,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
             r = store.recall(limit=limit, query=query, scope=scope)
             model = S.RecallResult(
                 budget=current_budget(),
-                items=[S.scored(it, 0.0) for it in r.pinned] + [S.scored(it, sc) for it, sc in r.items],
+                items=[S.scored(it, 0.0) for it in r.pinned]
+                + [S.scored(it, sc, path=store.ancestors(it) if it.tier == "archived" else None) for it, sc in r.items],
                 pinned=len(r.pinned),
                 more=r.more,
                 tokens=r.tokens,
@@ -358,9 +360,11 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         description=(
             "Search memory before re-reading a file, re-running a command or debugging a familiar "
             "error. BM25 over content, summary and tags (tag matches boosted), combined with "
-            "retention. `tags` keeps items having any of them. Archived items are searched with "
-            "include_archived=true and are marked. Each result has its score and matched terms; "
-            "`get(id)` returns the full item. Counts as an access (keeps results fresh)."
+            "retention. `tags` keeps items having any of them. Searches the archive too: an archived "
+            "hit is marked (tier, and `covered_by`: the active summary that covers it) and ranks a "
+            "little under an equally relevant active one; include_archived=false searches active "
+            "items only. Each result has its score and matched terms; `get(id)` returns the full "
+            "item. Counts as an access (keeps results fresh)."
         ),
     )
     async def query(
@@ -370,7 +374,9 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         ] = None,
         tags: TagsArg = None,
         limit: Annotated[int, Field(ge=1, le=C.QUERY_LIMIT_MAX)] = 10,
-        include_archived: bool = False,
+        include_archived: Annotated[
+            bool, Field(description="Search archived items too (the default); false: active items only.")
+        ] = True,
         scope: ScopeArg = None,
     ) -> Annotated[CallToolResult, S.QueryResult]:
         def go() -> CallToolResult:
@@ -385,7 +391,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 body = item_preview(h.item)
                 lines.append(item_line(h.item, score=h.score, extra=extra, body=body))
                 items.append(S.scored_record(h.item, h.score, h.matched, path=path, preview_text=body))
-            text = "\n".join(lines) if lines else "No matches. Try other words, or include_archived=true."
+            none = "No matches. Try other words" + ("." if include_archived else ", or include_archived=true.")
+            text = "\n".join(lines) if lines else none
             return _result(text, {"items": items, "count": len(hits)})
 
         return await run(ctx, go)

@@ -197,6 +197,10 @@ class _State:
 _LIGHT_FIELDS: frozenset[str] = frozenset({"view", "last_accessed_at", "access_count"})
 
 
+# The longest prefix that ends a word right before a space (greedy, so the last such word).
+_WHOLE_WORDS = re.compile(r".*\S(?=\s)", re.DOTALL)
+
+
 def _headline(item: Item) -> str | None:
     """What the index's boosted summary field holds: the summary, or else the first line of the
     content (the command of a tool output, the error line, the head of a note). An agent that
@@ -209,7 +213,13 @@ def _headline(item: Item) -> str | None:
     # one-liners over everything else.
     if not newline or not rest.strip():
         return None
-    return first.strip()[: C.HEADLINE_CHARS] or None
+    line = first.strip()
+    if len(line) <= C.HEADLINE_CHARS:
+        return line or None
+    # Cut after the last whole word that fits: a word cut short would be indexed as a term the
+    # item does not contain ("helioproject" of "Helioprojective"). No space at all: no headline.
+    whole = _WHOLE_WORDS.match(line, 0, C.HEADLINE_CHARS + 1)
+    return whole.group() if whole else None
 
 
 def _utf8_size(text: str, field: str) -> int:
@@ -1860,9 +1870,11 @@ class Store:
         query: str | None = None,
         tags: str | Sequence[str] | None = None,
         limit: int = 10,
-        include_archived: bool = False,
+        include_archived: bool = True,
         scope: str | None = None,
     ) -> list[Hit]:
+        """Search active and archived items (`include_archived=False`: the active tier only);
+        archived hits rank under equally relevant active ones by at most 1/ARCHIVED_RANK_FACTOR."""
         if not 1 <= limit <= C.QUERY_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.QUERY_LIMIT_MAX}.")
         try:
@@ -1930,8 +1942,36 @@ class Store:
                 heapq.heapreplace(leaders, final)
         scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
         top = scored[:limit]
+        if any(it.depth and it.id in self._covering(top) for _, it in top):
+            # A summary node found with an item it covers only repeats extracts of that item, whose
+            # hit names it (covered_by): leave the node out. That lowers the cut, so the hits past
+            # the early stop are scored too.
+            for h in raw[len(scored) :]:
+                it = s.items[h.doc_id]
+                scored.append((scoring.rank_score(h.score, it, now, newer=newest - it.seq), it))
+            scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
+            dropped: set[str] = set()
+            while True:
+                top = [pair for pair in scored if pair[1].id not in dropped][:limit]
+                covering = self._covering(top)
+                newly = {it.id for _, it in top if it.depth and it.id in covering} - dropped
+                if not newly:
+                    break
+                dropped |= newly
         matched = s.index.matched_terms([it.id for _, it in top], text)
         return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
+
+    def _covering(self, hits: list[tuple[float, Item]]) -> set[str]:
+        """Every summary node above the hits in the DAG: O(hits * depth), never the store."""
+        items = self._s.items
+        seen: set[str] = set()
+        stack = [p for _, it in hits for p in it.parents]
+        while stack:
+            node_id = stack.pop()
+            if node_id not in seen and node_id in items:
+                seen.add(node_id)
+                stack.extend(items[node_id].parents)
+        return seen
 
     def _touch(self, ids: list[str]) -> None:
         """A query is an access. Journaled without fsync: losing one on power loss is harmless."""
@@ -1982,7 +2022,7 @@ class Store:
             text = (query or "").strip()
             ranked: list[tuple[Item, float]]
             if text:
-                hits = self._search(text, [], C.QUERY_LIMIT_MAX, False, scopes)
+                hits = self._search(text, [], C.QUERY_LIMIT_MAX, True, scopes)
                 ranked = [(h.item, h.score) for h in hits]
             else:
                 retention = scoring.retention
@@ -2034,7 +2074,8 @@ class Store:
             shown_pinned = [c[0] for c in ordered if c[0].pinned]
             shown = [(c[0], c[1] or 0.0) for c in ordered if not c[0].pinned]
             lines = [c[2] for c in ordered if c[0].pinned] + [c[2] for c in ordered if not c[0].pinned]
-            more = max(active_count - len(ordered), 0)
+            # A query's archived hits are shown too; `more` counts the active items left out.
+            more = max(active_count - sum(c[0].tier == "active" for c in ordered), 0)
             return Recall(
                 pinned=shown_pinned,
                 items=shown,
@@ -2072,7 +2113,7 @@ class Store:
                 body.append(f"No active items in scope {self.scope!r} (other projects' items exist; scope='all').")
             else:
                 body.append("No active items fit within recall_tokens.")
-        more = active_count - len(ordered)
+        more = active_count - sum(c[0].tier == "active" for c in ordered)
         if more > 0:
             sample = ", ".join(list(dict.fromkeys(left_out))[:8])
             body.append(

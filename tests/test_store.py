@@ -181,14 +181,14 @@ def test_ranking_relevance_first_then_deterministic_ties(store: Store):
     assert r1 == r2 and set(twins) <= set(r1)
 
 
-def test_archived_hits_only_when_asked(store: Store):
+def test_archived_hits_by_default_and_left_out_when_asked(store: Store):
     it = store.store("unique flamingo fact").item
     store.configure(token_budget=1_000, auto_compact=False)
     store.store(words(1, 600))
     store.compact(0.0)
     assert store.get(it.id).tier == "archived"
-    assert store.query("flamingo") == []
-    hits = [h for h in store.query("flamingo", include_archived=True) if h.item.depth == 0]
+    assert [h for h in store.query("flamingo", include_archived=False) if h.item.tier == "archived"] == []
+    hits = [h for h in store.query("flamingo") if h.item.depth == 0]
     assert [h.item.id for h in hits] == [it.id]
     assert hits[0].item.tier == "archived"
 

@@ -287,7 +287,7 @@ def test_cli_views_say_what_the_scope_filter_hides(capsys, tmp_path):
     code, out, _ = run(capsys, "list", *here, "--json")
     assert json.loads(out)["hidden_by_scope"] == 6
     code, out, _ = run(capsys, "query", "zanzibar", *here)
-    assert "No matches" in out and "6 active item(s) of other projects not searched" in out
+    assert "No matches" in out and "6 item(s) of other projects not searched" in out
     code, _, err = run(capsys, "export", *here)
     assert code == 0 and "6 item(s) of other projects not exported" in err and "--scope all" in err
     # Nothing hidden, nothing said.

@@ -43,7 +43,9 @@ def register(sub: Any) -> None:
     p.add_argument("text", nargs="?", default="", help="what to look for")
     p.add_argument("--tags", help="only items with one of these tags (comma-separated)")
     p.add_argument("--limit", type=_query_limit, default=10, help="most results (1-100, default 10)")
-    p.add_argument("--archived", action="store_true", help="search the archive too")
+    p.add_argument("--active-only", action="store_true", help="leave the archive out (searched by default)")
+    # Before the archive was searched by default this flag asked for it; kept so scripts still run.
+    p.add_argument("--archived", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("tree", help="the summary DAG, from its roots or one node", description=cmd_tree.__doc__)
@@ -223,24 +225,30 @@ def cmd_show(args: argparse.Namespace, out: Out) -> int:
 
 def cmd_query(args: argparse.Namespace, out: Out) -> int:
     """Search memory as the agent's `query` tool does: BM25 over content, summary and tags,
-    lifted a little by retention. Give TEXT, --tags, or both. Counts as an access, as the tool
-    does."""
+    lifted a little by retention. Searches the archive too (flag A; --active-only leaves it out).
+    Give TEXT, --tags, or both. Counts as an access, as the tool does."""
     with opened(args) as store:
-        hits = store.query(args.text, tags=args.tags, limit=args.limit, include_archived=args.archived)
-        hidden, note = scope_note(store, "all" if args.archived else "active", "not searched")
+        hits = store.query(args.text, tags=args.tags, limit=args.limit, include_archived=not args.active_only)
+        covers = [path[-1] if (path := store.ancestors(h.item)) else None for h in hits]
+        hidden, note = scope_note(store, "active" if args.active_only else "all", "not searched")
     if out.json_mode:
         out.json(
             {
                 "items": [
-                    {**item_json(h.item, full=False), "score": round(h.score, 4), "matched": list(h.matched)}
-                    for h in hits
+                    {
+                        **item_json(h.item, full=False),
+                        "score": round(h.score, 4),
+                        "matched": list(h.matched),
+                        "covered_by": cover,
+                    }
+                    for h, cover in zip(hits, covers, strict=True)
                 ],
                 "hidden_by_scope": hidden,
             }
         )
         return EXIT_OK
     if not hits:
-        out.line("No matches." + ("" if args.archived else " (--archived searches the archive too)"))
+        out.line("No matches." + (" (--active-only left the archive out)" if args.active_only else ""))
         if note:
             out.line(note)
         return EXIT_OK
@@ -249,6 +257,13 @@ def cmd_query(args: argparse.Namespace, out: Out) -> int:
     out.line(_header(out, width, f" {'SCORE':>6}"))
     for h in hits:
         out.line(_row(out, h.item, now, width, f" {h.score:>6.3f}"))
+    archived = [(h.item.id, cover) for h, cover in zip(hits, covers, strict=True) if h.item.tier == "archived"]
+    if archived:
+        covered = ", ".join(f"{i} by {c}" for i, c in archived if c)
+        out.line(
+            f"A = archived ({len(archived)}), read with `show ID`"
+            + (f"; covered by summaries: {covered}" if covered else "")
+        )
     if note:
         out.line(out.paint(note, "dim"))
     return EXIT_OK
