@@ -414,21 +414,33 @@ def _cli_writer(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def multiprocess(base: Path, procs: int, writes: int, cli_writers: int, seed: int, logdir: Path) -> dict[str, Any]:
+def multiprocess(
+    base: Path, procs: int, writes: int, cli_writers: int, seed: int, logdir: Path, deadline_s: float
+) -> dict[str, Any]:
+    """Writers stop at W stores or after deadline_s seconds, whichever comes first."""
     state_dir = base / f"mp-{procs}"
     rng = random.Random(seed)
     ledger = Ledger()
     servers = [
-        Server(state_dir, interval=rng.choice([0.5, 2.0, 30.0]), log=logdir / f"mp{procs}-{i}.log")
+        Server(state_dir, interval=rng.choice([1.0, 5.0, 30.0]), log=logdir / f"mp{procs}-{i}.log")
         for i in range(procs)
     ]
     errors: list[str] = []
     st: dict[str, Any] = {"cli_calls": 0, "cli_acked": 0, "cli_errors": []}
-    counts = {"stores": 0, "acked": 0, "store_errors": 0, "forgets": 0, "stale_checks": 0, "stale": 0}
+    counts = {
+        "stores": 0,
+        "acked": 0,
+        "store_errors": 0,
+        "forgets": 0,
+        "stale_checks": 0,
+        "stale": 0,
+        "cut_by_deadline": 0,
+    }
     clock = threading.Lock()
     server_ids: list[str] = []
     stale_examples: list[str] = []
     t0 = time.monotonic()
+    end = t0 + deadline_s
     try:
         for s in servers:
             s.start()
@@ -440,6 +452,10 @@ def multiprocess(base: Path, procs: int, writes: int, cli_writers: int, seed: in
             me, other = servers[i], servers[(i + 1) % procs]
             try:
                 for _ in range(writes):
+                    if time.monotonic() > end:
+                        with clock:
+                            counts["cut_by_deadline"] += 1
+                        break
                     m, text = content.text(r.randrange(8, 40))
                     ok, res = me.call("store", content=text, importance=r.randint(1, 9))
                     with clock:
@@ -521,6 +537,7 @@ def multiprocess(base: Path, procs: int, writes: int, cli_writers: int, seed: in
         "doctor_exit": rc,
         "doctor_first_error": first,
         "write_seconds": round(write_s, 1),
+        "stores_per_second": round(counts["stores"] / write_s, 1),
     }
 
 
@@ -797,15 +814,15 @@ def table(res: dict[str, Any]) -> str:
     out.append("1. multi-process writers (+ CLI import/pin/forget alongside)")
     out.append(
         "| procs | stores acked | CLI imports acked | forgets acked | lost | resurrected | forgotten on disk "
-        "| stale reads / checks | doctor |"
+        "| stale reads / checks | doctor | stores/s (writers cut by deadline) |"
     )
-    out.append("|---|---|---|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in res["multiprocess"]:
         out.append(
             f"| {r['processes']} x {r['writes_per_process']} | {r['acked']} | {r['cli_acked']} "
             f"| {r['forgotten_acked']} | {r['lost']} | {r['resurrected']} | {r['forgotten_content_on_disk']} "
             f"| {r['stale']} / {r['stale_checks']} "
-            f"| {r['doctor_exit']} |"
+            f"| {r['doctor_exit']} | {r['stores_per_second']} ({r['cut_by_deadline']}) |"
         )
     k = res["kill9"]
     out += ["", "2. kill -9 rounds"]
@@ -834,9 +851,16 @@ def lost_total(res: dict[str, Any]) -> int:
     return sum(r["lost"] for r in res["multiprocess"]) + res["kill9"]["lost"]
 
 
-TINY = {"procs": [2], "writes": 12, "cli_writers": 1, "rounds": 2, "cases": 1}  # tests/test_bench_durability.py
-QUICK = {"procs": [2], "writes": 40, "cli_writers": 1, "rounds": 5, "cases": None}
-FULL = {"procs": [2, 4, 6], "writes": 300, "cli_writers": 2, "rounds": 40, "cases": None}
+TINY = {
+    "procs": [2],
+    "writes": 12,
+    "cli_writers": 1,
+    "rounds": 2,
+    "cases": 1,
+    "deadline": 60,
+}  # tests/test_bench_durability.py
+QUICK = {"procs": [2], "writes": 40, "cli_writers": 1, "rounds": 5, "cases": None, "deadline": 15}
+FULL = {"procs": [2, 4, 6], "writes": 300, "cli_writers": 2, "rounds": 40, "cases": None, "deadline": 40}
 
 
 def run(
@@ -853,10 +877,18 @@ def run(
     res: dict[str, Any] = {
         "seed": seed,
         "mode": "tiny" if cfg is TINY else "quick" if cfg is QUICK else "full",
-        "config": {"procs": mp_cfg, "writes": writes, "cli_writers": cli_writers, "rounds": rounds},
+        "config": {
+            "procs": mp_cfg,
+            "writes": writes,
+            "cli_writers": cli_writers,
+            "rounds": rounds,
+            "deadline": cfg["deadline"],
+        },
         "work_dir": str(base),
     }
-    res["multiprocess"] = [multiprocess(base, p, writes, cli_writers, seed + p, logdir) for p in mp_cfg]
+    res["multiprocess"] = [
+        multiprocess(base, p, writes, cli_writers, seed + p, logdir, cfg["deadline"]) for p in mp_cfg
+    ]
     t1 = time.monotonic()
     res["kill9"] = kill9(base, rounds, seed, logdir, per_dir=10)
     t2 = time.monotonic()
