@@ -1,15 +1,22 @@
-"""`compactor doctor --state-dir DIR`: check a state dir and say what is wrong and how to fix it.
+"""`compactor doctor --state-dir DIR`: check a state dir and say what is wrong and how to fix it;
+with `--repair`, fix what can be fixed without losing more than the damage already did.
 
-Read-only by construction: the two state files are read once, under a shared flock on DIR/lock
-when that file exists (so no writer is mid-append), and everything else happens in memory. The
-doctor never creates, truncates, renames or chmods anything; every repair is a command the
-person runs after reading the report.
+The check is read-only by construction: the state files are read once, under a shared flock on
+DIR/lock when that file exists (so no writer is mid-append), and the rest happens in memory,
+through the Store's own loading code (`Store.replay`, `Store.check_derived`). `--repair` works
+under the exclusive lock: it cuts a damaged journal (the whole file kept aside first), accepts
+writes the record says were lost, restores file modes, removes dead writers' temp files and
+rebuilds the index with a fresh snapshot. A damaged snapshot it cannot cut back: the report
+says to restore it from a backup.
 
 Checks, in order (later ones are skipped when an earlier one makes them meaningless):
     permissions   DIR is 0700, every file in it 0600 (memory may hold secrets)
     snapshot      parses, has an items list, a supported schema version, well-formed records
-    journal       header and every line parse; a torn last line is a warning (compactor cuts it
-                  on the next start), a bad line before the end is an error naming the line
+    journal       header and every line parse and match their CRC-32; a torn last line (no line
+                  break) is a warning (compactor cuts it on the next start), any other bad line
+                  is an error naming the line
+    acknowledged writes
+                  the journal holds at least what the lock file records as acknowledged
     generation    the journal belongs with the snapshot (see persist.py)
     replay        snapshot + journal rebuild in memory through the Store's own apply path
     index         the rebuilt search index holds exactly the items, with the terms a fresh
@@ -819,8 +826,12 @@ def repair(state_dir: Path) -> list[str]:
             f"{dir_ / SNAPSHOT} is damaged, and a snapshot cannot be cut back to an intact part. Restore it from "
             f"a backup, or move it aside (`mv {dir_ / SNAPSHOT} {dir_ / SNAPSHOT}.bad`) to start from the journal."
         )
-    if any(p.check == "permissions" for p in before.errors):
-        raise StateCorruptError("fix the permission problems the doctor lists first; --repair does not change modes.")
+    if any(p.check == "permissions" and "symbolic link" in p.what for p in before.errors):
+        raise StateCorruptError(
+            "a symbolic link in the state dir: replace it with the real file or remove it first; --repair "
+            "does not follow or delete links."
+        )
+    done.extend(_repair_modes(dir_))
     sd = StateDir(dir_)
     sd.open()
     try:
@@ -861,6 +872,20 @@ def repair(state_dir: Path) -> list[str]:
         store.close()
     done.append("rebuilt the search index from the items and wrote a fresh snapshot")
     return done
+
+
+def _repair_modes(dir_: Path) -> list[str]:
+    """0700 for the dir, 0600 for its files: memory may hold secrets."""
+    fixed: list[str] = []
+    if stat.S_IMODE(dir_.stat().st_mode) != 0o700:
+        os.chmod(dir_, 0o700)
+        fixed.append(f"set {dir_} to mode 0700")
+    for entry in sorted(dir_.iterdir()):
+        st = entry.lstat()
+        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o600:
+            os.chmod(entry, 0o600, follow_symlinks=False)
+            fixed.append(f"set {entry.name} to mode 0600")
+    return fixed
 
 
 def _first_bad_line(dir_: Path) -> tuple[int, int] | None:

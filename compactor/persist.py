@@ -614,6 +614,12 @@ class StateDir:
             tail = self._journal_bytes(prev_offset, end)
             self._write_journal(snap_gen, tail)
             end = len(_journal_header(snap_gen)) + len(tail)
+        elif snap is None:
+            raise StateCorruptError(
+                f"Journal {self.journal_path} is generation {jgen}, which starts after a snapshot, but "
+                f"{self.snapshot_path} is missing: the memory the journal builds on is gone. Restore "
+                f"snapshot.json from a backup. {self._hint(self.journal_path)}"
+            )
         else:
             raise StateCorruptError(
                 f"Journal {self.journal_path} is generation {jgen} but snapshot {self.snapshot_path} "

@@ -315,3 +315,26 @@ def test_a_symlink_in_the_state_dir_is_refused_and_not_followed(tmp_path: Path, 
     )
     assert proc.returncode != 0 and b"symbolic link" in proc.stderr
     assert any(p.check == "permissions" and "symbolic link" in p.what for p in doctor.check(state).errors)
+
+
+def test_a_deleted_snapshot_is_named_as_missing(state_dir: Path):
+    s = Store(state_dir=state_dir)
+    s.store("before the snapshot")
+    s.snapshot()
+    s.store("after it")
+    s.close()
+    (state_dir / "snapshot.json").unlink()
+    with pytest.raises(StateCorruptError, match=r"snapshot\.json is missing"):
+        Store(state_dir=state_dir)
+
+
+def test_repair_restores_private_modes_and_leaves_a_healthy_dir(state_dir: Path):
+    ids = _amounts(state_dir, 5)
+    (state_dir / "journal.jsonl").chmod(0o644)
+    state_dir.chmod(0o755)
+    assert "permissions" in _doctor_errors(state_dir)
+    assert cli_main(["doctor", "--repair", "--state-dir", str(state_dir)]) == 0
+    assert doctor.check(state_dir).healthy
+    assert (state_dir / "journal.jsonl").stat().st_mode & 0o777 == 0o600
+    assert state_dir.stat().st_mode & 0o777 == 0o700
+    assert sorted(Store(state_dir=state_dir).ids()) == sorted(ids)
