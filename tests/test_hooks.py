@@ -199,3 +199,20 @@ def test_digest_survives_any_lines(lines):
             assert all(0 < len(x) <= C.DIGEST_LINE_CHARS for x in section)
     finally:
         os.unlink(name)
+
+
+def test_pre_compact_ends_within_the_budget(tmp_path, state_dir):
+    """The hook adds content like any write, so it ends within the budget like any write."""
+    s = Store(state_dir=state_dir, budget=1_000)
+    for i in range(12):
+        s.store(f"note {i}: the checkout service retries payment {i} times before failing " * 3)
+    s.close()
+    path = sample(SID).write(tmp_path / f"{SID}.jsonl")
+    res = hook("pre-compact", pre_compact_payload(path), state_dir)
+    assert res.returncode == 0, res.stderr
+    s = Store(state_dir=state_dir)
+    try:
+        assert len(session_items(state_dir)) == 5  # every digest kept, none lost to the budget
+        assert s.tokens_used <= s.budget == 1_000
+    finally:
+        s.close()
