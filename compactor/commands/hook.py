@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_session_start(args: argparse.Namespace, out: Out) -> int:
-    """SessionStart hook (matchers startup, resume, compact). Prints
+    """SessionStart hook (one matcher: startup|resume|clear|compact). Prints
     {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": ...}} with
     the budgeted recall digest, and after a compaction what pre-compact saved from the session."""
     payload = hooks.read_payload(sys.stdin)
