@@ -162,7 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         sub = action.choices[args.command]
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
-    setup_logging(args.log_level)
+    # A person reads this: a warning is a message like any other, not a log line.
+    name = args.command if args.command != "hook" else f"hook {getattr(args, 'hook_event', '')}".strip()
+    logging.basicConfig(stream=sys.stderr, level=args.log_level, format=f"compactor {name}: %(message)s")
     from .commands import dispatch
 
     return dispatch(args, extra)

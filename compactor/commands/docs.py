@@ -50,11 +50,13 @@ def _sections(p: argparse.ArgumentParser, prefix: str) -> Iterator[str]:
     for name, sub, helptext in _subparsers(p):
         full = f"{prefix} {name}"
         nested = list(_subparsers(sub))
+        shown = sub
         if name == "doctor":
             from .. import doctor
 
-            sub = doctor.parser()
-        yield f"## `{full}`\n\n{helptext[:1].upper() + helptext[1:]}.\n\n```text\n{sub.format_help().rstrip()}\n```\n"
+            shown = doctor.parser()
+        usage = shown.format_help().rstrip()
+        yield f"## `{full}`\n\n{helptext[:1].upper() + helptext[1:]}.\n\n```text\n{usage}\n```\n"
         if nested:
             yield from _sections(sub, full)
 
