@@ -1,7 +1,14 @@
 # compactor: lossless working memory for LLM agents (MCP over stdio).
 #   docker build -t compactor .
 #   docker run -i --rm -v compactor-data:/data compactor --state-dir /data
-FROM python:3.11-slim
+# A host directory instead of a named volume: run as its owner, or the server stops and says so:
+#   docker run -i --rm --user "$(id -u):$(id -g)" -v "$HOME/.local/share/compactor:/data" compactor --state-dir /data
+#
+# The base image is pinned to a patch release so a rebuild is the same image. To update it: pick
+# the newest python:3.11.N-slim tag (https://hub.docker.com/_/python/tags?name=3.11), change the
+# FROM line, then `docker build -t compactor .` and `scripts/test` (tests/test_docker_entrypoint.py
+# runs the ENTRYPOINT command; it checks that this tag stays pinned).
+FROM python:3.11.14-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -87,6 +87,28 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def state_dir_problem(path: Path) -> str | None:
+    """Why the server could not keep state in `path`, said with what to do; None when it can.
+    In a container, a bind-mounted host directory is owned by the host user, not the image's."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None  # created on first start
+    except OSError as exc:
+        return (
+            f"cannot reach --state-dir {path} ({exc.strerror}). Make it and its parents accessible to uid "
+            f"{os.getuid()}, or pass another directory."
+        )
+    if not path.is_dir():
+        return f"--state-dir {path} is a file, not a directory. Pass a directory (compactor creates it)."
+    if not os.access(path, os.W_OK | os.X_OK):
+        return (
+            f"--state-dir {path} is owned by uid {st.st_uid} and this process (uid {os.getuid()}) cannot write it. "
+            f"Run as its owner (in Docker: `docker run --user $(id -u):$(id -g) ...`), or `chown {os.getuid()} {path}`."
+        )
+    return None
+
+
 def run_server(argv: Sequence[str]) -> int:
     args = serve_parser().parse_args(argv)
     setup_logging(args.log_level)
@@ -96,6 +118,11 @@ def run_server(argv: Sequence[str]) -> int:
     from .server import serve
     from .store import Store
 
+    if args.state_dir is not None:
+        problem = state_dir_problem(Path(args.state_dir))
+        if problem:
+            print(f"compactor: cannot start: {problem}", file=sys.stderr)
+            return 1
     try:
         store = Store(
             budget=args.budget,
@@ -135,7 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         sub = action.choices[args.command]
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
-    setup_logging(args.log_level)
+    # A person reads this: a warning is a message like any other, not a log line.
+    name = args.command if args.command != "hook" else f"hook {getattr(args, 'hook_event', '')}".strip()
+    logging.basicConfig(stream=sys.stderr, level=args.log_level, format=f"compactor {name}: %(message)s")
     from .commands import dispatch
 
     return dispatch(args, extra)

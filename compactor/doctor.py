@@ -202,7 +202,16 @@ def _check_mode(report: DoctorReport, path: Path, mode: int, wanted: int, others
 
 def _check_permissions(dir_: Path, report: DoctorReport) -> None:
     report.checks.append("permissions")
-    _check_mode(report, dir_, stat.S_IMODE(dir_.stat().st_mode), 0o700, "list it")
+    mode = stat.S_IMODE(dir_.stat().st_mode)
+    if mode & 0o077 and mode & 0o700 == 0o700 and not any(dir_.iterdir()):
+        # A fresh `mkdir`: nothing in it to leak yet, and compactor sets 0700 when it first opens it.
+        report.warn(
+            "permissions",
+            f"{dir_} has mode {mode:04o}: other users can list it. It is empty; compactor sets 0700 on first start.",
+            f"nothing needed (or `chmod 700 {dir_}` now)",
+        )
+        return
+    _check_mode(report, dir_, mode, 0o700, "list it")
     for entry in sorted(dir_.iterdir()):
         try:
             st = entry.lstat()

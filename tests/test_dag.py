@@ -364,7 +364,7 @@ def test_topics_skip_patterns_only_where_they_cannot_match():
     from compactor.condense import topics
     from tests.test_index import _first_contents
 
-    docs = _first_contents(600)
+    docs = _first_contents(1000)  # the repository slice keeps 400 chars of each event
     assert sum("()" in d for d in docs) > 20 and sum("Error" in d for d in docs) > 20
     children = [_leaf(n, d, tags=("billing", "code") if n % 3 == 0 else ()) for n, d in enumerate(docs)]
     for start in range(0, len(children), 20):

@@ -5,11 +5,17 @@ tests, close its stdin, and check it exits 0 promptly."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT, server_env
 
@@ -65,3 +71,38 @@ def test_instruction_parsing_handles_both_forms():
     text = 'FROM x\nENTRYPOINT ["compactor", "--log-level", "INFO"]\nCMD --state-dir /data \\\n  --budget 5000\n'
     assert instruction(text, "ENTRYPOINT") == ["compactor", "--log-level", "INFO"]
     assert instruction(text, "CMD") == ["/bin/sh", "-c", "--state-dir /data    --budget 5000"]
+
+
+def test_base_image_is_pinned_to_a_patch_release():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [base] = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
+    assert re.fullmatch(r"python:3\.11\.\d+-slim(@sha256:[0-9a-f]{64})?", base), base
+    assert "To update it" in dockerfile
+
+
+def test_a_bind_mount_the_image_user_cannot_write_stops_with_what_to_do(request):
+    """`-v $PWD/data:/data` gives the container a directory owned by the host user; the image
+    runs as uid 10001. The entrypoint must say to pass --user, not fail on the first write."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    entrypoint = instruction(dockerfile, "ENTRYPOINT") or []
+    script = Path(sys.executable).parent / "compactor"
+    host = Path(tempfile.mkdtemp(prefix="compactor-bind-"))  # /tmp: any uid can reach it
+    request.addfinalizer(lambda: shutil.rmtree(host, ignore_errors=True))
+    host.chmod(0o755)
+    data = host / "data"
+    data.mkdir(mode=0o755)
+    argv = [str(script), *entrypoint[1:], "--state-dir", str(data)]
+    if os.getuid() == 0:  # as the image does: another uid than the directory's owner
+        as_image = ["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups"]
+        if subprocess.run([*as_image, str(script), "--version"], capture_output=True, check=False).returncode:
+            pytest.skip("uid 10001 cannot run this checkout's environment (it sits in a private directory)")
+        argv = [*as_image, *argv]
+    else:
+        data.chmod(0o555)
+    proc = subprocess.run(argv, input=b"", capture_output=True, env=server_env(), timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert err.startswith(f"compactor: cannot start: --state-dir {data} is owned by uid"), err
+    assert "--user $(id -u):$(id -g)" in err
+    assert "Traceback" not in err and proc.stdout == b""
+    assert list(data.iterdir()) == []

@@ -216,3 +216,18 @@ def test_pre_compact_ends_within_the_budget(tmp_path, state_dir):
         assert s.tokens_used <= s.budget == 1_000
     finally:
         s.close()
+
+
+def test_one_session_start_entry_answers_every_source_of_the_readme_matcher(tmp_path, state_dir):
+    """README: one SessionStart matcher `startup|resume|clear|compact`; each source gets recall,
+    and only compact and resume add what pre-compact saved from the session."""
+    path = sample(SID).write(tmp_path / "t.jsonl")
+    assert hook("pre-compact", pre_compact_payload(path), state_dir).returncode == 0
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert '"matcher": "startup|resume|clear|compact"' in readme
+    for source in ("startup", "resume", "clear", "compact"):
+        res = hook("session-start", {"session_id": SID, "source": source, "cwd": "/home/me/shop"}, state_dir)
+        assert res.returncode == 0, res.stderr
+        ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
+        assert "Budget:" in ctx
+        assert ("Saved from this session" in ctx) == (source in ("resume", "compact")), source

@@ -38,7 +38,7 @@ def run_doctor(args: argparse.Namespace, extra: list[str]) -> int:
         # Imported only when asked for: the doctor ships separately from the CLI.
         module = importlib.import_module("compactor.doctor")
     except ImportError as exc:
-        raise CliError(f"doctor is not available in this installation ({exc})") from exc
+        raise CliError(f"doctor is not available in this installation ({exc}). Reinstall compactor") from exc
     doctor_main = cast(Callable[[list[str]], int], module.main)
     argv = list(extra)
     if not any(a == "--state-dir" or a.startswith("--state-dir=") for a in argv):
@@ -50,6 +50,12 @@ def run_doctor(args: argparse.Namespace, extra: list[str]) -> int:
     return doctor_main(argv)
 
 
+def message(name: str, text: str) -> str:
+    """Every CLI error has one shape: `compactor <command>: <what happened>. <what to do>.`"""
+    text = text.strip()
+    return f"compactor {name}: {text}" + ("" if text.endswith((".", "?", "!")) else ".")
+
+
 def dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     name = args.command if args.command != "hook" else f"hook {args.hook_event}"
     out = Out(sys.stdout, json_mode=bool(getattr(args, "json", False)))
@@ -59,20 +65,24 @@ def dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         func = cast(Callable[[argparse.Namespace, Out], int], args.func)
         return func(args, out)
     except CliError as exc:
-        print(f"compactor {name}: {exc}", file=sys.stderr)
+        print(message(name, str(exc)), file=sys.stderr)
         return exc.code
     except StateCorruptError as exc:
-        print(f"compactor {name}: {exc}", file=sys.stderr)
+        print(message(name, str(exc)), file=sys.stderr)
         return EXIT_ERROR
     except CompactorError as exc:
-        print(f"compactor {name}: {exc}", file=sys.stderr)
+        print(message(name, str(exc)), file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             # Output piped into `head` and cut short: no traceback, and none at exit either.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_ERROR
-        print(f"compactor {name}: {exc}", file=sys.stderr)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(
+            message(name, f"{exc.strerror or exc}{where}. Check the path, its permissions and free space"),
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

@@ -94,8 +94,20 @@ def add_json(p: argparse.ArgumentParser) -> None:
 def state_dir_of(args: argparse.Namespace) -> Path:
     value = getattr(args, "state_dir", None) or os.environ.get("COMPACTOR_STATE_DIR")
     if not value:
-        raise CliError("no state dir: pass --state-dir DIR or set COMPACTOR_STATE_DIR", EXIT_USAGE)
+        raise CliError("no state dir given. Pass --state-dir DIR or set COMPACTOR_STATE_DIR", EXIT_USAGE)
     return Path(value).expanduser()
+
+
+def check_state_dir(path: Path) -> None:
+    """A state dir is a directory, or a path where one can be made: say so before a Store fails."""
+    if path.exists() and not path.is_dir():
+        raise CliError(
+            f"--state-dir {path} is a file, not a directory. Pass a directory (compactor creates it on first write)",
+            EXIT_USAGE,
+        )
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise CliError(f"--state-dir {path} is inside {parent}, which is a file. Pass a directory", EXIT_USAGE)
 
 
 def has_state(path: Path) -> bool:
@@ -108,14 +120,16 @@ def opened(args: argparse.Namespace, *, create: bool = False, cwd: str | None = 
     journal), in the same project scope a server started here would use (or --scope).
     Reading never creates a state dir that is not there."""
     path = state_dir_of(args)
-    if not create and not has_state(path):
-        raise CliError(f"no compactor state in {path} (nothing stored there yet, or a wrong --state-dir)")
+    check_state_dir(path)
+    # A state dir with nothing in it yet (or none at all) is an empty memory: read it as one,
+    # without creating anything.
+    where = path if create or has_state(path) else None
     scope = getattr(args, "scope", None) or os.environ.get("COMPACTOR_SCOPE")
     if scope == ALL_SCOPES:
-        store = Store(state_dir=path, scope=GLOBAL_SCOPE)
+        store = Store(state_dir=where, scope=GLOBAL_SCOPE)
         store.default_read_scope = ALL_SCOPES
     else:
-        store = Store(state_dir=path, scope=scope or project_scope(Path(cwd) if cwd else None))
+        store = Store(state_dir=where, scope=scope or project_scope(Path(cwd) if cwd else None))
     try:
         yield store
     finally:

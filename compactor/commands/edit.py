@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import NotFoundError
 from ..render import preview
 from ..store import Store
-from .common import EXIT_ERROR, EXIT_OK, CliError, Out, add_json, add_state_dir, item_json, opened
+from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, Out, add_json, add_state_dir, item_json, opened
 
 
 def register(sub: Any) -> None:
@@ -65,7 +65,11 @@ def _each(args: argparse.Namespace, out: Out, verb: str, fn: Any) -> int:
     if out.json_mode:
         out.json({verb.lower(): [d["id"] for d in done], "not_found": missing})
     for item_id in missing:
-        print(f"compactor: no item with id {item_id!r}", file=sys.stderr)
+        print(
+            f"compactor {args.command}: no item with id {item_id!r}. "
+            "Find ids with `compactor list` or `compactor query`.",
+            file=sys.stderr,
+        )
     return EXIT_ERROR if missing else EXIT_OK
 
 
@@ -81,7 +85,7 @@ def cmd_unpin(args: argparse.Namespace, out: Out) -> int:
 
 def _confirm(ids: list[str]) -> bool:
     if not sys.stdin.isatty():
-        raise CliError("forget is permanent: pass --yes to confirm when stdin is not a terminal")
+        raise CliError("forget is permanent and stdin is not a terminal to ask on. Pass --yes to confirm")
     sys.stderr.write(f"Forget {', '.join(ids)} for good? This cannot be undone. [y/N] ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
@@ -92,7 +96,7 @@ def cmd_forget(args: argparse.Namespace, out: Out) -> int:
     that covered an item record it as gone. On a summary node, forget dissolves the node
     instead: what a summary covers is never deleted by forgetting the summary."""
     if not args.yes and not _confirm(list(dict.fromkeys(args.ids))):
-        print("compactor: nothing forgotten", file=sys.stderr)
+        print("compactor forget: nothing forgotten. Answer y to forget, or pass --yes.", file=sys.stderr)
         return EXIT_ERROR
 
     def forget(store: Store, item_id: str) -> Any:
@@ -123,7 +127,7 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
     deletes an item but forget."""
     limit = args.max_archive_tokens
     if limit is not None and limit < 0:
-        raise CliError("--max-archive-tokens must be 0 or more")
+        raise CliError("--max-archive-tokens is negative. Pass 0 or more", EXIT_USAGE)
     with opened(args) as store:
         result = store.prune(apply=bool(args.yes), max_archive_tokens=limit)
     if out.json_mode:

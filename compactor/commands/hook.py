@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_session_start(args: argparse.Namespace, out: Out) -> int:
-    """SessionStart hook (matchers startup, resume, compact). Prints
+    """SessionStart hook (one matcher: startup|resume|clear|compact). Prints
     {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": ...}} with
     the budgeted recall digest, and after a compaction what pre-compact saved from the session."""
     payload = hooks.read_payload(sys.stdin)
@@ -56,7 +56,7 @@ def cmd_pre_compact(args: argparse.Namespace, out: Out) -> int:
         try:
             saved = hooks.pre_compact(store, payload)
         except ValueError as exc:
-            raise CliError(f"pre-compact: {exc}") from exc
+            raise CliError(f"{exc}. Check the hook input Claude Code sent on stdin") from exc
     if out.json_mode:
         out.json(
             {
@@ -71,7 +71,7 @@ def cmd_pre_compact(args: argparse.Namespace, out: Out) -> int:
         return EXIT_OK
     parts = ", ".join(f"{k} {v}" for k, v in saved.sections.items()) or "nothing to save"
     out.line(
-        f"compactor: session {saved.session_id or '?'}: stored {len(saved.stored)} digest items "
+        f"compactor hook pre-compact: session {saved.session_id or '?'}: stored {len(saved.stored)} digest items "
         f"({parts}); {len(saved.already)} already saved; {saved.malformed} malformed lines skipped."
     )
     return EXIT_OK

@@ -101,7 +101,7 @@ def cmd_export(args: argparse.Namespace, out: Out) -> int:
     needs -o DIR. Files are written 0600; an existing file is replaced only with --force, a
     symlink never, and a MEMORY.md compactor did not write never."""
     if args.format == "memory-md" and args.output is None:
-        raise CliError("export --format memory-md writes a directory: pass -o DIR", EXIT_USAGE)
+        raise CliError("--format memory-md writes a directory and none was given. Pass -o DIR", EXIT_USAGE)
     with opened(args) as store:
         items = list(all_items(store, args.tier))
         _, note = scope_note(store, args.tier, "not exported")
@@ -136,10 +136,13 @@ def _records(doc: Any) -> list[dict[str, Any]]:
     tool's pages hold)."""
     records = doc.get("items") if isinstance(doc, dict) else doc
     if not isinstance(records, list):
-        raise CliError("the JSON holds no items list (expected a compactor export)")
+        raise CliError("the JSON holds no items list. Import a file written by `compactor export` (--format json)")
     for i, rec in enumerate(records):
         if not isinstance(rec, dict) or not isinstance(rec.get("content"), str):
-            raise CliError(f"items[{i}] has no content (a summaries_only export cannot be imported)")
+            raise CliError(
+                f"items[{i}] has no content (a summaries_only export). "
+                "Export again without summaries_only and import that"
+            )
     return records
 
 
@@ -156,7 +159,7 @@ def _refuse_markdown_export(path: Path) -> None:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc}") from exc
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}. Check the path and its permissions") from exc
     if text.startswith("# compactor export") or _EXPORT_HEADING.search(text):
         raise CliError(
             f"{path} is a compactor markdown export, which cannot be imported without losing fields; "
@@ -168,12 +171,12 @@ def read_inputs(path: Path) -> tuple[str, list[dict[str, Any]] | None, list[Stor
     """(kind, records, inputs) for whatever `path` is: the records of a JSON export (every
     field, for `Store.import_records`), else None and the inputs read from memory files."""
     if not path.exists():
-        raise CliError(f"{path} does not exist")
+        raise CliError(f"{path} does not exist. Pass a .json export, a .md file or a memory dir")
     if path.is_file() and path.suffix.lower() == ".json":
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except ValueError as exc:
-            raise CliError(f"{path} is not valid JSON: {exc}") from exc
+            raise CliError(f"{path} is not valid JSON ({exc}). Import a file written by `compactor export`") from exc
         return "compactor export", _records(doc), []
     if path.is_file():
         _refuse_markdown_export(path)
@@ -181,7 +184,7 @@ def read_inputs(path: Path) -> tuple[str, list[dict[str, Any]] | None, list[Stor
         entries = memory_md.read_memory_path(path)
         kind = "memory dir" if path.is_dir() else path.name
         return kind, None, [memory_md.to_store_input(e) for e in entries]
-    raise CliError(f"cannot import {path}: expected a .json export, a .md file or a memory dir")
+    raise CliError(f"cannot import {path}: it is not a .json export, a .md file or a memory dir. Pass one of those")
 
 
 def cmd_import(args: argparse.Namespace, out: Out) -> int:

@@ -14,7 +14,18 @@ from ..persist import JOURNAL, StateDir
 from ..render import preview
 from ..report import ago, item_report, per_depth, status_report
 from ..store import Store
-from .common import EXIT_OK, Out, add_json, add_state_dir, item_json, opened, scope_note, state_dir_of, state_files
+from .common import (
+    EXIT_OK,
+    Out,
+    add_json,
+    add_state_dir,
+    has_state,
+    item_json,
+    opened,
+    scope_note,
+    state_dir_of,
+    state_files,
+)
 
 
 def register(sub: Any) -> None:
@@ -103,6 +114,8 @@ def cmd_status(args: argparse.Namespace, out: Out) -> int:
         )
         return EXIT_OK
     out.lines(status_report(st, shape, files, paint=out.paint, unicode=out.unicode))
+    if not has_state(state_dir_of(args)):
+        out.line(f"Empty: nothing stored yet. A server started with --state-dir {files.path} keeps its memory here.")
     return EXIT_OK
 
 
