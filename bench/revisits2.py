@@ -114,7 +114,8 @@ def parse_command(command: str) -> Parsed:
     seg = segments[0]
     program = posixpath.basename(seg[0])
     reads: list[str] = []
-    if program in PLAIN_READERS and not any(t in {">", ">>"} for t in seg):
+    redirected = any(t in {">", ">>"} and nxt != "/dev/null" for t, nxt in zip(seg, [*seg[1:], ""], strict=True))
+    if program in PLAIN_READERS and not redirected:
         flags = [t for t in seg[1:] if t.startswith("-")]
         bad = (program == "sed" and ("-n" not in flags or any(f.startswith("-i") for f in flags))) or (
             program in {"grep", "egrep", "rg"} and any(f in GREP_NAME_FLAGS for f in flags)
@@ -129,7 +130,7 @@ def parse_command(command: str) -> Parsed:
                 if t.startswith("-"):
                     skip = t in FLAGS_WITH_VALUE and program != "sed" and t != "-n"
                     continue
-                if t in {"<", "2>", "2>&1"}:
+                if t in {"<", ">", ">>", "&", "2>&1"} or t == "/dev/null":
                     continue
                 operands.append(t)
             if program in FIRST_OPERAND_IS_PROGRAM and operands and not any(f in {"-e", "-f"} for f in flags):
