@@ -41,6 +41,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from bench.halves import half_of
 from bench.revisits import (
     REPO_ROOT,
     REVISIT_TYPES,
@@ -52,6 +53,7 @@ from bench.revisits import (
     load_events,
     load_revisits,
 )
+from bench.revisits2 import derive2_all
 
 log = logging.getLogger("bench.replay")
 
@@ -389,6 +391,68 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+# ---- halves, derivations and runs (ISSUE 15.1) ----
+
+DERIVATIONS = ("first", "second")  # bench/revisits.py, bench/revisits2.py
+QUICK_TRAJS = 8  # --quick: the first trajectories by name, one run
+
+
+def derive_revisits(name: str, events: Sequence[Event], revisits_file: Path) -> list[Revisit]:
+    if name == "first":
+        return load_revisits(revisits_file)
+    if name == "second":
+        return derive2_all(events)
+    raise ValueError(f"unknown derivation {name!r}")
+
+
+def split_metrics(outcomes: Sequence[QueryOutcome]) -> dict[str, dict[str, Any]]:
+    """recall@5 / MRR per type and overall, for the tuning half, the test half and all."""
+    by_half: dict[str, list[QueryOutcome]] = {"tuning": [], "test": [], "all": list(outcomes)}
+    for o in outcomes:
+        by_half[half_of(o.traj)].append(o)
+    return {h: summarize(os_, [])["metrics"] for h, os_ in by_half.items()}
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    return {"mean": sum(values) / len(values), "min": min(values), "max": max(values)} if values else {}
+
+
+def combine_runs(per_run: Sequence[Mapping[str, Mapping[str, Mapping[str, Any]]]]) -> dict[str, Any]:
+    """Mean, min and max over runs of each half/type metric (the same queries in every run)."""
+    out: dict[str, Any] = {}
+    if not per_run:
+        return out
+    for half, rows in per_run[0].items():
+        out[half] = {}
+        for name, row in rows.items():
+            out[half][name] = {"n": row["n"]}
+            for metric in ("recall@5", "mrr"):
+                out[half][name][metric] = spread([r[half][name][metric] for r in per_run])
+    return out
+
+
+def _cell(m: Mapping[str, Any]) -> str:
+    def one(s: Mapping[str, float]) -> str:
+        if not s:
+            return "-"
+        width = s["max"] - s["min"]
+        return f"{s['mean']:.3f}" + (f" ±{width / 2:.3f}" if width > 0 else "")
+
+    return f"{one(m['recall@5'])} / {one(m['mrr'])}" if m["n"] else "-"
+
+
+def format_halves(derivation: str, budget_name: str, budget: int, combined: Mapping[str, Any], runs: int) -> str:
+    """A markdown table: one row per half, recall@5 / MRR@10 per type (mean ±half the min-max range)."""
+    types = [*REVISIT_TYPES, "overall"]
+    head = f"{derivation} derivation, {budget_name} budget {budget:,} ({runs} run{'s' if runs > 1 else ''})"
+    lines = [head, "| half | " + " | ".join(f"{t} (n)" for t in types) + " |", "|---" * (len(types) + 1) + "|"]
+    for half in ("tuning", "test", "all"):
+        rows = combined[half]
+        cells = [f"{_cell(rows[t])} ({rows[t]['n']})" for t in types]
+        lines.append(f"| {half} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Replay trajectories into a memory server; score search.")
     add = parser.add_argument
@@ -405,42 +469,60 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="trajectories a server process replays, emptied by forget in between (1: fresh server each)",
     )
     add("--corpus", type=Path, default=None, help="trajectories.jsonl (default: the shared corpus)")
-    add("--revisits", type=Path, default=REVISITS_FILE)
+    add("--revisits", type=Path, default=REVISITS_FILE, help="the first derivation's queries")
+    add(
+        "--derivation",
+        choices=[*DERIVATIONS, "both"],
+        default="both",
+        help="which revisit queries to ask; each derivation is a separate replay (a query touches items)",
+    )
+    add("--runs", type=int, default=1, help="repeat every replay N times and report the spread")
+    add("--quick", action="store_true", help=f"smoke test: the first {QUICK_TRAJS} trajectories, one run")
     add("--out", type=Path, default=RESULTS_DIR / "replay.json")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.quick:
+        args.limit_trajs, args.runs = min(args.limit_trajs or QUICK_TRAJS, QUICK_TRAJS), 1
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     started = time.perf_counter()
     corpus: Path = args.corpus or default_corpus()
     events = load_events(corpus)
-    revisits = load_revisits(args.revisits)
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     errlog = out.parent / "server-stderr.log"
     errlog.write_text("", encoding="utf-8")
     budgets = {"generous": args.budget, "tight": args.tight_budget}
-    tasks = build_tasks(
-        events,
-        revisits=revisits,
-        argv=shlex.split(args.server),
-        cwd=args.server_cwd,
-        budgets=list(budgets.values()),
-        errlog=errlog,
-        limit_trajs=args.limit_trajs,
-        trajs_per_server=args.trajs_per_server,
-    )
+    derivations = list(DERIVATIONS) if args.derivation == "both" else [args.derivation]
+    labelled: list[tuple[str, int, Task]] = []  # (derivation, run, task)
+    for run in range(args.runs):
+        for name in derivations:
+            tasks = build_tasks(
+                events,
+                revisits=derive_revisits(name, events, args.revisits),
+                argv=shlex.split(args.server),
+                cwd=args.server_cwd,
+                budgets=list(budgets.values()),
+                errlog=errlog,
+                limit_trajs=args.limit_trajs,
+                trajs_per_server=args.trajs_per_server,
+            )
+            labelled.extend((name, run, t) for t in tasks)
     log.info(
-        "replaying %d trajectory runs in %d server processes, %d at a time: %s",
-        sum(len(t.trajs) for t in tasks),
-        len(tasks),
+        "replaying %d trajectory runs (%s derivation(s), %d run(s)) in %d server processes, %d at a time: %s",
+        sum(len(t.trajs) for _, _, t in labelled),
+        "+".join(derivations),
+        args.runs,
+        len(labelled),
         args.jobs,
         args.server,
     )
-
-    runs = list(run_tasks(tasks, args.jobs))
+    results = run_labelled([t for _, _, t in labelled], args.jobs)
+    runs_by: dict[tuple[str, int, int], list[TrajRun]] = defaultdict(list)
+    for (name, run, task), trajruns in zip(labelled, results, strict=True):
+        runs_by[(name, task.budget, run)].extend(trajruns)
     wall = time.perf_counter() - started
     cpu = _cpu_seconds()
     report: dict[str, Any] = {
@@ -449,25 +531,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         "revisits_file": str(args.revisits),
         "jobs": args.jobs,
         "trajs_per_server": args.trajs_per_server,
+        "runs_per_setting": args.runs,
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(cpu, 1),
         "importance_by_kind": dict(IMPORTANCE_BY_KIND),
-        "runs": {},
+        "halves": "tuning when the first byte of sha256(traj) is even, else test (bench/halves.py)",
+        "derivations": {},
     }
-    failed = [r for r in runs if r.error is not None]
-    for name, budget in budgets.items():
-        mine = [r for r in runs if r.budget == budget and r.error is None]
-        summary = summarize([o for r in mine for o in r.outcomes], [c for r in mine for c in r.checks])
-        summary.update(
-            budget=budget,
-            trajectories=len(mine),
-            stores=sum(r.stores for r in mine),
-            queries=sum(r.queries for r in mine),
-            server_seconds=round(sum(r.seconds for r in mine), 1),
-            ranks=[asdict(o) for r in sorted(mine, key=lambda r: r.traj) for o in r.outcomes],
-        )
-        report["runs"][name] = summary
-        print(format_table(f"{name} budget {budget:,} ({len(mine)} trajectories)", summary))
+    failed = [r for rs in runs_by.values() for r in rs if r.error is not None]
+    for name in derivations:
+        report["derivations"][name] = {}
+        for budget_name, budget in budgets.items():
+            per_run = []
+            first_summary: dict[str, Any] = {}
+            for run in range(args.runs):
+                mine = [r for r in runs_by[(name, budget, run)] if r.error is None]
+                outcomes = [o for r in mine for o in r.outcomes]
+                per_run.append(split_metrics(outcomes))
+                if run == 0:
+                    first_summary = summarize(outcomes, [c for r in mine for c in r.checks])
+                    first_summary.update(
+                        budget=budget,
+                        trajectories=len(mine),
+                        stores=sum(r.stores for r in mine),
+                        queries=sum(r.queries for r in mine),
+                        server_seconds=round(sum(r.seconds for r in mine), 1),
+                        ranks=[asdict(o) for r in sorted(mine, key=lambda r: r.traj) for o in r.outcomes],
+                    )
+            combined = combine_runs(per_run)
+            report["derivations"][name][budget_name] = {
+                "budget": budget,
+                "by_half": combined,
+                "per_run": per_run,
+                "first_run": first_summary,
+            }
+            print(format_halves(name, budget_name, budget, combined, args.runs))
+            v = first_summary["verbatim"]
+            print(f"  get(id) verbatim (run 1): {v['verbatim']}/{v['checked']}  tier/view: {v['by_tier_view']}\n")
     report["failed"] = [{"traj": r.traj, "budget": r.budget, "error": r.error} for r in failed]
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(
@@ -477,6 +577,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in failed[:5]:
         print(f"  FAILED {r.traj} budget {r.budget}: {r.error} (server stderr: {errlog})")
     return 1 if failed else 0
+
+
+def run_labelled(tasks: Sequence[Task], jobs: int) -> list[list[TrajRun]]:
+    """Each task's runs, in task order."""
+    if jobs <= 1:
+        return [run_task(t) for t in tasks]
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(run_task, tasks))
 
 
 if __name__ == "__main__":
