@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gc
 import json
 import logging
 import os
@@ -47,6 +46,7 @@ from .condense import depth_instruction, gist
 from .errors import CompactorError, NotFoundError
 from .models import CompactReport, Item
 from .render import budget_line, item_line, item_preview, preview
+from .runtime import settle_heap
 from .scope import scope_from_root_uri
 from .store import Store, StoreInput
 
@@ -997,21 +997,6 @@ async def _run_stdio(mcp: MCPServer) -> None:
                 tg.start_soon(drain)
                 await lowlevel.run(receive, replies, lowlevel.create_initialization_options())
                 reading.cancel()  # drain ends by itself once the last reply is out
-
-
-def settle_heap(*, collect: bool) -> None:
-    """Move what is alive now out of the cyclic garbage collector's view (gc.freeze).
-
-    The store is hundreds of thousands of long-lived objects with no reference cycles (they
-    are freed by reference counting as usual); every full collection walked all of them, a
-    pause of ~190 ms at 100k items (~20 ms at 10k) in the middle of some unlucky call.
-    `collect` first collects what is not frozen yet, so that cyclic garbage (the SDK's, from
-    earlier requests) is not frozen with it: after a freeze that is only what was made since
-    the last one (a few ms). At start it would be the full pause, over objects just loaded.
-    """
-    if collect:
-        gc.collect()
-    gc.freeze()
 
 
 async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S, scope_fixed: bool = False) -> None:

@@ -11,7 +11,7 @@ from .. import constants as C
 from ..models import CompactReport, Item
 from ..persist import Op
 from .dag import _Dag
-from .journaled import _gc_paused, _Txn
+from .journaled import _Txn
 from .state import scope_key
 
 
@@ -150,7 +150,7 @@ class _Compaction(_Dag):
         all applied inside `txn`. The call's own items are protected only as far as they fit:
         if the budget is still exceeded, a second pass protects the newest that fit, and a
         third none, so the call ends within budget unless pinned items alone exceed it."""
-        with _gc_paused():
+        with self.runtime.bulk_work():
             s = self._s
             mine = (s.items[i] for i in protected if i in s.items and s.items[i].tier == "active")
             if protected and sum(it.view_tokens for it in mine if not it.pinned) + self.pinned_tokens > target_tokens:

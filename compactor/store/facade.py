@@ -21,6 +21,7 @@ from ..condense import unfamiliar_terms, with_footer
 from ..errors import InvalidArgumentError, PersistenceError
 from ..models import CompactReport, Item, Settings
 from ..persist import Op, StateDir
+from ..runtime import PROCESS, Runtime
 from ..tokens import TokenCounter, default_counter
 from .compact import _Compaction, _item_bytes
 from .inputs import StoreInput, _check_importance, _utf8_size
@@ -52,7 +53,9 @@ class Store(_Recall, _Compaction, _Ledger):
         clock: Callable[[], float] = time.time,
         scope: str = GLOBAL_SCOPE,
         redact_secrets: bool = True,
+        runtime: Runtime | None = None,
     ) -> None:
+        self.runtime = runtime or PROCESS
         self._clock = clock
         self.redact_secrets = redact_secrets
         self._redacted: dict[str, int] = {}

@@ -6,9 +6,7 @@ refuses writes, and snapshots.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
-import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
@@ -19,6 +17,7 @@ from .. import constants as C
 from ..errors import PersistenceError
 from ..models import Item, Settings
 from ..persist import ItemRecords, Op, StateDir, snapshot_chunks
+from ..runtime import Runtime
 from .state import _State, _StateOps
 
 log = logging.getLogger(__name__)
@@ -61,21 +60,6 @@ class _Txn:
         self.ops.clear()
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside: a compaction or a load makes thousands of new
-    items and ops, long-lived and acyclic, and the collector's passes over them were ~5-10% of
-    a 10k compaction and ~0.4 s of a 100k load. Collection resumes (and catches up) when it ends."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 class _NullLock:
     def __enter__(self) -> None:
         return None
@@ -113,10 +97,12 @@ class _Journaled(_StateOps):
     # Why the last journal write failed; while set, memory is read-only.
     _degraded: str | None
     load_warnings: list[str]
+    # Process-wide policy (gc pauses, GIL switch interval) is asked of it, never set here.
+    runtime: Runtime
 
     def _reload(self) -> None:
         """(Re)build memory from the state dir. Call under the lock."""
-        with _gc_paused():  # hundreds of thousands of new objects, none of them cyclic garbage
+        with self.runtime.bulk_work():  # hundreds of thousands of new objects, none of them cyclic garbage
             self._load_state()
 
     def _load_state(self) -> None:
@@ -314,15 +300,8 @@ class _Journaled(_StateOps):
             gen, offset = sd.gen, sd.offset
             header = self._snapshot_header(gen + 1, gen, offset)
             self._dirty = False
-        # The writer thread holds the GIL between its I/O calls, and the event loop waits up to
-        # the switch interval (5 ms by default) each time it wants it back, several times a
-        # call: a shorter interval while the snapshot is written bounds that wait.
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(C.SNAPSHOT_SWITCH_INTERVAL_S)
-        try:
+        with self.runtime.background_write():  # the event loop gets the GIL back quickly
             tmp_ok = await anyio.to_thread.run_sync(self._write_snapshot_tmp, header, items)
-        finally:
-            sys.setswitchinterval(interval)
         if not tmp_ok:
             self._dirty = True
             return
