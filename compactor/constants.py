@@ -15,6 +15,19 @@ BUDGET_DEFAULT: Final = 100_000
 BUDGET_MIN: Final = 1_000
 BUDGET_MAX: Final = 100_000_000
 
+# --- bounds of what a caller may set: the store checks them, the server's schemas and the CLI
+# publish them; each is written here only.
+IMPORTANCE_MIN: Final = 1
+IMPORTANCE_MAX: Final = 10
+THRESHOLD_MIN: Final = 0.2  # auto_compact_threshold: lower would compact on nearly every store
+THRESHOLD_MAX: Final = 1.0
+RECALL_TOKENS_MIN: Final = 100
+MAX_ITEMS_MIN: Final = 10
+MAX_ITEMS_MAX: Final = 10_000_000
+ARCHIVE_TOKENS_MIN: Final = 1_000
+ARCHIVE_TOKENS_MAX: Final = 10_000_000_000
+TREE_DEPTH_MAX: Final = 10
+
 # Auto-compaction starts above 90% and stops at 80%: the 10-point gap keeps a burst of stores
 # from compacting on every single call (hysteresis), as in the reference.
 AUTO_COMPACT_THRESHOLD: Final = 0.9

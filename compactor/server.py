@@ -100,7 +100,7 @@ class BulkItem(BaseModel):
     content: str = Field(min_length=1, max_length=C.MAX_CONTENT_BYTES)
     summary: str | None = Field(default=None, max_length=C.MAX_SUMMARY_CHARS)
     tags: list[str] | str | None = None
-    importance: int = Field(default=C.IMPORTANCE_DEFAULT, ge=1, le=10)
+    importance: int = Field(default=C.IMPORTANCE_DEFAULT, ge=C.IMPORTANCE_MIN, le=C.IMPORTANCE_MAX)
     pinned: bool = False
 
     model_config = {"extra": "forbid"}
@@ -261,7 +261,14 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         content: Annotated[str, Field(description="The text to remember (up to 1 MiB).")],
         summary: Annotated[str | None, Field(max_length=C.MAX_SUMMARY_CHARS, description="One-line summary.")] = None,
         tags: TagsArg = None,
-        importance: Annotated[int, Field(ge=1, le=10, description="1 (trivia) to 10 (critical).")] = 5,
+        importance: Annotated[
+            int,
+            Field(
+                ge=C.IMPORTANCE_MIN,
+                le=C.IMPORTANCE_MAX,
+                description=f"{C.IMPORTANCE_MIN} (trivia) to {C.IMPORTANCE_MAX} (critical).",
+            ),
+        ] = C.IMPORTANCE_DEFAULT,
         pinned: Annotated[bool, Field(description="Never compact this item.")] = False,
         scope: Annotated[
             str | None,
@@ -575,7 +582,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         summary: Annotated[str | None, Field(max_length=C.MAX_SUMMARY_CHARS)] = None,
         content: str | None = None,
         tags: TagsArg = None,
-        importance: Annotated[int | None, Field(ge=1, le=10)] = None,
+        importance: Annotated[int | None, Field(ge=C.IMPORTANCE_MIN, le=C.IMPORTANCE_MAX)] = None,
     ) -> Annotated[CallToolResult, S.ItemResult]:
         def go() -> CallToolResult:
             res = store.update(id, summary=summary, content=content, tags=tags, importance=importance)
@@ -700,7 +707,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     async def tree(
         ctx: Context,
         root: Annotated[str | None, Field(max_length=64)] = None,
-        max_depth: Annotated[int, Field(ge=1, le=10)] = 2,
+        max_depth: Annotated[int, Field(ge=1, le=C.TREE_DEPTH_MAX)] = 2,
     ) -> Annotated[CallToolResult, S.TreeResult]:
         def go() -> CallToolResult:
             text = store.tree(root=root, max_depth=max_depth)
@@ -811,10 +818,12 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         ctx: Context,
         token_budget: Annotated[int | None, Field(ge=C.BUDGET_MIN, le=C.BUDGET_MAX)] = None,
         auto_compact: bool | None = None,
-        auto_compact_threshold: Annotated[float | None, Field(ge=0.2, le=1.0, allow_inf_nan=False)] = None,
-        recall_tokens: Annotated[int | None, Field(ge=100, le=C.RECALL_TOKENS_MAX)] = None,
-        max_items: Annotated[int | None, Field(ge=10, le=10_000_000)] = None,
-        max_archive_tokens: Annotated[int | None, Field(ge=1_000, le=10_000_000_000)] = None,
+        auto_compact_threshold: Annotated[
+            float | None, Field(ge=C.THRESHOLD_MIN, le=C.THRESHOLD_MAX, allow_inf_nan=False)
+        ] = None,
+        recall_tokens: Annotated[int | None, Field(ge=C.RECALL_TOKENS_MIN, le=C.RECALL_TOKENS_MAX)] = None,
+        max_items: Annotated[int | None, Field(ge=C.MAX_ITEMS_MIN, le=C.MAX_ITEMS_MAX)] = None,
+        max_archive_tokens: Annotated[int | None, Field(ge=C.ARCHIVE_TOKENS_MIN, le=C.ARCHIVE_TOKENS_MAX)] = None,
     ) -> Annotated[CallToolResult, S.ConfigureResult]:
         def go() -> CallToolResult:
             st, report = store.configure(

@@ -72,7 +72,7 @@ def _int_in(lo: int, hi: int) -> Any:
 _limit = _int_in(1, C.LIST_LIMIT_MAX)
 _offset = _int_in(0, 1 << 40)
 _query_limit = _int_in(1, C.QUERY_LIMIT_MAX)
-_depth = _int_in(1, 10)
+_depth = _int_in(1, C.TREE_DEPTH_MAX)
 
 
 def cmd_status(args: argparse.Namespace, out: Out) -> int:

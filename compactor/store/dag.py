@@ -300,8 +300,8 @@ class _Dag(_Journaled):
 
     def tree(self, root: str | None = None, max_depth: int = 2, max_chars: int = C.MAX_OUTPUT_CHARS) -> str:
         """A bounded text rendering of the DAG (from `root`, or from every active root)."""
-        if not 1 <= max_depth <= 10:
-            raise InvalidArgumentError("max_depth must be from 1 to 10.")
+        if not 1 <= max_depth <= C.TREE_DEPTH_MAX:
+            raise InvalidArgumentError(f"max_depth must be from 1 to {C.TREE_DEPTH_MAX}.")
         with self._read():
             starts = [self._get(root)] if root else self.roots()
             lines: list[str] = []

@@ -452,20 +452,29 @@ class Store(_Recall, _Compaction, _Ledger):
             changes["auto_compact"] = bool(auto_compact)
         if auto_compact_threshold is not None:
             t = float(auto_compact_threshold)
-            if not 0.2 <= t <= 1.0:
-                raise InvalidArgumentError("auto_compact_threshold must be between 0.2 and 1.0.")
+            if not C.THRESHOLD_MIN <= t <= C.THRESHOLD_MAX:
+                raise InvalidArgumentError(
+                    f"auto_compact_threshold must be between {C.THRESHOLD_MIN} and {C.THRESHOLD_MAX}."
+                )
             changes["auto_compact_threshold"] = t
         if recall_tokens is not None:
-            if isinstance(recall_tokens, bool) or not 100 <= recall_tokens <= C.RECALL_TOKENS_MAX:
-                raise InvalidArgumentError(f"recall_tokens must be from 100 to {C.RECALL_TOKENS_MAX:,}.")
+            if isinstance(recall_tokens, bool) or not C.RECALL_TOKENS_MIN <= recall_tokens <= C.RECALL_TOKENS_MAX:
+                raise InvalidArgumentError(
+                    f"recall_tokens must be from {C.RECALL_TOKENS_MIN} to {C.RECALL_TOKENS_MAX:,}."
+                )
             changes["recall_tokens"] = int(recall_tokens)
         if max_items is not None:
-            if isinstance(max_items, bool) or not 10 <= max_items <= 10_000_000:
-                raise InvalidArgumentError("max_items must be from 10 to 10,000,000.")
+            if isinstance(max_items, bool) or not C.MAX_ITEMS_MIN <= max_items <= C.MAX_ITEMS_MAX:
+                raise InvalidArgumentError(f"max_items must be from {C.MAX_ITEMS_MIN} to {C.MAX_ITEMS_MAX:,}.")
             changes["max_items"] = int(max_items)
         if max_archive_tokens is not None:
-            if isinstance(max_archive_tokens, bool) or not 1_000 <= max_archive_tokens <= 10_000_000_000:
-                raise InvalidArgumentError("max_archive_tokens must be from 1,000 to 10,000,000,000.")
+            if (
+                isinstance(max_archive_tokens, bool)
+                or not C.ARCHIVE_TOKENS_MIN <= max_archive_tokens <= C.ARCHIVE_TOKENS_MAX
+            ):
+                raise InvalidArgumentError(
+                    f"max_archive_tokens must be from {C.ARCHIVE_TOKENS_MIN:,} to {C.ARCHIVE_TOKENS_MAX:,}."
+                )
             changes["max_archive_tokens"] = int(max_archive_tokens)
         with self._locked():
             self._sync()

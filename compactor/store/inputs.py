@@ -55,8 +55,10 @@ def _utf8_size(text: str, field: str) -> int:
 
 
 def _check_importance(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
-        raise InvalidArgumentError(f"importance must be an integer from 1 to 10, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not C.IMPORTANCE_MIN <= value <= C.IMPORTANCE_MAX:
+        raise InvalidArgumentError(
+            f"importance must be an integer from {C.IMPORTANCE_MIN} to {C.IMPORTANCE_MAX}, got {value!r}."
+        )
     return value
 
 
