@@ -439,12 +439,14 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     )
     async def status(ctx: Context) -> Annotated[CallToolResult, S.StatusResult]:
         def go() -> CallToolResult:
-            st = store.status()
-            pct = 100.0 * st.tokens_used / st.token_budget if st.token_budget else 0.0
+            current = store.status()
+            pct = 100.0 * current.tokens_used / current.token_budget if current.token_budget else 0.0
             types = ", ".join(
-                f"{t} {c['active']}/{c['archived']}" for t, c in st.per_type.items() if c["active"] or c["archived"]
+                f"{t} {c['active']}/{c['archived']}"
+                for t, c in current.per_type.items()
+                if c["active"] or c["archived"]
             )
-            p = st.persistence
+            p = current.persistence
             persist = (
                 f"state dir {p['state_dir']}, journal {p['journal_bytes']:,} bytes, last snapshot "
                 f"{'never' if not p.get('last_snapshot_at') else p['last_snapshot_at']}"
@@ -455,29 +457,29 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 [
                     line(),
                     f"Per type (active/archived): {types or 'none'}",
-                    f"Auto-compact: {'on' if st.settings.auto_compact else 'off'} above "
-                    f"{st.settings.auto_compact_threshold:.0%}, down to "
-                    f"{st.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP:.0%}",
-                    f"Token counter: {st.token_counter}",
+                    f"Auto-compact: {'on' if current.settings.auto_compact else 'off'} above "
+                    f"{current.settings.auto_compact_threshold:.0%}, down to "
+                    f"{current.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP:.0%}",
+                    f"Token counter: {current.token_counter}",
                     f"Scope: {store.scope} (reads also cover 'global')",
                     f"Persistence: {persist}",
                 ]
             )
             model = S.StatusResult(
-                token_budget=st.token_budget,
-                tokens_used=st.tokens_used,
+                token_budget=current.token_budget,
+                tokens_used=current.tokens_used,
                 usage_percent=round(pct, 2),
-                active_items=st.active_items,
-                archived_items=st.archived_items,
-                pinned_items=st.pinned_items,
-                per_type=st.per_type,
-                auto_compact=st.settings.auto_compact,
-                auto_compact_threshold=st.settings.auto_compact_threshold,
-                auto_compact_target=round(st.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP, 4),
-                recall_tokens=st.settings.recall_tokens,
-                budget_source=st.settings.budget_source,
-                token_counter=st.token_counter,
-                persistence=st.persistence,
+                active_items=current.active_items,
+                archived_items=current.archived_items,
+                pinned_items=current.pinned_items,
+                per_type=current.per_type,
+                auto_compact=current.settings.auto_compact,
+                auto_compact_threshold=current.settings.auto_compact_threshold,
+                auto_compact_target=round(current.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP, 4),
+                recall_tokens=current.settings.recall_tokens,
+                budget_source=current.settings.budget_source,
+                token_counter=current.token_counter,
+                persistence=current.persistence,
                 scope=store.scope,
             )
             return _result(text, model)
@@ -826,7 +828,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         max_archive_tokens: Annotated[int | None, Field(ge=C.ARCHIVE_TOKENS_MIN, le=C.ARCHIVE_TOKENS_MAX)] = None,
     ) -> Annotated[CallToolResult, S.ConfigureResult]:
         def go() -> CallToolResult:
-            st, report = store.configure(
+            settings, report = store.configure(
                 token_budget=token_budget,
                 auto_compact=auto_compact,
                 auto_compact_threshold=auto_compact_threshold,
@@ -835,19 +837,19 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 max_archive_tokens=max_archive_tokens,
             )
             text = (
-                f"Settings: budget {st.token_budget:,}, auto-compact {'on' if st.auto_compact else 'off'} "
-                f"above {st.auto_compact_threshold:.0%}, recall_tokens {st.recall_tokens:,}, "
-                f"max_items {st.max_items:,} active, max_archive_tokens {st.max_archive_tokens:,} "
+                f"Settings: budget {settings.token_budget:,}, auto-compact {'on' if settings.auto_compact else 'off'} "
+                f"above {settings.auto_compact_threshold:.0%}, recall_tokens {settings.recall_tokens:,}, "
+                f"max_items {settings.max_items:,} active, max_archive_tokens {settings.max_archive_tokens:,} "
                 f"(only what `compactor prune` proposes; nothing is deleted).\n{line()}"
                 f"{_compaction_text(report)}"
             )
             model = S.ConfigureResult(
-                token_budget=st.token_budget,
-                auto_compact=st.auto_compact,
-                auto_compact_threshold=st.auto_compact_threshold,
-                recall_tokens=st.recall_tokens,
-                max_items=st.max_items,
-                max_archive_tokens=st.max_archive_tokens,
+                token_budget=settings.token_budget,
+                auto_compact=settings.auto_compact,
+                auto_compact_threshold=settings.auto_compact_threshold,
+                recall_tokens=settings.recall_tokens,
+                max_items=settings.max_items,
+                max_archive_tokens=settings.max_archive_tokens,
                 budget=current_budget(),
                 compaction=S.compaction_summary(report),
             )

@@ -8,8 +8,7 @@ import heapq
 
 from .. import compaction, scoring
 from .. import constants as C
-from ..models import CompactReport, Item
-from ..persist import Op
+from ..models import CompactReport, Item, Op
 from .dag import _Dag
 from .journaled import _Txn
 from .state import scope_key
@@ -53,8 +52,8 @@ class _Compaction(_Dag):
     ) -> CompactReport | None:
         """max_items bounds the active tier: the excess moves to the archive, never out of it.
         max_archive_tokens deletes nothing here: it only sets what `prune` proposes."""
-        s, st = self._s, self.settings
-        over_items = len(s.order["active"]) - st.max_items
+        s, settings = self._s, self.settings
+        over_items = len(s.order["active"]) - settings.max_items
         if over_items <= 0:
             return report
         if report is None:
@@ -62,7 +61,7 @@ class _Compaction(_Dag):
         now = self._clock()
         # The oldest low-value items go to the archive (and are condensed like any other),
         # down to 90% of the limit so the O(active) pass is paid once per many stores.
-        over_items += st.max_items // 10
+        over_items += settings.max_items // 10
         movable = [
             s.items[s.by_seq[q]]
             for q in s.order["active"]
@@ -132,17 +131,19 @@ class _Compaction(_Dag):
         return ops
 
     def _auto_compact(self, txn: _Txn, protected: frozenset[str]) -> CompactReport | None:
-        st, s = self.settings, self._s
-        if not st.auto_compact:
+        settings, s = self.settings, self._s
+        if not settings.auto_compact:
             return None  # the agent compacts itself; replies show usage over budget
-        if s.used <= st.auto_compact_threshold * st.token_budget:
+        if s.used <= settings.auto_compact_threshold * settings.token_budget:
             if len(s.uncovered) > C.CHUNK_SIZE:
                 # The archive grew by more than a chunk that no summary covers (a dissolve,
                 # a restore-and-evict): condense it without a full compaction.
-                self._condense(txn, int(st.auto_compact_threshold * st.token_budget), protected, last_resort=False)
-            if s.used <= st.token_budget:
+                self._condense(
+                    txn, int(settings.auto_compact_threshold * settings.token_budget), protected, last_resort=False
+                )
+            if s.used <= settings.token_budget:
                 return None
-        target = int((st.auto_compact_threshold - C.AUTO_COMPACT_GAP) * st.token_budget)
+        target = int((settings.auto_compact_threshold - C.AUTO_COMPACT_GAP) * settings.token_budget)
         return self._compact_in(txn, target, protected, "auto")
 
     def _compact_in(self, txn: _Txn, target_tokens: int, protected: frozenset[str], trigger: str) -> CompactReport:

@@ -10,8 +10,7 @@ from .. import constants as C
 from .. import scoring
 from ..condense import extractive_text, gist, group_coherent, lineage_id
 from ..errors import InvalidArgumentError
-from ..models import Item, Tier
-from ..persist import Op
+from ..models import Item, Op, Tier
 from .journaled import _Journaled, _Txn
 from .state import scope_key
 

@@ -19,8 +19,8 @@ from .. import constants as C
 from ..classify import auto_tags, detect_type, merge_tags, parse_tags
 from ..condense import unfamiliar_terms, with_footer
 from ..errors import InvalidArgumentError, PersistenceError
-from ..models import CompactReport, Item, Settings
-from ..persist import Op, StateDir
+from ..models import CompactReport, Item, Op, Settings
+from ..persist import StateDir
 from ..runtime import PROCESS, Runtime
 from ..tokens import TokenCounter, default_counter
 from .compact import _Compaction, _item_bytes
@@ -150,10 +150,13 @@ class Store(_Recall, _Compaction, _Ledger):
                 report = self._transact(ops, protected=frozenset()) or report
             if dropped and self._s.uncovered:
                 # The children of a node left out are covered again now, as compaction would.
-                st = self.settings
+                settings = self.settings
                 with self._txn() as txn:
                     self._condense(
-                        txn, int(st.auto_compact_threshold * st.token_budget), frozenset(), last_resort=False
+                        txn,
+                        int(settings.auto_compact_threshold * settings.token_budget),
+                        frozenset(),
+                        last_resort=False,
                     )
             return ImportedRecords(
                 items=[self._s.items[it.id] for it in order if it.id in self._s.items],
@@ -420,13 +423,13 @@ class Store(_Recall, _Compaction, _Ledger):
             if child.tier != tier:
                 change["tier"] = tier
             ops.append({"op": "patch", "id": child.id, "set": change})
-        st = self.settings
+        settings = self.settings
         with self._txn() as txn:
             txn.apply(ops)
             # A pure undo unless the summaries that came back overflow the budget: then they
             # are protected only as far as they fit, and the call still ends within budget.
-            if st.auto_compact and self._s.used > st.token_budget:
-                target = int((st.auto_compact_threshold - C.AUTO_COMPACT_GAP) * st.token_budget)
+            if settings.auto_compact and self._s.used > settings.token_budget:
+                target = int((settings.auto_compact_threshold - C.AUTO_COMPACT_GAP) * settings.token_budget)
                 self._compact_in(txn, target, frozenset(c.id for c in kids), "auto")
         # A child that did not fit may have been condensed again (a d1 even re-made).
         return [self._s.items[c.id] for c in kids if c.id in self._s.items]

@@ -15,8 +15,8 @@ import anyio.to_thread
 
 from .. import constants as C
 from ..errors import PersistenceError
-from ..models import Item, Settings
-from ..persist import ItemRecords, Op, StateDir, snapshot_chunks
+from ..models import Item, Op, Settings
+from ..persist import ItemRecords, StateDir, snapshot_chunks
 from ..runtime import Runtime
 from .state import _State, _StateOps
 
@@ -32,30 +32,30 @@ class _Txn:
         self._undo: list[tuple[str, Any]] = []
 
     def apply(self, ops: list[Op]) -> None:
-        st = self._store
+        store = self._store
         for op in ops:
             if op["op"] == "config":
-                self._undo.append(("\x00config", st.settings.to_record()))
+                self._undo.append(("\x00config", store.settings.to_record()))
             else:
                 item_id = op["id"] if "id" in op else op["item"]["id"]
-                self._undo.append((item_id, st._s.items.get(item_id)))
-            st._apply(op)
+                self._undo.append((item_id, store._s.items.get(item_id)))
+            store._apply(op)
             self.ops.append(op)
 
     def commit(self, sync: bool = True) -> None:
         self._store._persist_ops(self.ops, sync)
 
     def rollback(self) -> None:
-        st = self._store
+        store = self._store
         for key, prev in reversed(self._undo):
             if key == "\x00config":
-                st._apply({"op": "config", "set": prev})
+                store._apply({"op": "config", "set": prev})
                 continue
-            current = st._s.items.get(key)
+            current = store._s.items.get(key)
             if current is not None:
-                st._drop(st._s, current)
+                store._drop(store._s, current)
             if prev is not None:
-                st._put(st._s, prev)
+                store._put(store._s, prev)
         self._undo.clear()
         self.ops.clear()
 

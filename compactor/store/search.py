@@ -10,8 +10,7 @@ import logging
 from .. import constants as C
 from .. import scoring
 from ..errors import PersistenceError
-from ..models import Item
-from ..persist import Op
+from ..models import Item, Op
 from .journaled import _Journaled
 from .records import Hit
 from .state import scope_key
@@ -46,7 +45,7 @@ class _Search(_Journaled):
             best = heapq.nlargest(limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now), it.seq))
             return [Hit(it, scoring.rank_score(1.0, it, now), ()) for it in best]
 
-        # Retention and the recency prior lift a BM25 score by at most MAX_RANK_FACTOR (2.2),
+        # Retention and the recency prior lift a BM25 score by at most scoring.MAX_RANK_FACTOR,
         # so the final top `limit` is drawn from the BM25 top few times `limit`: a hit below
         # that would need a relevance far under the leaders' to overtake them, which the bound
         # rules out in practice, and the index can prune everything deeper.

@@ -17,8 +17,7 @@ from .. import constants as C
 from ..dedup import DedupIndex
 from ..errors import NotFoundError
 from ..index import BM25Index
-from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Settings, Tier, pairs
-from ..persist import Op
+from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
 from ..tokens import TokenCounter
 
 log = logging.getLogger(__name__)
