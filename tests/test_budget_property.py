@@ -385,7 +385,7 @@ Memory.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-TestMemory = Memory.TestCase
+TestMemory = pytest.mark.slow(Memory.TestCase)
 
 
 @pytest.mark.slow
