@@ -10,10 +10,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from . import constants as C
-from .models import CompactReport, Item
+from .models import CompactReport, Item, Op
 from .scoring import retention
-
-Op = dict[str, object]
 
 
 @dataclass(slots=True)

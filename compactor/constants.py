@@ -15,6 +15,19 @@ BUDGET_DEFAULT: Final = 100_000
 BUDGET_MIN: Final = 1_000
 BUDGET_MAX: Final = 100_000_000
 
+# --- bounds of what a caller may set: the store checks them, the server's schemas and the CLI
+# publish them; each is written here only.
+IMPORTANCE_MIN: Final = 1
+IMPORTANCE_MAX: Final = 10
+THRESHOLD_MIN: Final = 0.2  # auto_compact_threshold: lower would compact on nearly every store
+THRESHOLD_MAX: Final = 1.0
+RECALL_TOKENS_MIN: Final = 100
+MAX_ITEMS_MIN: Final = 10
+MAX_ITEMS_MAX: Final = 10_000_000
+ARCHIVE_TOKENS_MIN: Final = 1_000
+ARCHIVE_TOKENS_MAX: Final = 10_000_000_000
+TREE_DEPTH_MAX: Final = 10
+
 # Auto-compaction starts above 90% and stops at 80%: the 10-point gap keeps a burst of stores
 # from compacting on every single call (hysteresis), as in the reference.
 AUTO_COMPACT_THRESHOLD: Final = 0.9
@@ -54,13 +67,13 @@ MAX_RETENTION: Final = (W_IMPORTANCE + W_RECENCY + W_ACCESS) * max(TYPE_MULTIPLI
 # near-ties toward fresher, more important items but never to bury the best text match.
 RETENTION_WEIGHT: Final = 0.25
 PIN_BOOST: Final = 1.15
-# A plain query searches the archive too (ISSUE 13): an archived hit's score is multiplied by
+# A plain query searches the archive too: an archived hit's score is multiplied by
 # this, so of two equally relevant items the active one (the agent's current working set) ranks
 # first, while an archived item that matches clearly better still outranks it. Bounded at
 # 1 / 0.9 = 1.11x: a stronger preference (0.8) cost archived hits recall (see bench/REPLAY.md).
 ARCHIVED_RANK_FACTOR: Final = 0.9
-# Re-rank the BM25 top max(limit * 3, 30) with retention: deep enough for the 1.44x bound to
-# matter only between near-ties, shallow enough for the index to prune the rest.
+# Re-rank the BM25 top max(limit * 3, 30) with retention: deep enough for the bounded lift
+# (scoring.MAX_RANK_FACTOR) to matter only between near-ties, shallow enough for the index to prune the rest.
 RERANK_DEPTH: Final = 3
 RERANK_MIN: Final = 30
 # An item without a summary is indexed with its first line (this long at most, cut after a

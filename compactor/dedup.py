@@ -246,7 +246,7 @@ class DedupIndex:
         self._keys = {i: tuple(key_list[e - n : e]) for i, e, n in zip(ids, key_ends, key_lens, strict=True)}
         self._sigs = {i: sigs[e - n : e] for i, e, n in zip(ids, sig_ends, sig_lens, strict=True)}
         self._sizes = dict(zip(ids, sizes, strict=True))
-        # Filing ~400k keys one _file call at a time was ~0.5 s of a 100k start: group them
+        # Filing keys one _file call at a time is a large share of a cold start: group them
         # first, then make each bucket once.
         groups: dict[int, list[str]] = {}
         for key, item_id in zip(key_list, chain.from_iterable(map(repeat, ids, key_lens)), strict=True):

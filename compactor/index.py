@@ -61,7 +61,7 @@ BM25_B: Final = C.BM25_B
 SUMMARY_WEIGHT: Final = C.SUMMARY_WEIGHT
 TAG_WEIGHT: Final = C.TAG_WEIGHT
 
-# --- tuning constants (lead: move to compactor/constants.py) --------------------------------
+# --- the index's own tuning: how it stores and scans postings, nothing a caller sees ---------
 # A term's postings are compacted once dead postings outnumber live ones by this slack.
 _COMPACT_SLACK: Final = 8
 # Pruning costs a pass over the candidates; try it only when the postings still to scan are
@@ -97,7 +97,7 @@ if array("I").itemsize != 4:  # pragma: no cover - every CPython platform we tar
     raise ImportError("compactor.index needs a 4-byte array('I')")
 
 
-class Hit(NamedTuple):
+class IndexHit(NamedTuple):
     doc_id: str
     score: float
     matched: tuple[str, ...]
@@ -412,7 +412,7 @@ class BM25Index:
 
     def search(
         self, query: str, limit: int = 10, accept: Callable[[str], bool] | None = None, *, with_matched: bool = True
-    ) -> list[Hit]:
+    ) -> list[IndexHit]:
         """Top `limit` documents by score (ties: newest first); `accept` filters candidates only.
         `with_matched=False` leaves `matched` empty, for callers that keep only some hits
         (`matched_terms` then names them for those)."""
@@ -425,11 +425,11 @@ class BM25Index:
         else:
             acc = self._accumulate(weighted, limit, ok)
             ranked = _best(acc, limit) if accept is None else ok.top(acc, limit)
-        hits: list[Hit] = []
+        hits: list[IndexHit] = []
         for score, d in ranked:
             doc_id = self._ext[d]
             assert doc_id is not None
-            hits.append(Hit(doc_id, score, self._matched(d, found) if with_matched else ()))
+            hits.append(IndexHit(doc_id, score, self._matched(d, found) if with_matched else ()))
         return hits
 
     def matched_terms(self, doc_ids: Sequence[str], query: str) -> list[tuple[str, ...]]:

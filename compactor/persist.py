@@ -42,10 +42,10 @@ import orjson
 
 from . import constants as C
 from .errors import PersistenceError, StateCorruptError
+from .models import Op
 
 log = logging.getLogger(__name__)
 
-Op = dict[str, Any]
 SNAPSHOT = "snapshot.json"
 JOURNAL = "journal.jsonl"
 LOCK = "lock"

@@ -56,17 +56,17 @@ def usage_role(used: int, budget: int) -> str:
     return "ok" if share < C.AUTO_COMPACT_THRESHOLD - C.AUTO_COMPACT_GAP else "warn" if share < 1.0 else "bad"
 
 
-def per_depth(st: Status, shape: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
+def per_depth(status: Status, shape: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
     """Items per DAG depth and tier; depth 0 (raw items) is what the nodes do not account for."""
     nodes_active = sum(v["active"] for v in shape.values())
     nodes_archived = sum(v["archived"] for v in shape.values())
-    out = {0: {"active": st.active_items - nodes_active, "archived": st.archived_items - nodes_archived}}
+    out = {0: {"active": status.active_items - nodes_active, "archived": status.archived_items - nodes_archived}}
     out.update(shape)
     return out
 
 
 def status_report(
-    st: Status,
+    status: Status,
     shape: dict[int, dict[str, int]],
     files: StateFiles | None,
     *,
@@ -74,26 +74,26 @@ def status_report(
     unicode: bool = True,
     width: int = 30,
 ) -> list[str]:
-    pct = 100.0 * st.tokens_used / st.token_budget if st.token_budget else 0.0
-    role = usage_role(st.tokens_used, st.token_budget)
+    pct = 100.0 * status.tokens_used / status.token_budget if status.token_budget else 0.0
+    role = usage_role(status.tokens_used, status.token_budget)
     lines = [
-        f"{paint('Budget', 'head')}   {paint(bar(st.tokens_used, st.token_budget, width, unicode), role)} "
-        f"{paint(f'{pct:5.1f}%', role)}  {st.tokens_used:,} / {st.token_budget:,} tokens "
-        f"({st.settings.budget_source})",
-        f"{paint('Items', 'head')}    {st.active_items:,} active ({st.pinned_items:,} pinned) · "
-        f"{st.archived_items:,} archived",
+        f"{paint('Budget', 'head')}   {paint(bar(status.tokens_used, status.token_budget, width, unicode), role)} "
+        f"{paint(f'{pct:5.1f}%', role)}  {status.tokens_used:,} / {status.token_budget:,} tokens "
+        f"({status.settings.budget_source})",
+        f"{paint('Items', 'head')}    {status.active_items:,} active ({status.pinned_items:,} pinned) · "
+        f"{status.archived_items:,} archived",
         f"{paint('By type', 'head')}  {paint('active / archived', 'dim')}",
     ]
-    for ctype, counts in st.per_type.items():
+    for ctype, counts in status.per_type.items():
         if counts["active"] or counts["archived"]:
             lines.append(f"  {ctype:<12} {counts['active']:>6,} / {counts['archived']:,}")
-    if not any(c["active"] or c["archived"] for c in st.per_type.values()):
+    if not any(c["active"] or c["archived"] for c in status.per_type.values()):
         lines.append(paint("  (empty)", "dim"))
     lines.append(f"{paint('By depth', 'head')} {paint('active / archived (d0 = raw items, d1+ = summaries)', 'dim')}")
-    for depth, counts in per_depth(st, shape).items():
+    for depth, counts in per_depth(status, shape).items():
         if counts["active"] or counts["archived"] or depth == 0:
             lines.append(f"  d{depth:<11} {counts['active']:>6,} / {counts['archived']:,}")
-    s = st.settings
+    s = status.settings
     lines.append(
         f"{paint('Compact', 'head')}  {'auto' if s.auto_compact else 'manual only'}: above "
         f"{s.auto_compact_threshold:.0%} down to {s.auto_compact_threshold - C.AUTO_COMPACT_GAP:.0%}; "

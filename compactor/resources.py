@@ -30,11 +30,11 @@ def register(mcp: MCPServer, store: Store) -> None:
     )
     def status() -> str:
         try:
-            st = store.status()
+            status = store.status()
             shape = store.dag_shape()
         except CompactorError as exc:
             raise ResourceError(str(exc)) from exc
-        return "\n".join(status_report(st, shape, None))
+        return "\n".join(status_report(status, shape, None))
 
     @mcp.resource(
         "memory://items/{id}",

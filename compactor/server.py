@@ -7,38 +7,24 @@ errors (isError) with the Store's message, and the Store guarantees nothing chan
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import gc
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.stdio import stdio_server
-from mcp.shared._context_streams import create_context_streams
-from mcp.shared.message import SessionMessage
 from mcp_types import (
-    INVALID_REQUEST,
-    PARSE_ERROR,
     CallToolResult,
-    ErrorData,
-    JSONRPCError,
-    JSONRPCNotification,
-    JSONRPCRequest,
-    JSONRPCResponse,
     TextContent,
     ToolAnnotations,
 )
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from . import constants as C
 from . import contract, resources
@@ -47,7 +33,9 @@ from .condense import depth_instruction, gist
 from .errors import CompactorError, NotFoundError
 from .models import CompactReport, Item
 from .render import budget_line, item_line, item_preview, preview
+from .runtime import settle_heap
 from .scope import scope_from_root_uri
+from .stdio_runtime import run_stdio as _run_stdio
 from .store import Store, StoreInput
 
 log = logging.getLogger(__name__)
@@ -100,7 +88,7 @@ class BulkItem(BaseModel):
     content: str = Field(min_length=1, max_length=C.MAX_CONTENT_BYTES)
     summary: str | None = Field(default=None, max_length=C.MAX_SUMMARY_CHARS)
     tags: list[str] | str | None = None
-    importance: int = Field(default=C.IMPORTANCE_DEFAULT, ge=1, le=10)
+    importance: int = Field(default=C.IMPORTANCE_DEFAULT, ge=C.IMPORTANCE_MIN, le=C.IMPORTANCE_MAX)
     pinned: bool = False
 
     model_config = {"extra": "forbid"}
@@ -261,7 +249,14 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         content: Annotated[str, Field(description="The text to remember (up to 1 MiB).")],
         summary: Annotated[str | None, Field(max_length=C.MAX_SUMMARY_CHARS, description="One-line summary.")] = None,
         tags: TagsArg = None,
-        importance: Annotated[int, Field(ge=1, le=10, description="1 (trivia) to 10 (critical).")] = 5,
+        importance: Annotated[
+            int,
+            Field(
+                ge=C.IMPORTANCE_MIN,
+                le=C.IMPORTANCE_MAX,
+                description=f"{C.IMPORTANCE_MIN} (trivia) to {C.IMPORTANCE_MAX} (critical).",
+            ),
+        ] = C.IMPORTANCE_DEFAULT,
         pinned: Annotated[bool, Field(description="Never compact this item.")] = False,
         scope: Annotated[
             str | None,
@@ -432,12 +427,14 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     )
     async def status(ctx: Context) -> Annotated[CallToolResult, S.StatusResult]:
         def go() -> CallToolResult:
-            st = store.status()
-            pct = 100.0 * st.tokens_used / st.token_budget if st.token_budget else 0.0
+            current = store.status()
+            pct = 100.0 * current.tokens_used / current.token_budget if current.token_budget else 0.0
             types = ", ".join(
-                f"{t} {c['active']}/{c['archived']}" for t, c in st.per_type.items() if c["active"] or c["archived"]
+                f"{t} {c['active']}/{c['archived']}"
+                for t, c in current.per_type.items()
+                if c["active"] or c["archived"]
             )
-            p = st.persistence
+            p = current.persistence
             persist = (
                 f"state dir {p['state_dir']}, journal {p['journal_bytes']:,} bytes, last snapshot "
                 f"{'never' if not p.get('last_snapshot_at') else p['last_snapshot_at']}"
@@ -448,29 +445,29 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 [
                     line(),
                     f"Per type (active/archived): {types or 'none'}",
-                    f"Auto-compact: {'on' if st.settings.auto_compact else 'off'} above "
-                    f"{st.settings.auto_compact_threshold:.0%}, down to "
-                    f"{st.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP:.0%}",
-                    f"Token counter: {st.token_counter}",
+                    f"Auto-compact: {'on' if current.settings.auto_compact else 'off'} above "
+                    f"{current.settings.auto_compact_threshold:.0%}, down to "
+                    f"{current.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP:.0%}",
+                    f"Token counter: {current.token_counter}",
                     f"Scope: {store.scope} (reads also cover 'global')",
                     f"Persistence: {persist}",
                 ]
             )
             model = S.StatusResult(
-                token_budget=st.token_budget,
-                tokens_used=st.tokens_used,
+                token_budget=current.token_budget,
+                tokens_used=current.tokens_used,
                 usage_percent=round(pct, 2),
-                active_items=st.active_items,
-                archived_items=st.archived_items,
-                pinned_items=st.pinned_items,
-                per_type=st.per_type,
-                auto_compact=st.settings.auto_compact,
-                auto_compact_threshold=st.settings.auto_compact_threshold,
-                auto_compact_target=round(st.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP, 4),
-                recall_tokens=st.settings.recall_tokens,
-                budget_source=st.settings.budget_source,
-                token_counter=st.token_counter,
-                persistence=st.persistence,
+                active_items=current.active_items,
+                archived_items=current.archived_items,
+                pinned_items=current.pinned_items,
+                per_type=current.per_type,
+                auto_compact=current.settings.auto_compact,
+                auto_compact_threshold=current.settings.auto_compact_threshold,
+                auto_compact_target=round(current.settings.auto_compact_threshold - C.AUTO_COMPACT_GAP, 4),
+                recall_tokens=current.settings.recall_tokens,
+                budget_source=current.settings.budget_source,
+                token_counter=current.token_counter,
+                persistence=current.persistence,
                 scope=store.scope,
             )
             return _result(text, model)
@@ -575,7 +572,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         summary: Annotated[str | None, Field(max_length=C.MAX_SUMMARY_CHARS)] = None,
         content: str | None = None,
         tags: TagsArg = None,
-        importance: Annotated[int | None, Field(ge=1, le=10)] = None,
+        importance: Annotated[int | None, Field(ge=C.IMPORTANCE_MIN, le=C.IMPORTANCE_MAX)] = None,
     ) -> Annotated[CallToolResult, S.ItemResult]:
         def go() -> CallToolResult:
             res = store.update(id, summary=summary, content=content, tags=tags, importance=importance)
@@ -700,7 +697,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     async def tree(
         ctx: Context,
         root: Annotated[str | None, Field(max_length=64)] = None,
-        max_depth: Annotated[int, Field(ge=1, le=10)] = 2,
+        max_depth: Annotated[int, Field(ge=1, le=C.TREE_DEPTH_MAX)] = 2,
     ) -> Annotated[CallToolResult, S.TreeResult]:
         def go() -> CallToolResult:
             text = store.tree(root=root, max_depth=max_depth)
@@ -811,13 +808,15 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         ctx: Context,
         token_budget: Annotated[int | None, Field(ge=C.BUDGET_MIN, le=C.BUDGET_MAX)] = None,
         auto_compact: bool | None = None,
-        auto_compact_threshold: Annotated[float | None, Field(ge=0.2, le=1.0, allow_inf_nan=False)] = None,
-        recall_tokens: Annotated[int | None, Field(ge=100, le=C.RECALL_TOKENS_MAX)] = None,
-        max_items: Annotated[int | None, Field(ge=10, le=10_000_000)] = None,
-        max_archive_tokens: Annotated[int | None, Field(ge=1_000, le=10_000_000_000)] = None,
+        auto_compact_threshold: Annotated[
+            float | None, Field(ge=C.THRESHOLD_MIN, le=C.THRESHOLD_MAX, allow_inf_nan=False)
+        ] = None,
+        recall_tokens: Annotated[int | None, Field(ge=C.RECALL_TOKENS_MIN, le=C.RECALL_TOKENS_MAX)] = None,
+        max_items: Annotated[int | None, Field(ge=C.MAX_ITEMS_MIN, le=C.MAX_ITEMS_MAX)] = None,
+        max_archive_tokens: Annotated[int | None, Field(ge=C.ARCHIVE_TOKENS_MIN, le=C.ARCHIVE_TOKENS_MAX)] = None,
     ) -> Annotated[CallToolResult, S.ConfigureResult]:
         def go() -> CallToolResult:
-            st, report = store.configure(
+            settings, report = store.configure(
                 token_budget=token_budget,
                 auto_compact=auto_compact,
                 auto_compact_threshold=auto_compact_threshold,
@@ -826,19 +825,19 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 max_archive_tokens=max_archive_tokens,
             )
             text = (
-                f"Settings: budget {st.token_budget:,}, auto-compact {'on' if st.auto_compact else 'off'} "
-                f"above {st.auto_compact_threshold:.0%}, recall_tokens {st.recall_tokens:,}, "
-                f"max_items {st.max_items:,} active, max_archive_tokens {st.max_archive_tokens:,} "
+                f"Settings: budget {settings.token_budget:,}, auto-compact {'on' if settings.auto_compact else 'off'} "
+                f"above {settings.auto_compact_threshold:.0%}, recall_tokens {settings.recall_tokens:,}, "
+                f"max_items {settings.max_items:,} active, max_archive_tokens {settings.max_archive_tokens:,} "
                 f"(only what `compactor prune` proposes; nothing is deleted).\n{line()}"
                 f"{_compaction_text(report)}"
             )
             model = S.ConfigureResult(
-                token_budget=st.token_budget,
-                auto_compact=st.auto_compact,
-                auto_compact_threshold=st.auto_compact_threshold,
-                recall_tokens=st.recall_tokens,
-                max_items=st.max_items,
-                max_archive_tokens=st.max_archive_tokens,
+                token_budget=settings.token_budget,
+                auto_compact=settings.auto_compact,
+                auto_compact_threshold=settings.auto_compact_threshold,
+                recall_tokens=settings.recall_tokens,
+                max_items=settings.max_items,
+                max_archive_tokens=settings.max_archive_tokens,
                 budget=current_budget(),
                 compaction=S.compaction_summary(report),
             )
@@ -861,157 +860,6 @@ def _version() -> str:
     from . import __version__
 
     return __version__
-
-
-_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-def invalid_message_reply(exc: Exception) -> JSONRPCError:
-    """JSON-RPC 2.0 section 5.1: a line that is not JSON gets -32700, a JSON value that is not a
-    valid message -32600, with the request's id when one can be read, else null.
-
-    Two lines the SDK's parser refuses are readable enough to answer with their id, so that the
-    client does not wait forever: bytes that are not UTF-8 (-32700: JSON text is UTF-8), and
-    valid JSON holding a lone surrogate escape such as "\\ud83d" (-32600: it is not Unicode
-    text). Neither is run: a replacement character stored in place of the sender's text would
-    be a silent change to what the agent asked to remember."""
-    code, message, request_id = INVALID_REQUEST, "Invalid Request: not a valid JSON-RPC message", None
-    if not isinstance(exc, ValidationError):
-        return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
-    errors = exc.errors(include_url=False)
-    kinds = {err["type"] for err in errors}
-    candidates = [err.get("input") for err in errors]
-    if kinds & {"json_invalid", "string_unicode"}:
-        code, message = PARSE_ERROR, "Parse error: the line is not valid JSON"
-        line = errors[0].get("input")
-        parsed = _lenient_json(line) if isinstance(line, str) else None
-        candidates = [parsed]
-        if parsed is not None and "string_unicode" in kinds:
-            message = f"Parse error: the message is not valid UTF-8 ({_bad_bytes(str(line))}); nothing was run"
-        elif parsed is not None:
-            found = _LONE_SURROGATE.search(str(line))
-            what = f"a lone UTF-16 surrogate escape ({found.group()})" if found else "text this server cannot read"
-            code, message = INVALID_REQUEST, f"Invalid Request: the message holds {what}; nothing was run"
-    for value in candidates:
-        if isinstance(value, dict) and isinstance(value.get("id"), str | int) and not isinstance(value["id"], bool):
-            request_id = value["id"]
-            break
-    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
-
-
-def _lenient_json(line: str) -> Any:
-    """`line` parsed by Python's json, which accepts lone surrogates, or None if it cannot be."""
-    if len(line) > C.MAX_REPARSE_CHARS:
-        return None
-    try:
-        return json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _bad_bytes(line: str) -> str:
-    """Where the first undecodable byte is: stdin is read with surrogateescape, which keeps each
-    such byte as a code point U+DC80..U+DCFF."""
-    for i, ch in enumerate(line):
-        if 0xDC80 <= ord(ch) <= 0xDCFF:
-            return f"byte 0x{ord(ch) - 0xDC00:02x} at character {i}"
-    return "undecodable bytes"
-
-
-@contextlib.contextmanager
-def _stdin_keeping_bad_bytes() -> Iterator[anyio.AsyncFile[str] | None]:
-    """stdin as UTF-8 text whose undecodable bytes stay visible (the SDK replaces them with
-    U+FFFD, so a message with them would be stored changed and reported as a success).
-
-    Like the SDK's own claim, fd 0 is pointed at the null device while serving, so that nothing
-    else in the process reads the protocol's bytes. None (the SDK's reader) if stdin is unusable."""
-    try:
-        private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-    except OSError:
-        yield None
-        return
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    try:
-        # closefd=False: the reader thread may still block on it after the transport exits.
-        text = open(private, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
-        yield anyio.wrap_file(text)
-    finally:
-        os.dup2(private, 0)
-
-
-async def _run_stdio(mcp: MCPServer) -> None:
-    """`MCPServer.run_stdio_async`, plus:
-
-    - error replies for lines the SDK's reader cannot parse: the SDK drops them silently, and a
-      client that sent a request with an id would wait forever;
-    - invalid UTF-8 refused (see `invalid_message_reply`) instead of stored as U+FFFD;
-    - backpressure: at most MAX_PENDING_REQUESTS requests are unanswered or have an answer not
-      yet written to stdout. A client that never reads its replies stops being read from,
-      instead of making the server hold every reply in memory."""
-    lowlevel = mcp._lowlevel_server
-    with _stdin_keeping_bad_bytes() as stdin:
-        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
-            send, receive = create_context_streams[SessionMessage | Exception](0)
-            replies, outgoing = create_context_streams[SessionMessage](0)
-            slots = anyio.Semaphore(C.MAX_PENDING_REQUESTS)
-            pending: dict[str | int, int] = {}  # the client's request ids not answered yet
-
-            def answered(request_id: Any) -> None:
-                if isinstance(request_id, str | int) and request_id in pending:
-                    pending[request_id] -= 1
-                    if not pending[request_id]:
-                        del pending[request_id]
-                    slots.release()
-
-            async def pump() -> None:
-                async with send:
-                    async for item in read_stream:
-                        if isinstance(item, Exception):
-                            await write_stream.send(SessionMessage(invalid_message_reply(item)))
-                            continue
-                        msg = item.message
-                        if isinstance(msg, JSONRPCRequest):
-                            await slots.acquire()
-                            pending[msg.id] = pending.get(msg.id, 0) + 1
-                        elif isinstance(msg, JSONRPCNotification) and msg.method == "notifications/cancelled":
-                            answered((msg.params or {}).get("requestId"))  # a cancelled request gets no reply
-                        await send.send(item)
-
-            async def drain() -> None:
-                async with write_stream, outgoing:
-                    async for item in outgoing:
-                        await write_stream.send(item)  # returns once stdout's writer has taken it
-                        if isinstance(item.message, JSONRPCResponse | JSONRPCError):
-                            answered(item.message.id)
-
-            async with anyio.create_task_group() as tg:
-                reading = anyio.CancelScope()
-
-                async def read() -> None:
-                    with reading:
-                        await pump()
-
-                tg.start_soon(read)
-                tg.start_soon(drain)
-                await lowlevel.run(receive, replies, lowlevel.create_initialization_options())
-                reading.cancel()  # drain ends by itself once the last reply is out
-
-
-def settle_heap(*, collect: bool) -> None:
-    """Move what is alive now out of the cyclic garbage collector's view (gc.freeze).
-
-    The store is hundreds of thousands of long-lived objects with no reference cycles (they
-    are freed by reference counting as usual); every full collection walked all of them, a
-    pause of ~190 ms at 100k items (~20 ms at 10k) in the middle of some unlucky call.
-    `collect` first collects what is not frozen yet, so that cyclic garbage (the SDK's, from
-    earlier requests) is not frozen with it: after a freeze that is only what was made since
-    the last one (a few ms). At start it would be the full pause, over objects just loaded.
-    """
-    if collect:
-        gc.collect()
-    gc.freeze()
 
 
 async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S, scope_fixed: bool = False) -> None:

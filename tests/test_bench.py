@@ -302,6 +302,7 @@ def test_proc_finds_a_child_and_its_peak_memory() -> None:
 # --- smoke run ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_smoke_run_against_the_dev_stub(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     stub = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench' / '_devstub.py'))}"

@@ -9,9 +9,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT, server_env
 
 
+@pytest.mark.slow
 def test_durability_harness_tiny(tmp_path):
     out = tmp_path / "durability.json"
     proc = subprocess.run(

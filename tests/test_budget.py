@@ -64,6 +64,7 @@ async def test_configure_limits_delete_nothing(store: Store):
     assert store.forget_ledger() == []
 
 
+@pytest.mark.slow
 def test_cli_limit_flags_delete_nothing_over_stdio(state_dir: Path):
     with StdioServer("--state-dir", str(state_dir), "--budget", "5000") as srv:
         ids = srv.ok("bulk_store", items=[{"content": words(i)} for i in range(300)])["ids"]
@@ -155,6 +156,7 @@ def test_bulk_store_within_budget_over_stdio():
         assert tree["roots"]
 
 
+@pytest.mark.slow
 def test_cli_import_ends_within_budget_and_tree_shows_nodes(
     state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
@@ -177,6 +179,7 @@ def test_cli_import_ends_within_budget_and_tree_shows_nodes(
 
 
 # --- point 4: summary levels never mix ------------------------------------------------------------
+@pytest.mark.slow
 async def test_levels_never_mix_after_repeated_compactions(store: Store):
     async with connect(store) as c:
         await call(c, "configure", token_budget=20_000)

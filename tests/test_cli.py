@@ -244,6 +244,7 @@ def cli_proc(*argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_beside_a_running_server(state_dir):
     """The CLI and the server share the dir through the flock and the journal: each sees the
     other's changes at once."""

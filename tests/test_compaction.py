@@ -1,8 +1,5 @@
 import random
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 
@@ -110,54 +107,3 @@ def test_tokens_never_negative(store: Store):
         store.update(item_id, content="tiny")
     assert store.tokens_used >= 0
     assert store.tokens_used == sum(store.get(i).view_tokens for i in store.ids() if store.get(i).tier == "active")
-
-
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("store"), st.integers(0, 10**6), st.integers(5, 400), st.booleans(), st.booleans()),
-        st.tuples(st.just("compact"), st.floats(0.0, 1.0)),
-        st.tuples(st.just("forget"), st.integers(0, 1000)),
-        st.tuples(st.just("budget"), st.integers(1_000, 20_000)),
-        st.tuples(st.just("restore"), st.integers(0, 1000)),
-        st.tuples(st.just("pin"), st.integers(0, 1000)),
-        st.tuples(st.just("unpin"), st.integers(0, 1000)),
-    ),
-    max_size=40,
-)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops)
-def test_property_compaction_meets_target_and_nothing_is_lost(seq):
-    s = Store(clock=FakeClock())
-    stored: dict[str, str] = {}
-    for op in seq:
-        if op[0] == "store":
-            _, seed, n, pinned, with_summary = op
-            text = words(seed, n)
-            res = s.store(text, pinned=pinned, summary="sum" if with_summary else None)
-            stored[res.item.id] = text
-        elif op[0] == "compact":
-            s.compact(op[1])
-            target = int(op[1] * s.budget)
-            unpinned_active = [i for i in s.ids() if s.get(i).tier == "active" and not s.get(i).pinned]
-            assert s.tokens_used <= target or not unpinned_active
-        elif op[0] == "forget" and stored:
-            victim = sorted(stored)[op[1] % len(stored)]
-            s.forget(victim)
-            del stored[victim]
-        elif op[0] == "budget":
-            s.configure(token_budget=op[1])
-        elif op[0] == "restore" and stored:
-            s.restore(sorted(stored)[op[1] % len(stored)])
-        elif op[0] in ("pin", "unpin") and stored:
-            target_id = sorted(stored)[op[1] % len(stored)]
-            s.pin(target_id) if op[0] == "pin" else s.unpin(target_id)
-        assert s.tokens_used >= 0
-        # status counts pinned items incrementally; it must agree with a full scan.
-        active = [s.get(i) for i in s.ids() if s.get(i).tier == "active"]
-        assert s.status().pinned_items == sum(1 for it in active if it.pinned)
-    # Lossless: every id stored and not forgotten is gettable with its original content.
-    for item_id, text in stored.items():
-        assert s.get(item_id).content == text
-    assert len([i for i in s.ids() if s.get(i).depth == 0]) == len(stored)

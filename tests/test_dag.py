@@ -7,8 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from compactor import constants as C
 from compactor.condense import FOOTER_PREFIX, lineage_id, unfamiliar_terms
@@ -252,57 +250,6 @@ def test_dag_survives_restart_with_same_ids(state_dir: Path):
     s2.close()
     s3 = Store(state_dir=state_dir)
     assert s3.dag_shape() == shape
-
-
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("store"), st.integers(0, 50), st.integers(1, 30)),
-        st.tuples(st.just("compact"), st.sampled_from([0.1, 0.3, 0.5, 0.7])),
-        st.tuples(st.just("dissolve"), st.integers(0, 100)),
-        st.tuples(st.just("forget"), st.integers(0, 1000)),
-    ),
-    max_size=25,
-)
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops)
-def test_property_lineage_closure_budget_and_undo(seq):
-    s = Store(clock=FakeClock())
-    s.configure(token_budget=8_000, auto_compact=True)
-    stored: set[str] = set()
-    for op in seq:
-        if op[0] == "store":
-            stored.update(fill(s, op[2], start=op[1] * 31))
-        elif op[0] == "compact":
-            s.compact(op[1])
-            target = int(op[1] * s.budget)
-            movable = [i for i in s.ids() if s.get(i).tier == "active" and not s.get(i).pinned]
-            assert s.tokens_used <= target or not movable
-        elif op[0] == "dissolve":
-            roots = s.roots()
-            if roots:
-                node = roots[op[1] % len(roots)]
-                before = active_set(s)
-                back = [s.get(c) for c in node.children if c in set(s.ids()) and s.get(c).depth]
-                fits = s.tokens_used - node.view_tokens + sum(k.view_tokens for k in back) <= s.budget
-                kids = s.dissolve(node.id)
-                after = active_set(s)
-                # Undo: only the node left and its children came back where they were (unless
-                # the summaries coming back overflow the budget: then it compacts).
-                if fits:
-                    assert after == (before - {node.id}) | {k.id for k in kids if k.tier == "active"}
-                assert s.tokens_used <= s.budget
-        elif op[0] == "forget" and stored:
-            victim = sorted(stored)[op[1] % len(stored)]
-            s.forget(victim)
-            stored.discard(victim)
-        # Lineage closure: after every compaction, everything stored and not forgotten is
-        # active or reachable by expand (a dissolve leaves children uncovered until the next).
-        if op[0] == "compact":
-            assert stored <= reachable(s)
-        assert stored <= set(s.ids())
-    assert stored <= set(s.ids())
 
 
 def _leaf(n: int, content: str, tags: tuple[str, ...] = ()) -> Item:

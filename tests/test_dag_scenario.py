@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from tests.stdio_client import StdioServer
 
 TOPICS = ["auth", "billing", "search", "deploy", "cache", "ui"]
@@ -30,6 +32,7 @@ def walk(srv: StdioServer, node_id: str, seen: set[str]) -> None:
         offset = page["next_offset"]
 
 
+@pytest.mark.slow
 def test_three_thousand_items_twenty_thousand_tokens(state_dir: Path):
     rng = random.Random(7)
     stored: list[str] = []

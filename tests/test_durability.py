@@ -87,6 +87,7 @@ def test_a_forgotten_secret_is_not_brought_back_by_a_stale_process(state_dir: Pa
         Store(state_dir=state_dir).get(secret)
 
 
+@pytest.mark.slow
 def test_many_rotations_between_two_real_processes_lose_nothing(state_dir: Path):
     """Two servers over stdio, one writing and rotating (forget rotates), one reading what the
     other just wrote: every read finds it, and every acknowledged write survives."""

@@ -241,6 +241,7 @@ async def run_session(store: Store, calls: list[tuple[str, dict[str, Any]]]) -> 
         assert not still.is_error
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # passing takes ~15 s; shrinking a failure with 1 MiB inputs takes minutes
 def test_fuzz_every_tool(base_dir: tuple[Path, list[str], list[str]]):
     base, ids, nodes = base_dir

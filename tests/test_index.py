@@ -14,7 +14,7 @@ from rank_bm25 import BM25Okapi
 from compactor import constants as C
 from compactor import index as index_module
 from compactor.analyze import query_terms, tokenize
-from compactor.index import BM25_B, BM25_K1, SUMMARY_WEIGHT, TAG_WEIGHT, BM25Index, Hit
+from compactor.index import BM25_B, BM25_K1, SUMMARY_WEIGHT, TAG_WEIGHT, BM25Index, IndexHit
 
 # --- reference ---------------------------------------------------------------------------
 
@@ -289,7 +289,7 @@ def test_empty_index_unknown_terms_and_zero_limit_give_nothing():
     index.add("b", "something")
     assert index.search("nothing") == []
     assert index.search("something", limit=0) == []
-    assert index.search("something") == [Hit("b", index.search_scores("something")["b"][0], ("something",))]
+    assert index.search("something") == [IndexHit("b", index.search_scores("something")["b"][0], ("something",))]
 
 
 def test_state_survives_json_and_refuses_other_formats():

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT
 
 INSPECTOR = ROOT / "node_modules" / ".bin" / "mcp-inspector"
@@ -47,6 +49,7 @@ def call(state_dir: Path, tool: str, **arguments: str) -> dict[str, Any]:
     return result["structuredContent"]  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 def test_inspector_lists_tools_and_stores_queries_gets(tmp_path):
     state_dir = tmp_path / "state"
     listed = inspector(state_dir, "--method", "tools/list")

@@ -210,7 +210,7 @@ LosslessMachine.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-test_lossless_system = LosslessMachine.TestCase
+test_lossless_system = pytest.mark.slow(LosslessMachine.TestCase)
 
 
 def test_the_machine_sees_a_lost_item() -> None:

@@ -229,6 +229,7 @@ def _rss_mb(pid: int) -> float:
         return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) / 1024
 
 
+@pytest.mark.slow
 def test_a_client_that_never_reads_cannot_grow_the_server():
     """2,000 export calls (~40 KB of reply each) from a client that does not read stdout. Before,
     the server kept reading and held every reply: +130 MB in 5 s. Now it stops reading stdin

@@ -83,29 +83,31 @@ def _int_in(lo: int, hi: int) -> Any:
 _limit = _int_in(1, C.LIST_LIMIT_MAX)
 _offset = _int_in(0, 1 << 40)
 _query_limit = _int_in(1, C.QUERY_LIMIT_MAX)
-_depth = _int_in(1, 10)
+_depth = _int_in(1, C.TREE_DEPTH_MAX)
 
 
 def cmd_status(args: argparse.Namespace, out: Out) -> int:
     """Show the token budget as a bar, and the number of items per tier, content type and
     summary depth."""
     with opened(args) as store:
-        st = store.status()
+        status = store.status()
         shape = store.dag_shape()
     files = state_files(state_dir_of(args))
     if out.json_mode:
         out.json(
             {
-                "token_budget": st.token_budget,
-                "tokens_used": st.tokens_used,
-                "usage_percent": round(100.0 * st.tokens_used / st.token_budget, 2) if st.token_budget else 0.0,
-                "budget_source": st.settings.budget_source,
-                "active_items": st.active_items,
-                "archived_items": st.archived_items,
-                "pinned_items": st.pinned_items,
-                "per_type": st.per_type,
-                "per_depth": {str(d): v for d, v in per_depth(st, shape).items()},
-                "settings": st.settings.to_record(),
+                "token_budget": status.token_budget,
+                "tokens_used": status.tokens_used,
+                "usage_percent": round(100.0 * status.tokens_used / status.token_budget, 2)
+                if status.token_budget
+                else 0.0,
+                "budget_source": status.settings.budget_source,
+                "active_items": status.active_items,
+                "archived_items": status.archived_items,
+                "pinned_items": status.pinned_items,
+                "per_type": status.per_type,
+                "per_depth": {str(d): v for d, v in per_depth(status, shape).items()},
+                "settings": status.settings.to_record(),
                 "state_dir": files.path,
                 "journal_bytes": files.journal_bytes,
                 "snapshot_bytes": files.snapshot_bytes,
@@ -113,7 +115,7 @@ def cmd_status(args: argparse.Namespace, out: Out) -> int:
             }
         )
         return EXIT_OK
-    out.lines(status_report(st, shape, files, paint=out.paint, unicode=out.unicode))
+    out.lines(status_report(status, shape, files, paint=out.paint, unicode=out.unicode))
     if not has_state(state_dir_of(args)):
         out.line(f"Empty: nothing stored yet. A server started with --state-dir {files.path} keeps its memory here.")
     return EXIT_OK

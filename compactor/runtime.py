@@ -1,0 +1,71 @@
+"""Process-wide runtime policy: the cyclic garbage collector and the GIL switch interval.
+
+The domain core does not set these itself: a Store is handed a `Runtime` (by default
+`PROCESS`, which applies them to this process) and asks it to pause collection around bulk
+work and to hand the GIL back quickly while a background snapshot is written. The server
+settles the heap (`settle_heap`) beside it. A caller embedding the Store in a process that
+sets its own policy passes `Runtime(manage_process=False)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sys
+from collections.abc import Iterator
+
+from . import constants as C
+
+
+class Runtime:
+    """What the Store may change about the process it runs in, and when."""
+
+    def __init__(self, *, manage_process: bool = True) -> None:
+        self.manage_process = manage_process
+
+    @contextlib.contextmanager
+    def bulk_work(self) -> Iterator[None]:
+        """No cyclic garbage collection inside: a compaction or a load makes thousands of new
+        items and ops, long-lived and acyclic, and the collector's passes over them are a
+        large share of the work. Collection resumes (and catches up) when it ends."""
+        if not self.manage_process or not gc.isenabled():
+            yield
+            return
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+
+    @contextlib.contextmanager
+    def background_write(self) -> Iterator[None]:
+        """While a worker thread writes a snapshot: the writer holds the GIL between its I/O
+        calls, and the event loop waits up to the switch interval (5 ms by default) each time
+        it wants it back, several times a call; a shorter interval bounds that wait."""
+        if not self.manage_process:
+            yield
+            return
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(C.SNAPSHOT_SWITCH_INTERVAL_S)
+        try:
+            yield
+        finally:
+            sys.setswitchinterval(interval)
+
+
+PROCESS = Runtime()
+
+
+def settle_heap(*, collect: bool) -> None:
+    """Move what is alive now out of the cyclic garbage collector's view (gc.freeze).
+
+    The store is hundreds of thousands of long-lived objects with no reference cycles (they
+    are freed by reference counting as usual); every full collection walks all of them, a
+    long pause in the middle of some unlucky call. `collect` first collects what is not
+    frozen yet, so that cyclic garbage (the SDK's, from earlier requests) is not frozen with
+    it: after a freeze that is only what was made since the last one. At start it would be
+    the full pause, over objects just loaded.
+    """
+    if collect:
+        gc.collect()
+    gc.freeze()

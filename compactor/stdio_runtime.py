@@ -1,0 +1,176 @@
+"""The stdio transport around the SDK's server: compactor's one use of SDK internals.
+
+`run_stdio` is `MCPServer.run_stdio_async` plus error replies for unreadable lines, invalid
+UTF-8 refused rather than stored changed, and backpressure. The SDK exposes no public way to
+do that, so this module (and only this one) reaches its private parts: `lowlevel_server`
+and `create_context_streams`. tests/test_stdio_runtime.py fails if the SDK changes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+from mcp.shared._context_streams import create_context_streams
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+)
+from pydantic import ValidationError
+
+from . import constants as C
+
+
+def lowlevel_server(mcp: MCPServer) -> Any:
+    """The low-level server under an MCPServer (SDK-private: `_lowlevel_server`)."""
+    return mcp._lowlevel_server
+
+
+_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def invalid_message_reply(exc: Exception) -> JSONRPCError:
+    """JSON-RPC 2.0 section 5.1: a line that is not JSON gets -32700, a JSON value that is not a
+    valid message -32600, with the request's id when one can be read, else null.
+
+    Two lines the SDK's parser refuses are readable enough to answer with their id, so that the
+    client does not wait forever: bytes that are not UTF-8 (-32700: JSON text is UTF-8), and
+    valid JSON holding a lone surrogate escape such as "\\ud83d" (-32600: it is not Unicode
+    text). Neither is run: a replacement character stored in place of the sender's text would
+    be a silent change to what the agent asked to remember."""
+    code, message, request_id = INVALID_REQUEST, "Invalid Request: not a valid JSON-RPC message", None
+    if not isinstance(exc, ValidationError):
+        return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
+    errors = exc.errors(include_url=False)
+    kinds = {err["type"] for err in errors}
+    candidates = [err.get("input") for err in errors]
+    if kinds & {"json_invalid", "string_unicode"}:
+        code, message = PARSE_ERROR, "Parse error: the line is not valid JSON"
+        line = errors[0].get("input")
+        parsed = _lenient_json(line) if isinstance(line, str) else None
+        candidates = [parsed]
+        if parsed is not None and "string_unicode" in kinds:
+            message = f"Parse error: the message is not valid UTF-8 ({_bad_bytes(str(line))}); nothing was run"
+        elif parsed is not None:
+            found = _LONE_SURROGATE.search(str(line))
+            what = f"a lone UTF-16 surrogate escape ({found.group()})" if found else "text this server cannot read"
+            code, message = INVALID_REQUEST, f"Invalid Request: the message holds {what}; nothing was run"
+    for value in candidates:
+        if isinstance(value, dict) and isinstance(value.get("id"), str | int) and not isinstance(value["id"], bool):
+            request_id = value["id"]
+            break
+    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
+
+
+def _lenient_json(line: str) -> Any:
+    """`line` parsed by Python's json, which accepts lone surrogates, or None if it cannot be."""
+    if len(line) > C.MAX_REPARSE_CHARS:
+        return None
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _bad_bytes(line: str) -> str:
+    """Where the first undecodable byte is: stdin is read with surrogateescape, which keeps each
+    such byte as a code point U+DC80..U+DCFF."""
+    for i, ch in enumerate(line):
+        if 0xDC80 <= ord(ch) <= 0xDCFF:
+            return f"byte 0x{ord(ch) - 0xDC00:02x} at character {i}"
+    return "undecodable bytes"
+
+
+@contextlib.contextmanager
+def _stdin_keeping_bad_bytes() -> Iterator[anyio.AsyncFile[str] | None]:
+    """stdin as UTF-8 text whose undecodable bytes stay visible (the SDK replaces them with
+    U+FFFD, so a message with them would be stored changed and reported as a success).
+
+    Like the SDK's own claim, fd 0 is pointed at the null device while serving, so that nothing
+    else in the process reads the protocol's bytes. None (the SDK's reader) if stdin is unusable."""
+    try:
+        private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError:
+        yield None
+        return
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        # closefd=False: the reader thread may still block on it after the transport exits.
+        text = open(private, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
+        yield anyio.wrap_file(text)
+    finally:
+        os.dup2(private, 0)
+
+
+async def run_stdio(mcp: MCPServer) -> None:
+    """`MCPServer.run_stdio_async`, plus:
+
+    - error replies for lines the SDK's reader cannot parse: the SDK drops them silently, and a
+      client that sent a request with an id would wait forever;
+    - invalid UTF-8 refused (see `invalid_message_reply`) instead of stored as U+FFFD;
+    - backpressure: at most MAX_PENDING_REQUESTS requests are unanswered or have an answer not
+      yet written to stdout. A client that never reads its replies stops being read from,
+      instead of making the server hold every reply in memory."""
+    lowlevel = lowlevel_server(mcp)
+    with _stdin_keeping_bad_bytes() as stdin:
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+            send, receive = create_context_streams[SessionMessage | Exception](0)
+            replies, outgoing = create_context_streams[SessionMessage](0)
+            slots = anyio.Semaphore(C.MAX_PENDING_REQUESTS)
+            pending: dict[str | int, int] = {}  # the client's request ids not answered yet
+
+            def answered(request_id: Any) -> None:
+                if isinstance(request_id, str | int) and request_id in pending:
+                    pending[request_id] -= 1
+                    if not pending[request_id]:
+                        del pending[request_id]
+                    slots.release()
+
+            async def pump() -> None:
+                async with send:
+                    async for item in read_stream:
+                        if isinstance(item, Exception):
+                            await write_stream.send(SessionMessage(invalid_message_reply(item)))
+                            continue
+                        msg = item.message
+                        if isinstance(msg, JSONRPCRequest):
+                            await slots.acquire()
+                            pending[msg.id] = pending.get(msg.id, 0) + 1
+                        elif isinstance(msg, JSONRPCNotification) and msg.method == "notifications/cancelled":
+                            answered((msg.params or {}).get("requestId"))  # a cancelled request gets no reply
+                        await send.send(item)
+
+            async def drain() -> None:
+                async with write_stream, outgoing:
+                    async for item in outgoing:
+                        await write_stream.send(item)  # returns once stdout's writer has taken it
+                        if isinstance(item.message, JSONRPCResponse | JSONRPCError):
+                            answered(item.message.id)
+
+            async with anyio.create_task_group() as tg:
+                reading = anyio.CancelScope()
+
+                async def read() -> None:
+                    with reading:
+                        await pump()
+
+                tg.start_soon(read)
+                tg.start_soon(drain)
+                await lowlevel.run(receive, replies, lowlevel.create_initialization_options())
+                reading.cancel()  # drain ends by itself once the last reply is out

@@ -1,0 +1,561 @@
+"""The Store: compactor's domain core. The MCP server, the CLI and the tests all drive it.
+
+Every change follows one path: plan ops (under the state-dir lock, after catching up with
+other processes) -> append them to the journal (fsynced) -> apply them to memory. `_apply`
+is the only code that mutates state, and startup replays the journal through it, so what
+was acknowledged is exactly what comes back. Each public command here is: lock -> sync ->
+validate -> plan -> transaction -> result; the concerns it draws on are the mixins it is
+made of, one module each.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import constants as C
+from ..classify import auto_tags, detect_type, merge_tags, parse_tags
+from ..condense import unfamiliar_terms, with_footer
+from ..errors import InvalidArgumentError, PersistenceError
+from ..models import CompactReport, Item, Op, Settings
+from ..persist import StateDir
+from ..runtime import PROCESS, Runtime
+from ..tokens import TokenCounter, default_counter
+from .compact import _Compaction, _item_bytes
+from .inputs import StoreInput, _check_importance, _utf8_size
+from .journaled import _Txn
+from .ledger import _Ledger
+from .recall import _Recall
+from .records import BulkStored, Hit, ImportedRecords, Pruned, Status, Stored, Updated
+from .state import GLOBAL_SCOPE, _State
+
+
+def _without_source(item: Item, source: str) -> dict[str, Any]:
+    """The tag change that takes back what `source` gave `item` in merges."""
+    kept = [pair for pair in item.tags_from if pair[1] != source]
+    still = {tag for tag, _ in kept}
+    gone = {tag for tag, src in item.tags_from if src == source} - still
+    return {"tags": [t for t in item.tags if t not in gone], "tags_from": kept}
+
+
+class Store(_Recall, _Compaction, _Ledger):
+    """Working memory: items in an active tier within a token budget and an archive, kept by
+    compaction, condensed into a summary DAG, optionally saved to a state dir."""
+
+    def __init__(
+        self,
+        *,
+        budget: int | None = None,
+        state_dir: Path | str | None = None,
+        counter: TokenCounter | None = None,
+        clock: Callable[[], float] = time.time,
+        scope: str = GLOBAL_SCOPE,
+        redact_secrets: bool = True,
+        runtime: Runtime | None = None,
+    ) -> None:
+        self.runtime = runtime or PROCESS
+        self._clock = clock
+        self.redact_secrets = redact_secrets
+        self._redacted: dict[str, int] = {}
+        # Items are stored in this scope unless told otherwise; reads cover it plus "global",
+        # or every scope when `default_read_scope` is "all" (the CLI's --scope all).
+        self.scope = scope
+        self.default_read_scope: str | None = None
+        self.counter = counter or default_counter()
+        self.settings = Settings(token_budget=C.BUDGET_DEFAULT)
+        self._s = _State()
+        self._dir: StateDir | None = None
+        self._dirty = False
+        # Why the last journal write failed; while set, memory is read-only (writes are refused,
+        # never acknowledged unsaved) and every write first tries the disk again.
+        self._degraded: str | None = None
+        self._ledger_mem: list[dict[str, Any]] = []
+        self.load_warnings: list[str] = []
+        if state_dir is not None:
+            self._dir = StateDir(Path(state_dir))
+            self._dir.open()
+            with self._dir.locked():
+                self._reload()
+                self._init_budget(budget)
+        else:
+            self._init_budget(budget)
+
+    def _init_budget(self, budget: int | None) -> None:
+        """Under the lock that loaded the state: an append outside it would land after other
+        processes' appends while our offset still points before them."""
+        # An explicit --budget is the person's choice: it wins over a client default but not
+        # over a budget the agent or person set with `configure` and that was saved.
+        if budget is not None and self.settings.budget_source in ("default", "client", "cli"):
+            self._commit([{"op": "config", "set": {"token_budget": budget, "budget_source": "cli"}}])
+
+    def store(
+        self,
+        content: str,
+        summary: str | None = None,
+        tags: str | Sequence[str] | None = None,
+        importance: int = C.IMPORTANCE_DEFAULT,
+        pinned: bool = False,
+        scope: str | None = None,
+    ) -> Stored:
+        result = self.bulk_store([StoreInput(content, summary, tags, importance, pinned, scope=scope)])
+        return Stored(item=result.items[0], compaction=result.compaction, redacted=result.redacted)
+
+    def import_items(self, inputs: Sequence[StoreInput]) -> BulkStored:
+        """Store items with explicit (content-derived) ids, skipping ids already present, in
+        chunks of BULK_MAX_ITEMS; each chunk is all or nothing."""
+        items: list[Item] = []
+        skipped: list[str] = []
+        report: CompactReport | None = None
+        for start in range(0, len(inputs), C.BULK_MAX_ITEMS):
+            res = self.bulk_store(list(inputs[start : start + C.BULK_MAX_ITEMS]))
+            items.extend(res.items)
+            skipped.extend(res.skipped)
+            report = res.compaction or report
+        return BulkStored(items=items, compaction=report, skipped=skipped)
+
+    def import_records(self, records: Sequence[dict[str, Any]]) -> ImportedRecords:
+        """Bring back items as a JSON export recorded them: every field kept (tier, view,
+        scope, lineage, timestamps, access counts), only `seq` and token counts assigned here.
+        Ids already present are skipped, so importing twice stores nothing new. A summary node
+        comes only with children that list it as their parent (imported with it, or already
+        here); otherwise it is left out and its children are left uncovered, for compaction to
+        cover again. Written in chunks of BULK_MAX_ITEMS through the one mutation path."""
+        with self._locked():
+            self._sync()
+            self._redacted = {}
+            now = self._clock()
+            built: dict[str, Item] = {}
+            skipped: list[str] = []
+            for i, rec in enumerate(records):
+                try:
+                    item = self._build_record(rec, now)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was imported.") from exc
+                if item.id in self._s.items or item.id in built:
+                    skipped.append(item.id)
+                    continue
+                built[item.id] = item
+            dropped = self._settle_lineage(built)
+            order = list(built.values())
+            report: CompactReport | None = None
+            for start in range(0, len(order), C.BULK_MAX_ITEMS):
+                # Seqs per chunk: the previous chunk's compaction may have made nodes.
+                seq = self._s.next_seq
+                chunk = order[start : start + C.BULK_MAX_ITEMS]
+                ops: list[Op] = [
+                    {"op": "put", "item": it.evolve({"seq": seq + n}).to_record()} for n, it in enumerate(chunk)
+                ]
+                report = self._transact(ops, protected=frozenset()) or report
+            if dropped and self._s.uncovered:
+                # The children of a node left out are covered again now, as compaction would.
+                settings = self.settings
+                with self._txn() as txn:
+                    self._condense(
+                        txn,
+                        int(settings.auto_compact_threshold * settings.token_budget),
+                        frozenset(),
+                        last_resort=False,
+                    )
+            return ImportedRecords(
+                items=[self._s.items[it.id] for it in order if it.id in self._s.items],
+                compaction=report,
+                skipped=skipped,
+                redacted=self.take_redactions(),
+                dropped_nodes=dropped,
+            )
+
+    def bulk_store(self, inputs: Sequence[StoreInput]) -> BulkStored:
+        """All or nothing: every input is validated before anything is written."""
+        if not inputs:
+            raise InvalidArgumentError("items is empty; pass at least one item to store.")
+        if len(inputs) > C.BULK_MAX_ITEMS:
+            raise InvalidArgumentError(
+                f"items has {len(inputs):,} entries; send at most {C.BULK_MAX_ITEMS:,} per call."
+            )
+        with self._locked():
+            self._sync()
+            self._redacted = {}
+            now = self._clock()
+            built: list[Item] = []
+            skipped: list[str] = []
+            seq = self._s.next_seq
+            for i, inp in enumerate(inputs):
+                if inp.item_id is not None and (
+                    inp.item_id in self._s.items or any(b.id == inp.item_id for b in built)
+                ):
+                    skipped.append(inp.item_id)
+                    continue
+                try:
+                    built.append(self._build(inp, seq + len(built), now))
+                except InvalidArgumentError as exc:
+                    if len(inputs) == 1:
+                        raise
+                    raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was stored.") from exc
+            ops: list[Op] = [{"op": "put", "item": item.to_record()} for item in built]
+            new_ids = [it.id for it in built]
+            report = self._transact(ops, protected=frozenset(new_ids), hint_ids=new_ids) if ops else None
+            return BulkStored(
+                items=[self._s.items[it.id] for it in built],
+                compaction=report,
+                skipped=skipped,
+                redacted=self.take_redactions(),
+            )
+
+    def prune(self, *, apply: bool = False, max_archive_tokens: int | None = None) -> Pruned:
+        """What `prune_candidates` names, with its size; removed only with `apply`: from memory
+        and disk (snapshot rewritten, journal rotated), each id in the forget ledger."""
+        limit = self.settings.max_archive_tokens if max_archive_tokens is None else max_archive_tokens
+        with self._locked():
+            self._sync()
+            before = self._s.archived_tokens
+            victims = self._prune_candidates(limit)
+            size = sum(_item_bytes(it) for it in victims)
+            tokens = sum(it.content_tokens for it in victims)
+            result = Pruned(victims, size, tokens, before, limit, applied=False)
+            if not apply or not victims:
+                return result
+            gone = {it.id for it in victims}
+            ops: list[Op] = [{"op": "del", "id": it.id} for it in victims]
+            ops.extend(
+                {"op": "patch", "id": other.id, "set": {"merged_into": None}}
+                for other in self._s.items.values()
+                if other.merged_into in gone and other.id not in gone
+            )
+            # Ledger first (write-ahead): a crash before the purge leaves an entry for an item
+            # still present (the doctor says so), never a removal without an entry.
+            now = self._clock()
+            self._ledger_append([{"id": it.id, "reason": "prune", "at": now} for it in victims])
+            txn = _Txn(self)
+            try:
+                txn.apply(ops)
+                self._mark_gone_many(txn, victims)
+                if self._dir is not None:
+                    self._write_snapshot_locked(dict(self._s.items))
+            except (PersistenceError, OSError) as exc:
+                txn.rollback()
+                raise PersistenceError(f"Could not prune: {exc}. Nothing was deleted.") from exc
+            except BaseException:
+                txn.rollback()
+                raise
+            result.applied = True
+            return result
+
+    def compact(self, target_usage: float = C.MANUAL_COMPACT_TARGET) -> CompactReport:
+        if not isinstance(target_usage, (int, float)) or not 0.0 <= float(target_usage) <= 1.0:
+            raise InvalidArgumentError(f"target_usage must be between 0.0 and 1.0, got {target_usage!r}.")
+        with self._locked():
+            self._sync()
+            target = int(float(target_usage) * self.settings.token_budget)
+            with self._txn() as txn:
+                report = self._compact_in(txn, target, frozenset(), "manual")
+                self._enforce_limits(txn, frozenset(), report)
+            return report
+
+    def update(
+        self,
+        item_id: str,
+        summary: str | None = None,
+        content: str | None = None,
+        tags: str | Sequence[str] | None = None,
+        importance: int | None = None,
+    ) -> Updated:
+        if summary is None and content is None and tags is None and importance is None:
+            raise InvalidArgumentError("Nothing to update: give at least one of summary, content, tags, importance.")
+        with self._locked():
+            self._sync()
+            old = self._get(item_id)
+            changes: dict[str, Any] = {}
+            warnings: list[str] = []
+            self._redacted = {}
+            if content is not None or summary is not None:
+                red_content, red_summary = self._redact(content or "", summary)
+                content = red_content if content is not None else None
+                summary = red_summary
+            if old.depth and content is not None:
+                raise InvalidArgumentError(
+                    f"{item_id} is a summary node: write its text with summary=..., not content."
+                )
+            if content is not None:
+                if not content.strip():
+                    raise InvalidArgumentError("content must be a non-empty string (not only whitespace).")
+                size = _utf8_size(content, "content")
+                if size > C.MAX_CONTENT_BYTES:
+                    raise InvalidArgumentError(f"content is {size:,} bytes; the limit is 1 MiB.")
+                changes["content"] = content
+                changes["content_tokens"] = self.counter.count(content)
+                changes["content_type"] = str(detect_type(content))
+            if summary is not None:
+                new_summary = self._check_summary(summary)
+                if new_summary is not None and old.depth:
+                    kids = [self._s.items[c] for c in old.children if c in self._s.items]
+                    new_summary = with_footer(new_summary, kids)
+                    changes["view"] = "summary"
+                    changes["quality"] = "agent"
+                    sources = self._lineage_text(old)
+                else:
+                    sources = [changes.get("content", old.content)]
+                if new_summary is not None:
+                    odd = unfamiliar_terms(new_summary, sources)
+                    if odd:
+                        warnings.append(
+                            "These appear in the summary but in none of what it summarises; check them: "
+                            + ", ".join(odd)
+                        )
+                changes["summary"] = new_summary
+                changes["summary_tokens"] = self.counter.count(new_summary)
+                if new_summary is None:
+                    changes["view"] = "content"
+                    if old.depth:
+                        changes["quality"] = "extractive"
+            if importance is not None:
+                changes["importance"] = _check_importance(importance)
+            if tags is not None or content is not None:
+                try:
+                    user = parse_tags(self._redact_tags(tags)) if tags is not None else self._user_tags(old)
+                except ValueError as exc:
+                    raise InvalidArgumentError(str(exc)) from exc
+                ctype = changes.get("content_type", old.content_type)
+                text = changes.get("content", old.content)
+                changes["tags"] = merge_tags(user, auto_tags(text, ctype))[: C.MAX_TAGS]
+                if old.tags_from:
+                    # Tags the caller names are theirs now; merged ones kept stay attributed.
+                    own = set(parse_tags(self._redact_tags(tags))) if tags is not None else set()
+                    changes["tags_from"] = [p for p in old.tags_from if p[0] in changes["tags"] and p[0] not in own]
+            self._transact(
+                [{"op": "patch", "id": item_id, "set": changes}],
+                protected=frozenset({item_id}),
+                hint_ids=[item_id] if "content" in changes or "summary" in changes else None,
+            )
+            redacted = self.take_redactions()
+            if redacted:
+                warnings.append(
+                    "Redacted before saving: " + ", ".join(f"{n} {kind}" for kind, n in sorted(redacted.items()))
+                )
+            return Updated(self._s.items[item_id], warnings)
+
+    def _set_flag(self, item_id: str, **changes: Any) -> Item:
+        with self._locked():
+            self._sync()
+            self._get(item_id)
+            # Through compaction: unpinning may leave usage over a budget the pins alone exceeded.
+            self._transact([{"op": "patch", "id": item_id, "set": changes}], protected=frozenset({item_id}))
+            return self._s.items[item_id]
+
+    def pin(self, item_id: str) -> Item:
+        return self._set_flag(item_id, pinned=True)
+
+    def unpin(self, item_id: str) -> Item:
+        return self._set_flag(item_id, pinned=False)
+
+    def restore(self, item_id: str) -> tuple[Item, CompactReport | None]:
+        """Bring an archived item back; compaction may follow but never of this item."""
+        with self._locked():
+            self._sync()
+            item = self._get(item_id)
+            if item.tier == "active":
+                return item, None
+            op: Op = {"op": "patch", "id": item_id, "set": {"tier": "active", "merged_into": None}}
+            report = self._transact([op], protected=frozenset({item_id}))
+            return self._s.items[item_id], report
+
+    def forget(self, item_id: str) -> Item:
+        """Delete a raw item permanently, from memory and from disk (snapshot rewritten,
+        journal rotated); the summaries covering it record it as gone. On a summary node it
+        dissolves the node instead: forgetting never deletes what a summary covers."""
+        with self._locked():
+            self._sync()
+            item = self._get(item_id)
+            if item.depth:
+                self._dissolve_locked(item)
+                return item
+            ops: list[Op] = [{"op": "del", "id": item_id}]
+            # Items merged into it point at nothing now: clear the dangling link.
+            ops.extend(
+                {"op": "patch", "id": other.id, "set": {"merged_into": None}}
+                for other in self._s.items.values()
+                if other.merged_into == item_id
+            )
+            # Tags it gave to items it was merged with: those only it gave go too.
+            ops.extend(
+                {"op": "patch", "id": other.id, "set": _without_source(other, item_id)}
+                for other in self._s.items.values()
+                if any(source == item_id for _, source in other.tags_from)
+            )
+            txn = _Txn(self)
+            try:
+                txn.apply(ops)
+                self._mark_gone(txn, item)
+                if self._dir is not None:
+                    # Purge: a fresh snapshot without the item and an empty journal of the
+                    # next generation, so its bytes are in no file under the state dir.
+                    self._write_snapshot_locked(dict(self._s.items))
+            except (PersistenceError, OSError) as exc:
+                txn.rollback()
+                raise PersistenceError(f"Could not purge {item_id} from disk: {exc}. Nothing was deleted.") from exc
+            except BaseException:
+                txn.rollback()
+                raise
+            self._ledger_append([{"id": item_id, "reason": "forget", "at": self._clock()}])
+            return item
+
+    def dissolve(self, item_id: str) -> list[Item]:
+        """Reverse one condensation: the node goes, its children return to where they were."""
+        with self._locked():
+            self._sync()
+            node = self._get(item_id)
+            return self._dissolve_locked(node)
+
+    def _dissolve_locked(self, node: Item) -> list[Item]:
+        if not node.depth:
+            raise InvalidArgumentError(f"{node.id} is not a summary node; only summaries can be dissolved.")
+        live_parents = [p for p in node.parents if p in self._s.items]
+        if live_parents:
+            raise InvalidArgumentError(f"{node.id} is covered by summary {live_parents[0]}; dissolve that one first.")
+        ops: list[Op] = [{"op": "del", "id": node.id}]
+        kids = [self._s.items[c] for c in node.children if c in self._s.items]
+        for child in kids:
+            change: dict[str, Any] = {"parents": [p for p in child.parents if p != node.id]}
+            # Summary children come back active (an archived one nothing covers would only
+            # be re-covered at its level); raw children go back to where they were.
+            tier = "active" if child.depth else node.children_tier
+            if child.tier != tier:
+                change["tier"] = tier
+            ops.append({"op": "patch", "id": child.id, "set": change})
+        settings = self.settings
+        with self._txn() as txn:
+            txn.apply(ops)
+            # A pure undo unless the summaries that came back overflow the budget: then they
+            # are protected only as far as they fit, and the call still ends within budget.
+            if settings.auto_compact and self._s.used > settings.token_budget:
+                target = int((settings.auto_compact_threshold - C.AUTO_COMPACT_GAP) * settings.token_budget)
+                self._compact_in(txn, target, frozenset(c.id for c in kids), "auto")
+        # A child that did not fit may have been condensed again (a d1 even re-made).
+        return [self._s.items[c.id] for c in kids if c.id in self._s.items]
+
+    def configure(
+        self,
+        token_budget: int | None = None,
+        auto_compact: bool | None = None,
+        auto_compact_threshold: float | None = None,
+        recall_tokens: int | None = None,
+        max_items: int | None = None,
+        max_archive_tokens: int | None = None,
+    ) -> tuple[Settings, CompactReport | None]:
+        changes: dict[str, Any] = {}
+        if token_budget is not None:
+            if isinstance(token_budget, bool) or not C.BUDGET_MIN <= token_budget <= C.BUDGET_MAX:
+                raise InvalidArgumentError(
+                    f"token_budget must be an integer from {C.BUDGET_MIN:,} to {C.BUDGET_MAX:,}."
+                )
+            changes["token_budget"] = int(token_budget)
+            changes["budget_source"] = "configure"
+        if auto_compact is not None:
+            changes["auto_compact"] = bool(auto_compact)
+        if auto_compact_threshold is not None:
+            t = float(auto_compact_threshold)
+            if not C.THRESHOLD_MIN <= t <= C.THRESHOLD_MAX:
+                raise InvalidArgumentError(
+                    f"auto_compact_threshold must be between {C.THRESHOLD_MIN} and {C.THRESHOLD_MAX}."
+                )
+            changes["auto_compact_threshold"] = t
+        if recall_tokens is not None:
+            if isinstance(recall_tokens, bool) or not C.RECALL_TOKENS_MIN <= recall_tokens <= C.RECALL_TOKENS_MAX:
+                raise InvalidArgumentError(
+                    f"recall_tokens must be from {C.RECALL_TOKENS_MIN} to {C.RECALL_TOKENS_MAX:,}."
+                )
+            changes["recall_tokens"] = int(recall_tokens)
+        if max_items is not None:
+            if isinstance(max_items, bool) or not C.MAX_ITEMS_MIN <= max_items <= C.MAX_ITEMS_MAX:
+                raise InvalidArgumentError(f"max_items must be from {C.MAX_ITEMS_MIN} to {C.MAX_ITEMS_MAX:,}.")
+            changes["max_items"] = int(max_items)
+        if max_archive_tokens is not None:
+            if (
+                isinstance(max_archive_tokens, bool)
+                or not C.ARCHIVE_TOKENS_MIN <= max_archive_tokens <= C.ARCHIVE_TOKENS_MAX
+            ):
+                raise InvalidArgumentError(
+                    f"max_archive_tokens must be from {C.ARCHIVE_TOKENS_MIN:,} to {C.ARCHIVE_TOKENS_MAX:,}."
+                )
+            changes["max_archive_tokens"] = int(max_archive_tokens)
+        with self._locked():
+            self._sync()
+            report = None
+            if changes:
+                report = self._transact([{"op": "config", "set": changes}], protected=frozenset())
+            return self.settings, report
+
+    def adopt_client_budget(self, client_name: str | None) -> bool:
+        """Pick the budget from the client's name, unless someone chose one explicitly."""
+        if not client_name or self.settings.budget_source not in ("default",):
+            return False
+        name = client_name.lower()
+        budget = C.BUDGET_CLAUDE if "claude" in name else C.BUDGET_CURSOR if "cursor" in name else None
+        if budget is None:
+            return False
+        with self._locked():
+            self._sync()
+            if self.settings.budget_source != "default":
+                return False
+            self._transact(
+                [{"op": "config", "set": {"token_budget": budget, "budget_source": "client"}}], protected=frozenset()
+            )
+        return True
+
+    def query(
+        self,
+        query: str | None = None,
+        tags: str | Sequence[str] | None = None,
+        limit: int = 10,
+        include_archived: bool = True,
+        scope: str | None = None,
+    ) -> list[Hit]:
+        """Search active and archived items (`include_archived=False`: the active tier only);
+        archived hits rank under equally relevant active ones by at most 1/ARCHIVED_RANK_FACTOR."""
+        if not 1 <= limit <= C.QUERY_LIMIT_MAX:
+            raise InvalidArgumentError(f"limit must be from 1 to {C.QUERY_LIMIT_MAX}.")
+        try:
+            tag_list = parse_tags(tags)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from exc
+        text = (query or "").strip()
+        if not text and not tag_list:
+            raise InvalidArgumentError("Give a query, tags, or both.")
+        with self._locked():
+            self._sync()
+            hits = self._search(text, tag_list, limit, include_archived, self._scopes(scope))
+            self._touch([h.item.id for h in hits])
+            return [Hit(self._s.items[h.item.id], h.score, h.matched) for h in hits]
+
+    def status(self) -> Status:
+        with self._read():
+            s = self._s
+            per_type = {t: dict(v) for t, v in s.type_counts.items()}
+            persistence: dict[str, Any] = {"enabled": self._dir is not None}
+            if self._dir is not None:
+                persistence.update(
+                    state_dir=str(self._dir.path),
+                    last_snapshot_at=self._dir.last_snapshot_at,
+                    last_snapshot_seconds=self._dir.last_snapshot_seconds,
+                    journal_bytes=self._dir.journal_size(),
+                    generation=self._dir.gen,
+                    dirty=self._dirty,
+                    state="read-only" if self._degraded is not None else "saving",
+                    degraded=self._degraded is not None,
+                    degraded_reason=self._degraded,
+                    unsaved_calls=0,
+                    forget_ledger_entries=self._ledger_count(),
+                )
+            pinned = len(s.pinned)
+            return Status(
+                token_budget=self.settings.token_budget,
+                tokens_used=s.used,
+                active_items=len(s.order["active"]),
+                archived_items=len(s.order["archived"]),
+                per_type=per_type,
+                settings=self.settings,
+                token_counter=self.counter.name,
+                persistence=persistence,
+                pinned_items=pinned,
+            )

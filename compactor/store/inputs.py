@@ -1,0 +1,300 @@
+"""Validation and item building: a caller's input (or an exported record) checked field by
+field, credentials redacted, and made into an `Item` ready for a `put` op.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from .. import constants as C
+from ..classify import auto_tags, detect_type, merge_tags, parse_tags
+from ..errors import InvalidArgumentError
+from ..models import CONTENT_TYPES, ContentType, Item
+from ..redact import redact
+from .state import ALL_SCOPES, _StateOps
+
+_VALID_ID = re.compile(r"[a-z0-9][a-z0-9_-]{2,63}")
+
+
+_ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read aloud and retyped
+
+
+def _new_id() -> str:
+    # 10 characters of a 32-letter alphabet: 50 random bits from one urandom call.
+    n = int.from_bytes(secrets.token_bytes(7), "big")
+    return "".join(_ID_ALPHABET[(n >> (5 * i)) & 31] for i in range(10))
+
+
+@dataclass(slots=True)
+class StoreInput:
+    """One item to store, already validated for types by the caller's schema."""
+
+    content: str
+    summary: str | None = None
+    tags: str | Sequence[str] | None = None
+    importance: int = C.IMPORTANCE_DEFAULT
+    pinned: bool = False
+    # Importers pass a content-derived id so that importing twice stores nothing new.
+    item_id: str | None = None
+    scope: str | None = None  # None: the store's current scope; "global": every project
+
+
+def _utf8_size(text: str, field: str) -> int:
+    """Bytes of `text` as UTF-8; a lone surrogate (which no file or wire can carry) is the
+    caller's mistake, reported as such rather than failing later in the journal write."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"{field} contains invalid Unicode (a lone surrogate at character {exc.start}); send valid text."
+        ) from exc
+
+
+def _check_importance(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not C.IMPORTANCE_MIN <= value <= C.IMPORTANCE_MAX:
+        raise InvalidArgumentError(
+            f"importance must be an integer from {C.IMPORTANCE_MIN} to {C.IMPORTANCE_MAX}, got {value!r}."
+        )
+    return value
+
+
+class _Inputs(_StateOps):
+    """Checking inputs and building items."""
+
+    redact_secrets: bool
+    _redacted: dict[str, int]  # kind -> count, for the current call
+    scope: str
+
+    def _build(self, inp: StoreInput, seq: int, now: float) -> Item:
+        content = inp.content
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidArgumentError("content must be a non-empty string (not only whitespace).")
+        size = _utf8_size(content, "content")
+        if size > C.MAX_CONTENT_BYTES:
+            raise InvalidArgumentError(
+                f"content is {size:,} bytes; the limit is {C.MAX_CONTENT_BYTES:,} (1 MiB). "
+                "Store a summary or split it into parts."
+            )
+        summary = self._check_summary(inp.summary)
+        content, summary = self._redact(content, summary)
+        importance = _check_importance(inp.importance)
+        try:
+            user_tags = parse_tags(self._redact_tags(inp.tags))
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgumentError(str(exc)) from exc
+        for tag in user_tags:
+            _utf8_size(tag, "tags")
+        ctype = cast(ContentType, str(detect_type(content)))
+        tags = merge_tags(user_tags, auto_tags(content, ctype))[: C.MAX_TAGS]
+        if inp.item_id is not None:
+            if not _VALID_ID.fullmatch(inp.item_id):
+                raise InvalidArgumentError("an explicit id must be 3-64 characters of a-z, 0-9, '-' or '_'.")
+            item_id = inp.item_id
+        else:
+            item_id = _new_id()
+            while item_id in self._s.items:
+                item_id = _new_id()
+        return Item(
+            id=item_id,
+            seq=seq,
+            content=content,
+            summary=summary,
+            tags=tuple(tags),
+            importance=importance,
+            content_type=ctype,
+            pinned=bool(inp.pinned),
+            created_at=now,
+            last_accessed_at=now,
+            access_count=0,
+            content_tokens=self.counter.count(content),
+            summary_tokens=self.counter.count(summary),
+            scope=self._check_stored_scope(inp.scope) if inp.scope is not None else self.scope,
+        )
+
+    def _redact(self, content: str, summary: str | None) -> tuple[str, str | None]:
+        """Credentials become [REDACTED:<kind>] before anything is indexed or written."""
+        if not self.redact_secrets:
+            return content, summary
+        content, found = redact(content)
+        for r in found:
+            self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+        if summary is not None:
+            summary, found = redact(summary)
+            for r in found:
+                self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+        return content, summary
+
+    def _redact_tags(self, tags: str | Sequence[str] | None) -> str | Sequence[str] | None:
+        """Tags without the ones holding a credential: such a tag is dropped, not rewritten, as
+        `[redacted:github_token]` would tag nothing. Checked before parse_tags lowercases them
+        (`AKIA...` is only a key in upper case)."""
+        if not self.redact_secrets or tags is None:
+            return tags
+        raw: list[Any] = tags.strip().split(",") if isinstance(tags, str) else list(tags)
+        kept: list[Any] = []
+        for tag in raw:
+            found = redact(tag)[1] if isinstance(tag, str) else []  # parse_tags reports a non-string
+            for r in found:
+                self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+            if not found:
+                kept.append(tag)
+        return kept
+
+    def _check_stored_scope(self, scope: str) -> str:
+        """A scope names a project; one that holds a credential is refused rather than stored
+        (rewriting it would file the item under a different project)."""
+        scope = self._check_scope(scope)
+        found = redact(scope)[1] if self.redact_secrets else []
+        if found:
+            kinds = ", ".join(r.kind for r in found)
+            raise InvalidArgumentError(f"scope holds what looks like a credential ({kinds}); name the project instead.")
+        return scope
+
+    def take_redactions(self) -> dict[str, int]:
+        """What the last call redacted (kind -> count), and reset."""
+        out, self._redacted = self._redacted, {}
+        return out
+
+    @staticmethod
+    def _check_summary(summary: str | None) -> str | None:
+        if summary is None:
+            return None
+        if not isinstance(summary, str):
+            raise InvalidArgumentError("summary must be a string.")
+        summary = summary.strip()
+        if not summary:
+            return None
+        _utf8_size(summary, "summary")
+        if len(summary) > C.MAX_SUMMARY_CHARS:
+            raise InvalidArgumentError(
+                f"summary is {len(summary):,} characters; keep it under {C.MAX_SUMMARY_CHARS:,}."
+            )
+        return summary
+
+    def _build_record(self, rec: dict[str, Any], now: float) -> Item:
+        """An Item from an exported record, every field checked as `_build` checks a new one."""
+        if not isinstance(rec, dict):
+            raise InvalidArgumentError("an item must be a JSON object.")
+        content = rec.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidArgumentError("content must be a non-empty string.")
+        size = _utf8_size(content, "content")
+        if size > C.MAX_CONTENT_BYTES:
+            raise InvalidArgumentError(f"content is {size:,} bytes; the limit is {C.MAX_CONTENT_BYTES:,}.")
+        item_id = rec.get("id")
+        if not isinstance(item_id, str) or not _VALID_ID.fullmatch(item_id):
+            raise InvalidArgumentError("id must be 3-64 characters of a-z, 0-9, '-' or '_'.")
+        summary = self._check_summary(rec.get("summary"))
+        content, summary = self._redact(content, summary)
+        ctype = rec.get("content_type")
+        if ctype not in CONTENT_TYPES:
+            ctype = str(detect_type(content))
+        try:
+            tags = parse_tags(rec["tags"]) if "tags" in rec else merge_tags([], auto_tags(content, ctype))
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgumentError(str(exc)) from exc
+        if len(tags) > C.MAX_TAGS:
+            raise InvalidArgumentError(f"{len(tags)} tags; at most {C.MAX_TAGS}.")
+
+        def pick(key: str, ok: Callable[[Any], bool], default: Any) -> Any:
+            value = rec.get(key, default)
+            if not ok(value):
+                raise InvalidArgumentError(f"{key} has an invalid value: {value!r}.")
+            return value
+
+        def is_time(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e11
+
+        def is_count(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+        def is_ids(v: Any) -> bool:
+            return isinstance(v, list | tuple) and all(isinstance(x, str) and _VALID_ID.fullmatch(x) for x in v)
+
+        def is_ref(v: Any) -> bool:
+            return v is None or (isinstance(v, str) and bool(_VALID_ID.fullmatch(v)))
+
+        scope = rec.get("scope", self.scope)
+        if not isinstance(scope, str):
+            raise InvalidArgumentError("scope must be a string.")
+        created = float(pick("created_at", is_time, now))
+        depth = pick("depth", is_count, 0)
+        children = tuple(pick("children", is_ids, ()))
+        if bool(depth) != bool(children or rec.get("gone_children")):
+            raise InvalidArgumentError("a summary node (depth >= 1) needs children, and only a node has them.")
+        return Item(
+            id=item_id,
+            seq=0,
+            content=content,
+            summary=summary,
+            tags=tuple(tags),
+            importance=_check_importance(rec.get("importance", C.IMPORTANCE_DEFAULT)),
+            content_type=cast(ContentType, ctype),
+            pinned=pick("pinned", lambda v: isinstance(v, bool), False),
+            created_at=created,
+            last_accessed_at=float(pick("last_accessed_at", is_time, created)),
+            access_count=pick("access_count", is_count, 0),
+            content_tokens=self.counter.count(content),
+            summary_tokens=self.counter.count(summary),
+            tier=pick("tier", lambda v: v in ("active", "archived"), "active"),
+            view=pick("view", lambda v: v in ("content", "summary"), "content"),
+            merged_into=pick("merged_into", is_ref, None),
+            dup_of=pick("dup_of", is_ref, None),
+            depth=depth,
+            children=children,
+            parents=tuple(pick("parents", is_ids, ())),
+            quality=pick("quality", lambda v: v is None or isinstance(v, str), None),
+            gone_children=tuple(pick("gone_children", is_ids, ())),
+            children_tier=pick("children_tier", lambda v: v in ("active", "archived"), "archived"),
+            scope=scope if scope == "" else self._check_scope(scope),
+        )
+
+    def _settle_lineage(self, built: dict[str, Item]) -> list[str]:
+        """Make the imported items' links two-way with what will exist: drop (and return) the
+        nodes whose children do not list them, then every link to an item that is not there."""
+        have = self._s.items
+
+        def find(item_id: str) -> Item | None:
+            return built.get(item_id) or have.get(item_id)
+
+        dropped: list[str] = []
+        changed = True
+        while changed:  # a dropped d1 node is a missing child of its d2 parent
+            changed = False
+            for node in [it for it in built.values() if it.depth]:
+                gone = set(node.gone_children)
+                kids = [(c, find(c)) for c in node.children]
+                if any(c not in gone and (k is None or node.id not in k.parents) for c, k in kids):
+                    del built[node.id]
+                    dropped.append(node.id)
+                    changed = True
+        for item in list(built.values()):
+            parents = tuple(p for p in item.parents if (par := find(p)) is not None and item.id in par.children)
+            changes: dict[str, Any] = {}
+            if parents != item.parents:
+                changes["parents"] = parents
+            for key in ("merged_into", "dup_of"):
+                ref = getattr(item, key)
+                if ref is not None and (ref == item.id or find(ref) is None):
+                    changes[key] = None
+            if changes:
+                built[item.id] = item.evolve(changes)
+        return dropped
+
+    @staticmethod
+    def _user_tags(item: Item) -> list[str]:
+        auto = set(auto_tags(item.content, item.content_type))
+        return [t for t in item.tags if t not in auto]
+
+    @staticmethod
+    def _check_scope(scope: str) -> str:
+        scope = scope.strip()
+        if not scope or len(scope) > 4096 or any(ch in scope for ch in "\n\r\x00"):
+            raise InvalidArgumentError("scope must be a non-empty single-line name (or 'global', or 'all' to read).")
+        if scope == ALL_SCOPES:
+            raise InvalidArgumentError("'all' is for reading; store into a project scope or 'global'.")
+        return scope

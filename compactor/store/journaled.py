@@ -1,0 +1,343 @@
+"""Memory backed by the state dir: load and replay, catching up with other processes (`_sync`),
+transactions that journal their ops or undo them (`_Txn`), read-only mode while the disk
+refuses writes, and snapshots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any, Self
+
+import anyio
+import anyio.to_thread
+
+from .. import constants as C
+from ..errors import PersistenceError
+from ..models import Item, Op, Settings
+from ..persist import ItemRecords, StateDir, snapshot_chunks
+from ..runtime import Runtime
+from .state import _State, _StateOps
+
+log = logging.getLogger(__name__)
+
+
+class _Txn:
+    """Ops applied to memory with their undo, journaled together on commit."""
+
+    def __init__(self, store: _Journaled) -> None:
+        self._store = store
+        self.ops: list[Op] = []
+        self._undo: list[tuple[str, Any]] = []
+
+    def apply(self, ops: list[Op]) -> None:
+        store = self._store
+        for op in ops:
+            if op["op"] == "config":
+                self._undo.append(("\x00config", store.settings.to_record()))
+            else:
+                item_id = op["id"] if "id" in op else op["item"]["id"]
+                self._undo.append((item_id, store._s.items.get(item_id)))
+            store._apply(op)
+            self.ops.append(op)
+
+    def commit(self, sync: bool = True) -> None:
+        self._store._persist_ops(self.ops, sync)
+
+    def rollback(self) -> None:
+        store = self._store
+        for key, prev in reversed(self._undo):
+            if key == "\x00config":
+                store._apply({"op": "config", "set": prev})
+                continue
+            current = store._s.items.get(key)
+            if current is not None:
+                store._drop(store._s, current)
+            if prev is not None:
+                store._put(store._s, prev)
+        self._undo.clear()
+        self.ops.clear()
+
+
+class _NullLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _ReadGuard:
+    """Shared lock + catch-up for read-only calls."""
+
+    def __init__(self, store: _Journaled) -> None:
+        self._store = store
+        self._cm: Any = None
+
+    def __enter__(self) -> None:
+        sd = self._store._dir
+        if sd is None or not sd.is_open:  # closed: memory as it was last seen
+            return
+        # Exclusive, not shared: catching up mutates memory and a reload re-reads the journal.
+        self._cm = sd.locked(exclusive=True)
+        self._cm.__enter__()
+        self._store._sync()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(*exc)
+
+
+class _Journaled(_StateOps):
+    """Memory kept in step with the state dir."""
+
+    _dir: StateDir | None
+    _dirty: bool
+    # Why the last journal write failed; while set, memory is read-only.
+    _degraded: str | None
+    load_warnings: list[str]
+    # Process-wide policy (gc pauses, GIL switch interval) is asked of it, never set here.
+    runtime: Runtime
+
+    def _reload(self) -> None:
+        """(Re)build memory from the state dir. Call under the lock."""
+        with self.runtime.bulk_work():  # hundreds of thousands of new objects, none of them cyclic garbage
+            self._load_state()
+
+    def _load_state(self) -> None:
+        assert self._dir is not None
+        loaded = self._dir.load()
+        snap = loaded.snapshot
+        state, settings, _ = self._state_from_snapshot(snap)
+        old_state, old_settings = self._s, self.settings
+        self._s, self.settings = state, settings
+        try:
+            for batch in loaded.batches:
+                for op in batch:
+                    self._apply(op)
+        except Exception:
+            self._s, self.settings = old_state, old_settings
+            raise
+        for warning in loaded.warnings:
+            log.warning("%s", warning)
+        self.load_warnings = loaded.warnings
+
+    def _state_from_snapshot(self, snap: dict[str, Any] | None) -> tuple[_State, Settings, bool]:
+        """Memory as a snapshot describes it: (state, settings, whether the index saved with
+        it was used). Its items are read one at a time, each freed once its Item is made."""
+        state = _State()
+        settings = Settings(token_budget=C.BUDGET_DEFAULT)
+        if not snap:
+            return state, settings, False
+        records: ItemRecords = snap.pop("items")
+        try:
+            for key, value in (snap.get("settings") or {}).items():
+                if hasattr(settings, key):
+                    setattr(settings, key, value)
+            derived = self._restore_derived(state, snap)
+            read_ids: list[str] = []
+            for record in records:
+                item = Item.from_record(record)
+                read_ids.append(item.id)
+                self._put(state, item, derived=not derived)
+        finally:
+            records.close()
+        # Checked once all are read, as they arrive one at a time.
+        if derived and not self._index_holds(state.index, read_ids):
+            log.warning("saved index does not match the items; rebuilding it")
+            self._rebuild_derived(state)
+            derived = False
+        return state, settings, derived
+
+    @classmethod
+    def replay(
+        cls, snapshot: dict[str, Any] | None, batches: Sequence[tuple[int, list[Op]]]
+    ) -> tuple[Self, bool, list[str]]:
+        """An in-memory Store built from a parsed snapshot and journal lines exactly as a start
+        builds one, for checking a state dir without opening it (the doctor). Returns the
+        store, whether the snapshot's saved index was used, and one message per op that could
+        not be applied ("line N op K ('kind'): error"); those ops are skipped."""
+        store = cls()
+        snap = dict(snapshot) if snapshot else None
+        if snap is not None:
+            snap["items"] = (record for record in list(snap["items"]))
+        store._s, store.settings, derived = store._state_from_snapshot(snap)
+        failures: list[str] = []
+        for lineno, ops in batches:
+            for k, op in enumerate(ops):
+                try:
+                    store._apply(op)
+                except Exception as exc:
+                    failures.append(f"line {lineno} op {k} ({op.get('op')!r}): {exc!r:.120}")
+        return store, derived, failures
+
+    def _sync(self) -> None:
+        """Apply what other processes appended since our last call. Call under the lock."""
+        if self._dir is None or not self._dir.journal_changed():
+            return
+        batches = self._dir.read_new()
+        if batches is None:
+            self._reload()
+            return
+        for batch in batches:
+            for op in batch:
+                self._apply(op)
+
+    def _commit(self, ops: list[Op], *, sync: bool = True) -> None:
+        if not ops:
+            return
+        with self._txn(sync=sync) as txn:
+            txn.apply(ops)
+
+    @contextlib.contextmanager
+    def _txn(self, sync: bool = True) -> Iterator[_Txn]:
+        """Ops applied inside the block are journaled together when it ends, or all undone if
+        it raises (the journal write included), leaving memory exactly as it was."""
+        txn = _Txn(self)
+        try:
+            yield txn
+            txn.commit(sync=sync)
+        except BaseException:
+            txn.rollback()
+            raise
+
+    def _persist_ops(self, ops: list[Op], sync: bool) -> None:
+        """Journal applied ops, or raise so the caller's transaction is undone: a write that
+        is not on disk is never acknowledged. A failure makes memory read-only (reads go on);
+        each later write tries the disk again, and the first that succeeds ends it."""
+        sd = self._dir
+        if sd is None or not ops:
+            return
+        try:
+            sd.append(ops, sync=sync)
+        except PersistenceError as exc:
+            if self._degraded is None:
+                log.error("persistence failed; memory is read-only until the disk recovers: %s", exc)
+            self._degraded = str(exc)
+            raise PersistenceError(
+                f"Memory is read-only until compactor can save again ({exc}). Nothing from this call "
+                "was stored; free disk space or fix permissions and retry: it resumes by itself."
+            ) from exc
+        if self._degraded is not None:
+            log.warning("persistence recovered: saving again")
+            self._degraded = None
+        self._dirty = True
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the state dir is not being written, or None when all is saved."""
+        return self._degraded
+
+    def _locked(self) -> Any:
+        if self._dir is None:
+            return _NullLock()
+        return self._dir.locked()
+
+    def _read(self) -> Any:
+        """Context for a read: catch up with other processes first."""
+        return _ReadGuard(self)
+
+    @property
+    def persistent(self) -> bool:
+        return self._dir is not None
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def _snapshot_header(self, gen: int, prev_gen: int, prev_offset: int) -> dict[str, Any]:
+        return {
+            "schema": C.SCHEMA_VERSION,
+            "gen": gen,
+            "prev_gen": prev_gen,
+            "prev_offset": prev_offset,
+            "written_at": self._clock(),
+            "settings": self.settings.to_record(),
+        }
+
+    def _write_snapshot_locked(self, items: dict[str, Item]) -> None:
+        assert self._dir is not None
+        gen, offset = self._dir.gen, self._dir.offset
+        header = self._snapshot_header(gen + 1, gen, offset)
+        # Synchronous snapshots (shutdown, forget, recovery) hold the lock anyway, so they also
+        # save the index: the next start then loads it instead of re-tokenising everything.
+        header["index"] = self._s.index.to_state()
+        header["dedup"] = self._s.dedup.to_state()
+        self._dir.write_snapshot(snapshot_chunks(header, list(items.values())))
+        self._dir.rotate(gen + 1, offset)
+        self._dir.remove_temp_files()
+        self._dirty = False
+
+    def rebuild_and_snapshot(self) -> None:
+        """Rebuild the derived structures (search index, near-duplicate buckets) from the items
+        and save them with a full snapshot: `compactor doctor --repair` after index drift."""
+        if self._dir is None:
+            return
+        with self._locked():
+            self._sync()
+            self._rebuild_derived(self._s)
+            self._write_snapshot_locked(dict(self._s.items))
+
+    def snapshot(self) -> None:
+        """Write a snapshot and truncate the journal, synchronously (used at shutdown)."""
+        if self._dir is None:
+            return
+        with self._locked():
+            self._sync()
+            self._write_snapshot_locked(dict(self._s.items))
+
+    async def snapshot_async(self) -> None:
+        """Snapshot without blocking the event loop: items are frozen, so a shallow copy of the
+        dict taken under the lock is a consistent picture; it is serialised and written in a
+        worker thread, and only the rename + journal rotation take the lock again."""
+        if self._dir is None:
+            return
+        sd = self._dir
+        with self._locked():
+            self._sync()
+            items = list(self._s.items.values())
+            gen, offset = sd.gen, sd.offset
+            header = self._snapshot_header(gen + 1, gen, offset)
+            self._dirty = False
+        with self.runtime.background_write():  # the event loop gets the GIL back quickly
+            tmp_ok = await anyio.to_thread.run_sync(self._write_snapshot_tmp, header, items)
+        if not tmp_ok:
+            self._dirty = True
+            return
+        with self._locked():
+            # Catch up first: only that reveals a rotation by another process (it reloads and
+            # moves sd.gen). Checking before it let a stale snapshot replace a newer one and
+            # cut the new journal at our old offset, mid-line.
+            self._sync()
+            if sd.gen != gen:
+                # Someone else rotated meanwhile (forget, another process): ours is stale.
+                self._discard_tmp()
+                return
+            old_snapshot = None
+            try:
+                old_snapshot = sd.install_snapshot_tmp()
+                sd.rotate(gen + 1, offset)
+                sd.remove_dead_temp_files()
+            except (PersistenceError, OSError) as exc:
+                log.warning("snapshot not installed: %s", exc)
+                self._dirty = True
+        if old_snapshot is not None:
+            await anyio.to_thread.run_sync(sd.drop_old_snapshot, old_snapshot)
+
+    def _write_snapshot_tmp(self, header: dict[str, Any], items: list[Item]) -> bool:
+        assert self._dir is not None
+        try:
+            self._dir.write_snapshot_tmp(snapshot_chunks(header, items))
+            return True
+        except (PersistenceError, OSError) as exc:
+            log.warning("snapshot failed: %s", exc)
+            return False
+
+    def _discard_tmp(self) -> None:
+        assert self._dir is not None
+        self._dir.discard_snapshot_tmp()
+
+    def close(self) -> None:
+        if self._dir is not None:
+            self._dir.close()

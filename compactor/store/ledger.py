@@ -1,0 +1,36 @@
+"""The append-only forget ledger: which ids `forget` and `prune` removed, and when."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .. import constants as C
+from ..errors import PersistenceError
+from .journaled import _Journaled
+
+log = logging.getLogger(__name__)
+
+
+class _Ledger(_Journaled):
+    """The forget ledger."""
+
+    _ledger_mem: list[dict[str, Any]]
+
+    def _ledger_append(self, entries: list[dict[str, Any]]) -> None:
+        self._ledger_mem.extend(entries)
+        del self._ledger_mem[: -C.LEDGER_MEMORY_MAX]
+        if self._dir is not None:
+            try:
+                self._dir.append_ledger(entries)
+            except PersistenceError as exc:
+                log.error("forget ledger not written (entries kept in memory): %s", exc)
+
+    def _ledger_count(self) -> int:
+        return self._dir.ledger_count() if self._dir is not None else len(self._ledger_mem)
+
+    def forget_ledger(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest entries of the append-only forget ledger."""
+        if self._dir is not None:
+            return self._dir.read_ledger()[-limit:]
+        return self._ledger_mem[-limit:]

@@ -1,0 +1,120 @@
+"""Reading by position: scopes, tier orders, list and export pages."""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import heapq
+from collections.abc import Iterator
+
+from .. import constants as C
+from ..errors import InvalidArgumentError
+from ..models import Item
+from .inputs import _Inputs
+from .journaled import _Journaled
+from .records import ExportPage, Page
+from .state import ALL_SCOPES, GLOBAL_SCOPE, TierFilter, scope_key
+
+
+class _Paging(_Inputs, _Journaled):
+    """Scopes, lists and export pages."""
+
+    default_read_scope: str | None
+
+    def ids(self) -> list[str]:
+        with self._read():  # another process may have stored or forgotten since our last call
+            return list(self._s.items)
+
+    def get(self, item_id: str) -> Item:
+        """The full item whatever its tier or view: the way back to every original."""
+        with self._read():
+            return self._get(item_id)
+
+    def list_items(
+        self, offset: int = 0, limit: int = 20, tier: TierFilter = "active", scope: str | None = None
+    ) -> Page:
+        if offset < 0:
+            raise InvalidArgumentError("offset must be 0 or more.")
+        if not 1 <= limit <= C.LIST_LIMIT_MAX:
+            raise InvalidArgumentError(f"limit must be from 1 to {C.LIST_LIMIT_MAX}.")
+        with self._read():
+            seqs = self._seqs(tier, self._scopes(scope))
+            total = len(seqs)
+            # Newest first: walk from the end.
+            hi = total - offset
+            lo = max(0, hi - limit)
+            picked = [self._s.items[self._s.by_seq[q]] for q in reversed(seqs[lo:hi])] if hi > 0 else []
+            return Page(items=picked, total=total, offset=offset)
+
+    def _seqs(self, tier: TierFilter, scopes: frozenset[str] | None = None) -> list[int]:
+        if tier == "all":
+            return list(heapq.merge(self._visible_seqs("active", scopes), self._visible_seqs("archived", scopes)))
+        if tier not in ("active", "archived"):
+            raise InvalidArgumentError("tier must be one of: active, archived, all.")
+        return self._visible_seqs(tier, scopes)
+
+    def _visible_seqs(self, tier: str, scopes: frozenset[str] | None) -> list[int]:
+        """Seqs of one tier in the given scopes (all scopes if None), ascending."""
+        if scopes is None:
+            return self._s.order[tier]
+        lists = [self._s.scope_order.get(sc, {}).get(tier, []) for sc in scopes]
+        lists = [seqs for seqs in lists if seqs]
+        if len(lists) == 1:
+            return lists[0]
+        return list(heapq.merge(*lists))
+
+    def _scopes(self, scope: str | None) -> frozenset[str] | None:
+        """What a read covers: None = every scope ("all"); else the scope plus global."""
+        if scope is None:
+            scope = self.default_read_scope or self.scope
+        if scope == ALL_SCOPES:
+            return None
+        return frozenset({scope_key(self._check_scope(scope)), GLOBAL_SCOPE})
+
+    def hidden_by_scope(self, tier: TierFilter = "all", scope: str | None = None) -> int:
+        """How many items of `tier` a read in `scope` (default: the store's) leaves out."""
+        with self._read():
+            scopes = self._scopes(scope)
+            if scopes is None:
+                return 0
+            tiers = ("active", "archived") if tier == "all" else (tier,)
+            if any(t not in ("active", "archived") for t in tiers):
+                raise InvalidArgumentError("tier must be one of: active, archived, all.")
+            seen = sum(len(self._s.scope_order.get(sc, {}).get(t, [])) for sc in scopes for t in tiers)
+            return sum(len(self._s.order[t]) for t in tiers) - seen
+
+    def export(
+        self,
+        tier: TierFilter = "all",
+        cursor: str | None = None,
+        page_chars: int = C.EXPORT_PAGE_CHARS,
+        scope: str | None = None,
+    ) -> ExportPage:
+        """Oldest first, paged by a cursor that survives concurrent stores (it is a seq)."""
+        after = 0
+        if cursor:
+            try:
+                after = int(base64.urlsafe_b64decode(cursor.encode() + b"==").decode())
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise InvalidArgumentError("cursor is not one this server issued; omit it to start over.") from exc
+        with self._read():
+            seqs = self._seqs(tier, self._scopes(scope))
+            start = bisect.bisect_right(seqs, after)
+            out: list[Item] = []
+            used = 0
+            i = start
+            while i < len(seqs):
+                item = self._s.items[self._s.by_seq[seqs[i]]]
+                cost = len(item.content) + len(item.summary or "") + 200
+                if out and used + cost > page_chars:
+                    break
+                out.append(item)
+                used += cost
+                i += 1
+            next_cursor = None
+            if i < len(seqs):
+                next_cursor = base64.urlsafe_b64encode(str(out[-1].seq).encode()).decode().rstrip("=")
+            return ExportPage(items=out, next_cursor=next_cursor, total=len(seqs))
+
+    def iter_items(self) -> Iterator[Item]:
+        return iter(list(self._s.items.values()))

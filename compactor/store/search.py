@@ -1,0 +1,127 @@
+"""Search: BM25 candidates re-ranked by retention and recency, summary nodes that only repeat
+a hit left out, and the access updates a query makes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+
+from .. import constants as C
+from .. import scoring
+from ..errors import PersistenceError
+from ..models import Item, Op
+from .journaled import _Journaled
+from .records import Hit
+from .state import scope_key
+
+log = logging.getLogger(__name__)
+
+
+class _Search(_Journaled):
+    """Query ranking and access updates."""
+
+    def _search(
+        self, text: str, tag_list: list[str], limit: int, include_archived: bool, scopes: frozenset[str] | None
+    ) -> list[Hit]:
+        s = self._s
+        now = self._clock()
+        allowed: set[str] | None = None
+        if tag_list:
+            allowed = set()
+            for tag in tag_list:
+                allowed |= s.by_tag.get(tag.lower(), set()) | s.by_tag.get(tag, set())
+
+        def accept(item_id: str) -> bool:
+            if allowed is not None and item_id not in allowed:
+                return False
+            item = s.items[item_id]
+            if scopes is not None and scope_key(item.scope) not in scopes:
+                return False
+            return include_archived or item.tier == "active"
+
+        if not text:
+            pool = [s.items[i] for i in (allowed or ()) if accept(i)]
+            best = heapq.nlargest(limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now), it.seq))
+            return [Hit(it, scoring.rank_score(1.0, it, now), ()) for it in best]
+
+        # Retention and the recency prior lift a BM25 score by at most scoring.MAX_RANK_FACTOR,
+        # so the final top `limit` is drawn from the BM25 top few times `limit`: a hit below
+        # that would need a relevance far under the leaders' to overtake them, which the bound
+        # rules out in practice, and the index can prune everything deeper.
+        fetch = max(limit * C.RERANK_DEPTH, C.RERANK_MIN)
+        # Asking the filter about every candidate costs more than the ranking itself; skip it
+        # when it would accept everything (one scope, nothing archived or archived wanted).
+        accepts_all = (
+            allowed is None
+            and (include_archived or not s.order["archived"])
+            and (scopes is None or s.scope_order.keys() <= scopes)
+        )
+        raw = s.index.search(text, limit=fetch, accept=None if accepts_all else accept, with_matched=False)
+        newest = s.next_seq - 1
+        scored: list[tuple[float, Item]] = []
+        leaders: list[float] = []  # min-heap of the `limit` best final scores so far; leaders[0] is the cut
+        for h in raw:  # BM25 best first: once even the largest lift cannot reach the cut, stop
+            if len(leaders) == limit and h.score * scoring.MAX_RANK_FACTOR * (1.0 + 1e-12) < leaders[0]:
+                break
+            it = s.items[h.doc_id]
+            final = scoring.rank_score(h.score, it, now, newer=newest - it.seq)
+            scored.append((final, it))
+            if len(leaders) < limit:
+                heapq.heappush(leaders, final)
+            elif final > leaders[0]:
+                heapq.heapreplace(leaders, final)
+        scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
+        top = scored[:limit]
+        if any(it.depth and it.id in self._covering(top) for _, it in top):
+            # A summary node found with an item it covers only repeats extracts of that item, whose
+            # hit names it (covered_by): leave the node out. That lowers the cut, so the hits past
+            # the early stop are scored too.
+            for h in raw[len(scored) :]:
+                it = s.items[h.doc_id]
+                scored.append((scoring.rank_score(h.score, it, now, newer=newest - it.seq), it))
+            scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
+            dropped: set[str] = set()
+            while True:
+                top = [pair for pair in scored if pair[1].id not in dropped][:limit]
+                covering = self._covering(top)
+                newly = {it.id for _, it in top if it.depth and it.id in covering} - dropped
+                if not newly:
+                    break
+                dropped |= newly
+        matched = s.index.matched_terms([it.id for _, it in top], text)
+        return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
+
+    def _covering(self, hits: list[tuple[float, Item]]) -> set[str]:
+        """Every summary node above the hits in the DAG: O(hits * depth), never the store."""
+        items = self._s.items
+        seen: set[str] = set()
+        stack = [p for _, it in hits for p in it.parents]
+        while stack:
+            node_id = stack.pop()
+            if node_id not in seen and node_id in items:
+                seen.add(node_id)
+                stack.extend(items[node_id].parents)
+        return seen
+
+    def _touch(self, ids: list[str]) -> None:
+        """A query is an access. Journaled without fsync: losing one on power loss is harmless."""
+        if not ids:
+            return
+        now = self._clock()
+        ops: list[Op] = []
+        for item_id in ids:
+            item = self._s.items[item_id]
+            ops.append(
+                {
+                    "op": "patch",
+                    "id": item_id,
+                    "set": {"last_accessed_at": now, "access_count": item.access_count + 1},
+                }
+            )
+        try:
+            self._commit(ops, sync=False)
+        except PersistenceError as exc:
+            log.warning("access times not saved: %s", exc)
+            for op in ops:
+                self._apply(op)

@@ -1,0 +1,373 @@
+"""The in-memory state and the one mutation path: `_apply` (put, patch, del, config) and the
+structures it keeps in step (tier orders, tags, search index, near-duplicate buckets, token
+totals). The only place that says how an item is indexed (`index_fields`), and the check that
+the incrementally kept structures agree with a rebuild (`check_derived`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .. import constants as C
+from ..dedup import DedupIndex
+from ..errors import NotFoundError
+from ..index import BM25Index
+from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
+from ..tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+
+TierFilter = Literal["active", "archived", "all"]
+
+
+GLOBAL_SCOPE = "global"
+
+
+ALL_SCOPES = "all"
+
+
+def scope_key(scope: str) -> str:
+    """Items saved before scopes existed (scope "") belong to every project."""
+    return scope or GLOBAL_SCOPE
+
+
+@dataclass(slots=True)
+class _State:
+    items: dict[str, Item] = field(default_factory=dict)
+    order: dict[str, list[int]] = field(default_factory=lambda: {"active": [], "archived": []})
+    by_seq: dict[int, str] = field(default_factory=dict)
+    # The same order split by scope, so a scoped list or export never scans other projects.
+    scope_order: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    by_tag: dict[str, set[str]] = field(default_factory=dict)
+    index: BM25Index = field(default_factory=BM25Index)
+    dedup: DedupIndex = field(default_factory=DedupIndex)
+    dup_hints: set[str] = field(default_factory=set)  # active items with a near-duplicate noted
+    uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
+    pinned: set[str] = field(default_factory=set)  # active and pinned: status and recall read it per call
+    active_nodes: set[str] = field(default_factory=set)  # active summary nodes: condensing scans them, not every item
+    archived_tokens: int = 0
+    used: int = 0
+    next_seq: int = 1
+    type_counts: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {t: {"active": 0, "archived": 0} for t in CONTENT_TYPES}
+    )
+
+
+# Patch fields that change nothing derived but the active token total (see Store._swap_light).
+_LIGHT_FIELDS: frozenset[str] = frozenset({"view", "last_accessed_at", "access_count"})
+
+
+# The longest prefix that ends a word right before a space (greedy, so the last such word).
+_WHOLE_WORDS = re.compile(r".*\S(?=\s)", re.DOTALL)
+
+
+def _headline(item: Item) -> str | None:
+    """What the index's boosted summary field holds: the summary, or else the first line of the
+    content (the command of a tool output, the error line, the head of a note). An agent that
+    stores without a summary still gets its headline weighted like one (replay without
+    summaries: recall@5 0.770 with only the body, ~0.93 with the first line)."""
+    if item.summary:
+        return item.summary
+    first, newline, rest = item.content.strip().partition("\n")
+    # A one-line item has no headline apart from itself: counting it twice would only favour
+    # one-liners over everything else.
+    if not newline or not rest.strip():
+        return None
+    line = first.strip()
+    if len(line) <= C.HEADLINE_CHARS:
+        return line or None
+    # Cut after the last whole word that fits: a word cut short would be indexed as a term the
+    # item does not contain ("helioproject" of "Helioprojective"). No space at all: no headline.
+    whole = _WHOLE_WORDS.match(line, 0, C.HEADLINE_CHARS + 1)
+    return whole.group() if whole else None
+
+
+def index_fields(item: Item) -> tuple[str, str | None, Sequence[str]]:
+    """What the search index holds of an item: (body, boosted headline, tags). The doctor
+    rebuilds terms through this, so its check and the store cannot drift apart."""
+    return item.content, _headline(item), item.tags
+
+
+def _examples(ids: Sequence[str], limit: int = C.REPORT_EXAMPLES) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f" (+{len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+class _StateOps:
+    """The in-memory state and its single mutation path."""
+
+    # Set by Store.__init__; every part of the Store reads them.
+    _s: _State
+    settings: Settings
+    counter: TokenCounter
+    _clock: Callable[[], float]
+
+    def check_derived(self) -> list[str]:
+        """What the incrementally kept structures (search index, token total, tier orders,
+        near-duplicate buckets) get wrong against a rebuild from the items; [] when right."""
+        s = self._s
+        problems: list[str] = []
+        fresh = BM25Index()
+        for it in s.items.values():
+            fresh.add(it.id, *index_fields(it))
+        indexed = {e for e in s.index.to_state()["ext"] if e is not None}
+        missing = sorted(set(s.items) - indexed)
+        extra = sorted(indexed - set(s.items))
+        stale: list[str] = []
+        broken: list[str] = []
+        for i in sorted(set(s.items) & indexed):
+            try:
+                if s.index.terms(i) != fresh.terms(i):
+                    stale.append(i)
+            except (IndexError, KeyError, AssertionError, TypeError):
+                broken.append(i)  # term ids pointing nowhere: a damaged saved index
+        if broken:
+            problems.append(
+                f"the search index is internally inconsistent for {len(broken)} item(s) ({_examples(broken)}): "
+                "searches touching them would fail"
+            )
+        if missing:
+            problems.append(f"{len(missing)} item(s) are not in the search index: {_examples(missing)}")
+        if extra:
+            problems.append(f"the search index holds {len(extra)} id(s) with no item: {_examples(extra)}")
+        if stale:
+            problems.append(f"{len(stale)} item(s) are indexed with other terms than their text: {_examples(stale)}")
+        if not (missing or extra or stale) and s.index.avg_doc_len != fresh.avg_doc_len:
+            problems.append(
+                f"the index's document lengths disagree with the items ({s.index.avg_doc_len:.3f} vs "
+                f"{fresh.avg_doc_len:.3f} average): scores would be off"
+            )
+        used = sum(it.view_tokens for it in s.items.values() if it.tier == "active")
+        if s.used != used:
+            problems.append(f"tokens used is {s.used:,} but the active items add up to {used:,}")
+        for tier in ("active", "archived"):
+            n = sum(1 for it in s.items.values() if it.tier == tier)
+            if len(s.order[tier]) != n:
+                problems.append(f"the {tier} order lists {len(s.order[tier])} items but {n} are {tier}")
+        want_dedup = {it.id for it in s.items.values() if it.tier == "active" and not it.depth}
+        wrong = sorted(want_dedup ^ {i for i in s.items if i in s.dedup})
+        if wrong:
+            problems.append(
+                f"{len(wrong)} item(s) are wrongly in or out of the near-duplicate buckets: {_examples(wrong)}"
+            )
+        return problems
+
+    def _apply(self, op: Op) -> None:
+        kind = op["op"]
+        if kind == "put":
+            item = Item.from_record(op["item"])
+            old = self._s.items.get(item.id)
+            if old is not None:
+                self._drop(self._s, old)
+            self._put(self._s, item)
+        elif kind == "patch":
+            old = self._s.items.get(op["id"])
+            if old is None:
+                return  # forgotten by another process in the meantime
+            changes = dict(op["set"])
+            if changes.keys() <= _LIGHT_FIELDS:
+                self._swap_light(old, old.evolve(changes))
+                return
+            for key in TUPLE_FIELDS:
+                if key in changes:
+                    changes[key] = tuple(changes[key])
+            if "tags_from" in changes:
+                changes["tags_from"] = pairs(changes["tags_from"])
+            new = old.evolve(changes)
+            self._swap(old, new)
+        elif kind == "del":
+            old = self._s.items.get(op["id"])
+            if old is not None:
+                self._drop(self._s, old)
+        elif kind == "config":
+            for key, value in op["set"].items():
+                setattr(self.settings, key, value)
+        else:
+            raise ValueError(f"unknown journal op {kind!r}")
+
+    def _swap_light(self, old: Item, new: Item) -> None:
+        """`_swap` for a change of view or access time only, which no derived structure but
+        the token total depends on: compaction promotes thousands of items to their summary."""
+        s = self._s
+        if old.tier == "active":
+            s.used += new.view_tokens - old.view_tokens
+        s.items[new.id] = new
+
+    def _swap(self, old: Item, new: Item) -> None:
+        s = self._s
+        text_changed = (old.content, old.summary, old.tags) != (new.content, new.summary, new.tags)
+        if old.tier != new.tier or old.seq != new.seq or old.scope != new.scope:
+            self._unorder(s, old)
+            self._order(s, new)
+        if old.tier == "active":
+            s.used -= old.view_tokens
+        else:
+            s.archived_tokens -= old.content_tokens
+        if new.tier == "active":
+            s.used += new.view_tokens
+        else:
+            s.archived_tokens += new.content_tokens
+        if old.content_type != new.content_type or old.tier != new.tier:
+            s.type_counts[old.content_type][old.tier] -= 1
+            s.type_counts[new.content_type][new.tier] += 1
+        if old.tags != new.tags:
+            for tag in old.tags:
+                self._untag(s, tag, old.id)
+            for tag in new.tags:
+                s.by_tag.setdefault(tag, set()).add(new.id)
+        if old.content != new.content or old.summary != new.summary:
+            s.index.update(new.id, *index_fields(new))
+        elif old.tags != new.tags:
+            s.index.retag(new.id, old.tags, new.tags)
+        if new.tier != "active" or new.depth:
+            s.dedup.remove(new.id)
+        elif text_changed or old.tier != "active":
+            s.dedup.add(new.id, s.index.terms(new.id))
+        if new.dup_of and new.tier == "active":
+            s.dup_hints.add(new.id)
+        else:
+            s.dup_hints.discard(new.id)
+        s.items[new.id] = new
+        if new.tier == "archived" and not new.parents:
+            s.uncovered.add(new.id)
+        else:
+            s.uncovered.discard(new.id)
+        if new.pinned and new.tier == "active":
+            s.pinned.add(new.id)
+        else:
+            s.pinned.discard(new.id)
+        if new.depth and new.tier == "active":
+            s.active_nodes.add(new.id)
+        else:
+            s.active_nodes.discard(new.id)
+
+    @staticmethod
+    def _order(s: _State, item: Item) -> None:
+        bisect.insort(s.order[item.tier], item.seq)
+        per = s.scope_order.setdefault(scope_key(item.scope), {"active": [], "archived": []})
+        bisect.insort(per[item.tier], item.seq)
+        s.by_seq[item.seq] = item.id
+
+    @staticmethod
+    def _unorder(s: _State, item: Item) -> None:
+        for seqs in (s.order[item.tier], s.scope_order.get(scope_key(item.scope), {}).get(item.tier, [])):
+            i = bisect.bisect_left(seqs, item.seq)
+            if i < len(seqs) and seqs[i] == item.seq:
+                del seqs[i]
+        s.by_seq.pop(item.seq, None)
+
+    @staticmethod
+    def _untag(s: _State, tag: str, item_id: str) -> None:
+        ids = s.by_tag.get(tag)
+        if ids is not None:
+            ids.discard(item_id)
+            if not ids:
+                del s.by_tag[tag]
+
+    def _restore_derived(self, state: _State, snap: dict[str, Any]) -> bool:
+        """Load the search index and dedup buckets saved with a snapshot, so a cold start does
+        not re-tokenise every item. False (rebuild) when absent or unreadable."""
+        # Popped, so the parsed state (hundreds of MB at 100k items) is freed as soon as the
+        # index is built, before the items are: that is the peak of a cold start's memory.
+        index_state, dedup_state = snap.pop("index", None), snap.pop("dedup", None)
+        if not index_state or dedup_state is None:
+            return False
+        try:
+            state.index = BM25Index.from_state(index_state)
+            state.dedup = DedupIndex.from_state(dedup_state)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("saved index unusable (%s); rebuilding it from the items", exc)
+            state.index, state.dedup = BM25Index(), DedupIndex()
+            return False
+        return True
+
+    @staticmethod
+    def _index_holds(index: BM25Index, ids: Sequence[str]) -> bool:
+        """Whether a saved index holds exactly the snapshot's items (as ids in file order)."""
+        return len(index) == len(ids) and all(item_id in index for item_id in ids)
+
+    def _rebuild_derived(self, state: _State) -> None:
+        state.index, state.dedup = BM25Index(), DedupIndex()
+        for item in state.items.values():
+            self._derive(state, item)
+
+    def _put(self, s: _State, item: Item, *, derived: bool = True) -> None:
+        """Add an item to every structure; `derived=False` when the index and dedup buckets
+        were restored from a snapshot and already hold it."""
+        s.items[item.id] = item
+        self._order(s, item)
+        s.next_seq = max(s.next_seq, item.seq + 1)
+        for tag in item.tags:
+            s.by_tag.setdefault(tag, set()).add(item.id)
+        if derived:
+            self._derive(s, item)
+        if item.tier == "archived":
+            s.archived_tokens += item.content_tokens
+        if item.tier == "active":
+            s.used += item.view_tokens
+            if item.dup_of:
+                s.dup_hints.add(item.id)
+            if item.pinned:
+                s.pinned.add(item.id)
+            if item.depth:
+                s.active_nodes.add(item.id)
+        s.type_counts[item.content_type][item.tier] += 1
+        if item.tier == "archived" and not item.parents:
+            s.uncovered.add(item.id)
+
+    @staticmethod
+    def _derive(s: _State, item: Item) -> None:
+        """Index the item for search and, if an active leaf, for near-duplicates."""
+        s.index.add(item.id, *index_fields(item))
+        if item.tier == "active" and not item.depth:
+            s.dedup.add(item.id, s.index.terms(item.id))
+
+    def _drop(self, s: _State, item: Item) -> None:
+        del s.items[item.id]
+        self._unorder(s, item)
+        for tag in item.tags:
+            self._untag(s, tag, item.id)
+        s.index.remove(item.id)
+        s.dedup.remove(item.id)
+        s.dup_hints.discard(item.id)
+        s.uncovered.discard(item.id)
+        s.pinned.discard(item.id)
+        s.active_nodes.discard(item.id)
+        if item.tier == "archived":
+            s.archived_tokens -= item.content_tokens
+        if item.tier == "active":
+            s.used -= item.view_tokens
+        s.type_counts[item.content_type][item.tier] -= 1
+
+    @property
+    def tokens_used(self) -> int:
+        return self._s.used
+
+    @property
+    def budget(self) -> int:
+        return self.settings.token_budget
+
+    @property
+    def pinned_tokens(self) -> int:
+        """Active tokens of pinned items: compaction never moves them, so past the budget
+        only unpinning (or a larger budget) brings usage back within it."""
+        s = self._s
+        return sum(s.items[i].view_tokens for i in s.pinned)
+
+    def __len__(self) -> int:
+        return len(self._s.items)
+
+    def count(self, tier: Tier) -> int:
+        return len(self._s.order[tier])
+
+    def _get(self, item_id: str) -> Item:
+        item = self._s.items.get(item_id)
+        if item is None:
+            raise NotFoundError(item_id)
+        return item
