@@ -39,7 +39,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -731,8 +731,13 @@ def _check_ledger(dir_: Path, raw: bytes | None, items: dict[str, Item], report:
 
 
 # --- entry points ------------------------------------------------------------------------------
-def check(state_dir: Path) -> DoctorReport:
-    """Check `state_dir` without changing anything in it."""
+def _no_step(text: str) -> None:
+    return None
+
+
+def check(state_dir: Path, step: Callable[[str], None] = _no_step) -> DoctorReport:
+    """Check `state_dir` without changing anything in it. `step(text)` is told each phase of
+    the work as it starts ("replaying 9,000 journal lines…"), for a caller to show."""
     dir_ = Path(state_dir)
     report = DoctorReport(state_dir=dir_)
     if not dir_.exists():
@@ -750,6 +755,7 @@ def check(state_dir: Path) -> DoctorReport:
     except OSError as exc:
         report.error("permissions", f"cannot list {dir_}: {exc.strerror or exc}.", f"`chmod 700 {dir_}`")
         return report
+    step(f"reading {dir_}…")
     with _shared_lock(dir_, report):
         snap_raw = _read(dir_ / SNAPSHOT, report, "snapshot")
         journal_raw = _read(dir_ / JOURNAL, report, "journal")
@@ -772,9 +778,12 @@ def check(state_dir: Path) -> DoctorReport:
     batches = _batches_to_replay(dir_, snap, journal, report)
     if batches is None:
         return report
+    snap_items = len(snap["items"]) if snap and isinstance(snap.get("items"), list) else 0
+    step(f"replaying {len(batches):,} journal lines over {snap_items:,} snapshot items…")
     store = _replay(dir_, snap, batches, report)
     if store is None:
         return report
+    step(f"checking the index, lineage and ledger of {len(store.ids()):,} items…")
     _check_index(dir_, store, snap, report)
     items = {it.id: it for it in store.iter_items()}
     _check_lineage(dir_, items, report)
@@ -936,8 +945,10 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str]) -> int:
-    """0 healthy (warnings allowed), 1 problems found, 2 usage error."""
+def main(argv: Sequence[str], step: Callable[[str], None] = _no_step, done: Callable[[], None] = lambda: None) -> int:
+    """0 healthy (warnings allowed), 1 problems found, 2 usage error. `step` is told each phase
+    of a check as it starts and `done` when the check ends, before the report is printed (the
+    CLI shows them on a terminal)."""
     try:
         args = parser().parse_args(list(argv))
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
@@ -949,7 +960,10 @@ def main(argv: Sequence[str]) -> int:
         except CompactorError as exc:
             sys.stderr.write(f"compactor doctor --repair: {exc}\n")
             return 1
-    report = check(args.state_dir)
+    try:
+        report = check(args.state_dir, step)
+    finally:
+        done()
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     else:

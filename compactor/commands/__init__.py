@@ -14,6 +14,7 @@ from typing import Any, cast
 from ..errors import CompactorError, StateCorruptError
 from . import edit, hook, transfer, view
 from .common import EXIT_ERROR, EXIT_USAGE, CliError, Out, add_json, add_state_dir
+from .progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def run_doctor(args: argparse.Namespace, extra: list[str]) -> int:
         module = importlib.import_module("compactor.doctor")
     except ImportError as exc:
         raise CliError(f"doctor is not available in this installation ({exc}). Reinstall compactor") from exc
-    doctor_main = cast(Callable[[list[str]], int], module.main)
+    doctor_main = cast(Callable[..., int], module.main)
     argv = list(extra)
     if not any(a == "--state-dir" or a.startswith("--state-dir=") for a in argv):
         state_dir = getattr(args, "state_dir", None) or os.environ.get("COMPACTOR_STATE_DIR")
@@ -47,7 +48,8 @@ def run_doctor(args: argparse.Namespace, extra: list[str]) -> int:
             argv = ["--state-dir", str(state_dir), *argv]
     if getattr(args, "json", False) and "--json" not in argv:
         argv.append("--json")
-    return doctor_main(argv)
+    progress = Progress("doctor")
+    return doctor_main(argv, step=progress.step, done=progress.clear)
 
 
 def message(name: str, text: str) -> str:

@@ -20,6 +20,7 @@ from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store, TierFilter
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 _ANSI = {"head": "1", "dim": "2", "ok": "32", "warn": "33", "bad": "31", "id": "36"}
 

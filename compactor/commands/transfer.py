@@ -8,7 +8,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,7 +18,19 @@ from ..models import Item
 from ..outfile import write_private
 from ..render import preview
 from ..store import BulkStored, Store, StoreInput, TierFilter
-from .common import EXIT_OK, EXIT_USAGE, CliError, Out, add_json, add_state_dir, item_json, opened, scope_note
+from .common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Out,
+    add_json,
+    add_state_dir,
+    item_json,
+    opened,
+    scope_note,
+)
+from .progress import Interrupted, Progress, interrupt_between_chunks
 
 EXPORT_FORMAT = "compactor-export"
 
@@ -56,11 +68,15 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_import)
 
 
-def all_items(store: Store, tier: str) -> Iterator[Item]:
+def all_items(store: Store, tier: str, progress: Callable[[int, int], None] | None = None) -> Iterator[Item]:
     cursor: str | None = None
+    done = 0
     while True:
         page = store.export(tier=cast(TierFilter, tier), cursor=cursor)
         yield from page.items
+        done += len(page.items)
+        if progress is not None:
+            progress(done, page.total)
         cursor = page.next_cursor
         if cursor is None:
             return
@@ -102,9 +118,11 @@ def cmd_export(args: argparse.Namespace, out: Out) -> int:
     symlink never, and a MEMORY.md compactor did not write never."""
     if args.format == "memory-md" and args.output is None:
         raise CliError("--format memory-md writes a directory and none was given. Pass -o DIR", EXIT_USAGE)
+    progress = Progress("export")
     with opened(args) as store:
-        items = list(all_items(store, args.tier))
+        items = list(all_items(store, args.tier, progress))
         _, note = scope_note(store, args.tier, "not exported")
+    progress.finish()
     if note:
         print(note, file=sys.stderr)
     if args.format == "json":
@@ -195,8 +213,13 @@ def cmd_import(args: argparse.Namespace, out: Out) -> int:
     (index lines `- [name](file.md) — text`, or flat entries starting with `- `, `## ` or a
     date). DIR is a Claude Code auto-memory dir. Memory types user, feedback, project and
     reference become tags and set importance. Importing twice adds nothing. A markdown
-    export is refused: import the JSON one."""
-    kind, records, inputs = read_inputs(args.path)
+    export is refused: import the JSON one. On a terminal, progress shows on stderr; Ctrl-C
+    stops between chunks of 1,000 items, each stored whole, and running the same command again
+    finishes the import."""
+    try:
+        kind, records, inputs = read_inputs(args.path)
+    except KeyboardInterrupt:
+        raise CliError(f"interrupted while reading {args.path}; nothing was stored", EXIT_INTERRUPTED) from None
     if args.dry_run:
         rows: list[tuple[Any, Any, Any, str]] = (
             [(r["id"], r.get("summary"), r.get("tags"), r["content"]) for r in records]
@@ -217,13 +240,28 @@ def cmd_import(args: argparse.Namespace, out: Out) -> int:
             out.line(f"Nothing to import from {args.path}.")
         return EXIT_OK
     dropped: list[str] = []
-    with opened(args, create=True) as store:
-        if records is not None:
-            res = store.import_records(records)
-            result: BulkStored = res
-            dropped = res.dropped_nodes
-        else:
-            result = store.import_items(inputs)
+    progress = Progress("import")
+    with opened(args, create=True) as store, interrupt_between_chunks() as check:
+
+        def step(done: int, total: int) -> None:
+            progress(done, total)
+            check()  # Ctrl-C stops here, between whole journaled chunks
+
+        try:
+            if records is not None:
+                res = store.import_records(records, progress=step)
+                result: BulkStored = res
+                dropped = res.dropped_nodes
+            else:
+                result = store.import_items(inputs, progress=step)
+        except Interrupted:
+            progress.finish()
+            raise CliError(
+                f"interrupted after storing {progress.done:,} of {progress.total:,} items. Run the same command "
+                "again to finish (items already present are skipped)",
+                EXIT_INTERRUPTED,
+            ) from None
+        progress.finish()
     new = [it.id for it in result.items]
     if out.json_mode:
         out.json({"kind": kind, "imported": new, "already_present": result.skipped, "dropped_nodes": dropped})

@@ -102,9 +102,12 @@ class Store(_Recall, _Compaction, _Ledger):
         result = self.bulk_store([StoreInput(content, summary, tags, importance, pinned, scope=scope)])
         return Stored(item=result.items[0], compaction=result.compaction, redacted=result.redacted)
 
-    def import_items(self, inputs: Sequence[StoreInput]) -> BulkStored:
+    def import_items(
+        self, inputs: Sequence[StoreInput], progress: Callable[[int, int], None] | None = None
+    ) -> BulkStored:
         """Store items with explicit (content-derived) ids, skipping ids already present, in
-        chunks of BULK_MAX_ITEMS; each chunk is all or nothing."""
+        chunks of BULK_MAX_ITEMS; each chunk is all or nothing. `progress(done, total)` is
+        called after each chunk is journaled (done counts skipped inputs too)."""
         items: list[Item] = []
         skipped: list[str] = []
         report: CompactReport | None = None
@@ -113,15 +116,22 @@ class Store(_Recall, _Compaction, _Ledger):
             items.extend(res.items)
             skipped.extend(res.skipped)
             report = res.compaction or report
+            if progress is not None:
+                progress(min(start + C.BULK_MAX_ITEMS, len(inputs)), len(inputs))
         return BulkStored(items=items, compaction=report, skipped=skipped)
 
-    def import_records(self, records: Sequence[dict[str, Any]]) -> ImportedRecords:
+    def import_records(
+        self, records: Sequence[dict[str, Any]], progress: Callable[[int, int], None] | None = None
+    ) -> ImportedRecords:
         """Bring back items as a JSON export recorded them: every field kept (tier, view,
         scope, lineage, timestamps, access counts), only `seq` and token counts assigned here.
         Ids already present are skipped, so importing twice stores nothing new. A summary node
         comes only with children that list it as their parent (imported with it, or already
         here); otherwise it is left out and its children are left uncovered, for compaction to
-        cover again. Written in chunks of BULK_MAX_ITEMS through the one mutation path."""
+        cover again. Written in chunks of BULK_MAX_ITEMS through the one mutation path, each
+        chunk one journaled transaction; `progress(done, total)` is called after each one, with
+        the count of new items stored so far and of new items to store (an exception it raises
+        stops the import between chunks, leaving every chunk before it stored whole)."""
         with self._locked():
             self._sync()
             self._redacted = {}
@@ -148,6 +158,8 @@ class Store(_Recall, _Compaction, _Ledger):
                     {"op": "put", "item": it.evolve({"seq": seq + n}).to_record()} for n, it in enumerate(chunk)
                 ]
                 report = self._transact(ops, protected=frozenset()) or report
+                if progress is not None:
+                    progress(start + len(chunk), len(order))
             if dropped and self._s.uncovered:
                 # The children of a node left out are covered again now, as compaction would.
                 settings = self.settings
