@@ -266,6 +266,35 @@ def wants_export(item: Item, min_importance: int = C.MEMORY_EXPORT_MIN_IMPORTANC
     return not item.depth and (item.pinned or item.importance >= min_importance)
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _plain(text: str) -> str:
+    """For comparing a sentence with a title: case, spacing and markup ignored."""
+    return " ".join(re.sub(r"[#*_`>\-:.!?…]+", " ", text).lower().split())
+
+
+def describe(title: str, name: str, item: Item) -> str:
+    """A one-line description that says more than the title: the first sentence of the
+    summary or content that is not the title (nor part of it); failing that, what kind of
+    memory it is. Never the title again."""
+    seen = {_plain(title), _plain(name)}
+    for source in (item.summary or "", item.content):
+        for raw in source.splitlines():
+            line = raw.strip()
+            if not line or line.startswith(("```", "---")):
+                continue
+            for sentence in _SENTENCE_END.split(line.strip("#-*> ").strip()):
+                plain = _plain(sentence)
+                if len(plain) < 3 or plain in seen or any(t.startswith(plain) for t in seen if t):
+                    continue
+                return preview(" ".join(sentence.split()), 120)
+    kind = next((t for t in item.tags if t in MEMORY_TYPES), "project")
+    others = [t for t in item.tags if t not in MEMORY_TYPES]
+    text = f"{kind} memory, importance {item.importance}" + (f"; tags: {', '.join(others)}" if others else "")
+    return preview(text, 120)
+
+
 def entry_from_item(item: Item) -> MemoryEntry:
     """The memory an item stands for: its own frontmatter when it came from a memory file,
     else one built from its summary, tags and content."""
@@ -280,7 +309,8 @@ def entry_from_item(item: Item) -> MemoryEntry:
     if item.summary and sep and 3 <= len(head) <= 50:
         name, description = head, rest
     else:
-        name, description = preview(title, 50), item.content
+        name = preview(title, 50)
+        description = describe(title, name, item)
     description = preview(description, 120)
     meta_out = {"name": name, "description": description, "type": kind, ID_KEY: item.id}
     text = "---\n" + _dump(meta_out) + "---\n\n" + item.content.strip() + "\n"

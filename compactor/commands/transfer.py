@@ -82,6 +82,14 @@ def all_items(store: Store, tier: str, progress: Callable[[int, int], None] | No
             return
 
 
+def fence(text: str, info: str = "") -> str:
+    """`text` in a backtick fence longer than any backtick run inside it, so nothing in it
+    (a `#` line, a ``` block) is read as markdown."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    bar = "`" * max(3, longest + 1)
+    return f"{bar}{info}\n{text}\n{bar}"
+
+
 def _markdown(items: list[Item]) -> str:
     parts = [
         f"# compactor export\n\n{len(items):,} items, oldest first, exported {time.strftime('%Y-%m-%d %H:%M:%S')}.\n"
@@ -96,8 +104,8 @@ def _markdown(items: list[Item]) -> str:
         if it.tags:
             block += [f"Tags: {', '.join(it.tags)}", ""]
         if it.summary:
-            block += [f"**Summary:** {it.summary}", ""]
-        block.append(it.content.rstrip())
+            block += [f"**Summary:** {' '.join(it.summary.split())}", ""]
+        block.append(fence(it.content.rstrip("\n"), "text"))
         parts.append("\n".join(block) + "\n")
     return "\n".join(parts)
 
