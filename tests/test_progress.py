@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import make_item, server_command, server_env
 
 from compactor.commands.transfer import fence
 from compactor.memory_md import entry_from_item
-from conftest import make_item, server_command, server_env
 
 
 def _export_file(path: Path, n: int) -> Path:
