@@ -194,7 +194,10 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="recall",
         annotations=READ_ONLY,
-        description="Call first in every session (with query when you know the task): budget, pinned items and the most valuable memories.",
+        description=(
+            "Call first in every session (with query when you know the task): budget, pinned items and "
+            "the most valuable memories."
+        ),
     )
     async def recall(
         ctx: Context,
@@ -222,7 +225,10 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="store",
         annotations=WRITE,
-        description="Remember what you will want again: decisions and why, errors and fixes, key code, conclusions. Give long content a one-line summary.",
+        description=(
+            "Remember what you will want again: decisions and why, errors and fixes, key code, "
+            "conclusions. Give long content a one-line summary."
+        ),
     )
     async def store_tool(
         ctx: Context,
@@ -327,7 +333,9 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="query",
         annotations=WRITE_IDEMPOTENT,
-        description="Search memory (archive too) before re-reading a file, re-running a command or debugging a known error.",
+        description=(
+            "Search memory (archive too) before re-reading a file, re-running a command or debugging a known error."
+        ),
     )
     async def query(
         ctx: Context,
@@ -434,7 +442,11 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="compact",
         annotations=WRITE_IDEMPOTENT,
-        description="When the budget is high: bring usage to target_usage in four phases (summary view, merge near-duplicates, archive, condense into summary nodes). Deletes nothing. Lists what needs a summary: write it with update.",
+        description=(
+            "When the budget is high: bring usage to target_usage in four phases (summary view, merge "
+            "near-duplicates, archive, condense into summary nodes). Deletes nothing. Lists what needs "
+            "a summary: write it with update."
+        ),
     )
     async def compact(
         ctx: Context,
@@ -513,7 +525,10 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="update",
         annotations=WRITE_IDEMPOTENT,
-        description="Change an item's summary, content, tags or importance. update(id, summary=...) is how summary nodes get their text.",
+        description=(
+            "Change an item's summary, content, tags or importance. update(id, summary=...) is how "
+            "summary nodes get their text."
+        ),
     )
     async def update(
         ctx: Context,
