@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from bench.context import measure_context
 from bench.measure import Plan, measure_size
 from bench.report import render, write_json
 
@@ -96,13 +97,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     log_path = args.server_log or Path(tempfile.gettempdir()) / f"compactor-bench-{os.getpid()}.log"
     meta["server_log"] = str(log_path)
+    context = await measure_context()
     sizes: list[dict[str, Any]] = []
     with log_path.open("a") as errlog:
         for size in args.sizes:
             plan = Plan.for_size(size, args.seed, args.quick, args.client)
             sizes.append(await measure_size(plan, args.server, add_flags=not args.no_server_flags, errlog=errlog))
     meta["seconds"] = time.perf_counter() - started
-    return {"meta": meta, "sizes": sizes}
+    return {"meta": meta, "context": context, "sizes": sizes}
 
 
 def main(argv: list[str] | None = None) -> int:

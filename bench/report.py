@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from bench.context import render_context
+
 Kind = Literal["time", "throughput", "memory", "rate"]
 
 
@@ -121,6 +123,8 @@ def render(report: dict[str, Any]) -> str:
         f"python {meta['python']}  mcp {meta['mcp']}  cpus={meta['cpus']}"
     )
     blocks = [render_size(block) for block in report["sizes"]]
+    if "context" in report:
+        blocks.insert(0, render_context(report["context"]))
     return "\n\n".join([head, *blocks, "\n".join(NOTES)]) + "\n"
 
 

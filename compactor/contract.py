@@ -9,6 +9,7 @@ allows (read from the tool's published input schema), and what was sent.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import re
@@ -25,6 +26,7 @@ from . import constants as C
 log = logging.getLogger(__name__)
 
 _MISSING = object()
+_SANITY_CAP = 1_000_000  # a published maximum this high is a guard, not a choice for the model
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -32,9 +34,11 @@ def install(mcp: MCPServer) -> None:
     """Check every tools/call of `mcp` strictly, before the SDK's own (lax) validation, and word
     every tool error the same way."""
 
+    accepts: dict[str, dict[str, Any]] = {}
+
     async def check_arguments(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method == "tools/call" and ctx.request_id is not None and ctx.params is not None:
-            problem = call_problem(mcp, ctx.params)
+            problem = call_problem(mcp, ctx.params, accepts)
             if problem is not None:
                 # Argument names only: the rejected values are the caller's data.
                 log.info("%s: arguments rejected", ctx.params.get("name"))
@@ -44,7 +48,55 @@ def install(mcp: MCPServer) -> None:
 
     mcp.middleware.append(check_arguments)
     for tool in mcp._tool_manager.list_tools():
+        # Error sentences say everything an argument accepts (null, a comma-separated string
+        # for a list); the published schema is the lean one the model pays for in every prompt.
+        accepts[tool.name] = copy.deepcopy(tool.parameters.get("properties", {}))
+        lean_input(tool.parameters)
         tool.parameters["additionalProperties"] = False  # publish what is enforced
+        if tool.output_schema is not None:
+            lean_output(tool.output_schema)
+
+
+def lean_input(schema: dict[str, Any]) -> None:
+    """The published input schema, in place, without what costs tokens and tells the model
+    nothing: titles, `null` alternatives of optional arguments (omitting one is the way to not
+    set it) and their null defaults, and lenient extra forms (a comma-separated string for a
+    list) and string length limits: the stricter form is the one to use, the others are still
+    accepted, and a call past a limit is answered with it."""
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+        alternatives = prop.get("anyOf")
+        if alternatives is not None:
+            kept = [a for a in alternatives if a.get("type") not in ("null", "string")] or [
+                a for a in alternatives if a.get("type") != "null"
+            ]
+            if len(kept) == 1:
+                del prop["anyOf"]
+                prop.update(kept[0])
+        if "default" in prop and prop["default"] is None:
+            del prop["default"]
+        for bound in ("minLength", "maxLength"):  # limits far past any real use; errors name them
+            prop.pop(bound, None)
+        if prop.get("maximum", 0) >= _SANITY_CAP:
+            del prop["maximum"]
+
+
+def lean_output(schema: dict[str, Any]) -> None:
+    """The published output schema, in place, without titles and descriptions: field names are
+    the contract and say what they hold; the structure (types, required, nullable) is kept whole."""
+    if isinstance(schema, dict):
+        schema.pop("title", None)
+        schema.pop("description", None)
+        for key, value in schema.items():
+            if key in ("properties", "$defs"):
+                for sub in value.values():
+                    lean_output(sub)
+            elif isinstance(value, dict):
+                lean_output(value)
+            elif isinstance(value, list):
+                for sub in value:
+                    lean_output(sub)
 
 
 def _plain_tool_error(name: object, result: HandlerResult) -> HandlerResult:
@@ -62,7 +114,9 @@ def _plain_tool_error(name: object, result: HandlerResult) -> HandlerResult:
     return result
 
 
-def call_problem(mcp: MCPServer, params: Mapping[str, Any]) -> str | None:
+def call_problem(
+    mcp: MCPServer, params: Mapping[str, Any], accepts: Mapping[str, Mapping[str, Any]] | None = None
+) -> str | None:
     """What is wrong with a tools/call's arguments, or None. Malformed params (no name, arguments
     not an object) and unknown tools are left to the SDK, which answers them already."""
     name, arguments = params.get("name"), params.get("arguments")
@@ -77,7 +131,8 @@ def call_problem(mcp: MCPServer, params: Mapping[str, Any]) -> str | None:
     # The SDK parses a JSON string sent for a list or object argument (clients do send those);
     # keep accepting exactly what it accepts there.
     data = tool.fn_metadata.pre_parse_json(arguments)
-    return arguments_problem(f"{name}: ", model, tool.parameters.get("properties", {}), data)
+    properties = (accepts or {}).get(name) or tool.parameters.get("properties", {})
+    return arguments_problem(f"{name}: ", model, properties, data)
 
 
 def arguments_problem(

@@ -41,22 +41,15 @@ from .store import Store, StoreInput
 log = logging.getLogger(__name__)
 
 INSTRUCTIONS = """\
-compactor is your working memory across this session and the next ones. It keeps what you
-store inside a token budget and never loses it: compaction only moves items to a summary view
-or to the archive, and `get(id)` always returns the original.
-
-Workflow:
-1. Call `recall` first in every session (pass `query` when you know the task) to see pinned
-   items and the most valuable memories.
-2. `store` what you will want again: decisions (with the reason), errors and their fixes,
-   key code, and conclusions from long tool output. Give a one-line `summary` for anything
-   long: compaction then shows the summary instead of evicting the item.
-3. Before re-reading a file, re-running a command or debugging a familiar error, `query`
-   memory first; `get(id)` returns the full original.
-4. When a reply says the budget is high or compaction needs summaries, call `compact`, then
-   `update(id, summary=...)` for the items it lists.
-5. `pin` what must never fade (requirements, user preferences); `forget` only what must be
-   deleted for good (it is permanent).
+compactor is your working memory across sessions, kept within a token budget. Compaction never
+loses anything: `get(id)` always returns the original.
+1. Call `recall` first in every session (with `query` when you know the task).
+2. `store` what you will want again: decisions and why, errors and fixes, key code, conclusions.
+   Give long content a one-line `summary`.
+3. `query` before re-reading a file, re-running a command or debugging a familiar error.
+4. When a reply says the budget is high, call `compact`, then `update(id, summary=...)` for the
+   items it lists.
+5. `pin` what must never fade; `forget` only what must go for good.
 """
 
 T = TypeVar("T", bound=BaseModel)
@@ -70,18 +63,16 @@ DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idemp
 
 TagsArg = Annotated[
     list[str] | str | None,
-    Field(description="Tags: a list, or one comma-separated string ('auth,bug')."),
+    Field(),
 ]
 ScopeArg = Annotated[
     str | None,
     Field(
         max_length=4096,
-        description="Project scope. Default: this project plus 'global'. 'all' reads every project.",
+        description="'all': every project.",
     ),
 ]
-IdArg = Annotated[
-    str, Field(description="An item id as returned by store, query, recall or list.", min_length=1, max_length=64)
-]
+IdArg = Annotated[str, Field(min_length=1, max_length=64)]
 
 
 class BulkItem(BaseModel):
@@ -204,17 +195,14 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         name="recall",
         annotations=READ_ONLY,
         description=(
-            "Call this FIRST in every session. Returns the budget line, pinned items, and the most "
-            "valuable active memories (by retention, or by relevance to `query` plus retention; with a "
-            "query, matching archived items too, marked), each with id, type, importance, tags and "
-            "summary or preview. Output is capped by tokens "
-            "(configure recall_tokens) and says how many more items exist; use query/get for those."
+            "Call first in every session (with query when you know the task): budget, pinned items and "
+            "the most valuable memories."
         ),
     )
     async def recall(
         ctx: Context,
-        limit: Annotated[int, Field(ge=1, le=C.LIST_LIMIT_MAX, description="Most items to show.")] = 20,
-        query: Annotated[str | None, Field(max_length=2_000, description="What you are working on.")] = None,
+        limit: Annotated[int, Field(ge=1, le=C.LIST_LIMIT_MAX)] = 20,
+        query: Annotated[str | None, Field(max_length=2_000)] = None,
         scope: ScopeArg = None,
     ) -> Annotated[CallToolResult, S.RecallResult]:
         def go() -> CallToolResult:
@@ -238,29 +226,27 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         name="store",
         annotations=WRITE,
         description=(
-            "Store something worth remembering: a decision and its reason, an error and its fix, key "
-            "code, a conclusion from tool output. Give a one-line `summary` for long content so "
-            "compaction can show the summary instead of archiving it. Returns the new id, its tokens, "
-            "the detected type and tags. Content over 1 MiB or empty is rejected."
+            "Remember what you will want again: decisions and why, errors and fixes, key code, "
+            "conclusions. Give long content a one-line summary."
         ),
     )
     async def store_tool(
         ctx: Context,
-        content: Annotated[str, Field(description="The text to remember (up to 1 MiB).")],
-        summary: Annotated[str | None, Field(max_length=C.MAX_SUMMARY_CHARS, description="One-line summary.")] = None,
+        content: Annotated[str, Field()],
+        summary: Annotated[str | None, Field(max_length=C.MAX_SUMMARY_CHARS, description="One line.")] = None,
         tags: TagsArg = None,
         importance: Annotated[
             int,
             Field(
                 ge=C.IMPORTANCE_MIN,
                 le=C.IMPORTANCE_MAX,
-                description=f"{C.IMPORTANCE_MIN} (trivia) to {C.IMPORTANCE_MAX} (critical).",
+                description="10: critical.",
             ),
         ] = C.IMPORTANCE_DEFAULT,
-        pinned: Annotated[bool, Field(description="Never compact this item.")] = False,
+        pinned: Annotated[bool, Field()] = False,
         scope: Annotated[
             str | None,
-            Field(max_length=4096, description="'global' for user-wide preferences; default: this project."),
+            Field(max_length=4096, description="'global': user-wide; default: this project."),
         ] = None,
     ) -> Annotated[CallToolResult, S.StoreResult]:
         def go() -> CallToolResult:
@@ -289,18 +275,13 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="bulk_store",
         annotations=WRITE,
-        description=(
-            "Store many items in one call, all or nothing. `items` is a JSON array of objects with the "
-            "store arguments (content, summary, tags, importance, pinned); a JSON string holding such "
-            "an array is accepted too. If any item is invalid nothing is stored and the error names "
-            "the item's index and field."
-        ),
+        description="Store many items in one call, all or nothing.",
     )
     async def bulk_store(
         ctx: Context,
         items: Annotated[
             list[dict[str, Any]] | str,
-            Field(description="Array of {content, summary?, tags?, importance?, pinned?}."),
+            Field(description="[{content, summary?, tags?, importance?, pinned?}]"),
         ],
     ) -> Annotated[CallToolResult, S.BulkStoreResult]:
         def go() -> CallToolResult:
@@ -353,25 +334,15 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         name="query",
         annotations=WRITE_IDEMPOTENT,
         description=(
-            "Search memory before re-reading a file, re-running a command or debugging a familiar "
-            "error. BM25 over content, summary and tags (tag matches boosted), combined with "
-            "retention. `tags` keeps items having any of them. Searches the archive too: an archived "
-            "hit is marked (tier, and `covered_by`: the active summary that covers it) and ranks a "
-            "little under an equally relevant active one; include_archived=false searches active "
-            "items only. Each result has its score and matched terms; `get(id)` returns the full "
-            "item. Counts as an access (keeps results fresh)."
+            "Search memory (archive too) before re-reading a file, re-running a command or debugging a known error."
         ),
     )
     async def query(
         ctx: Context,
-        query: Annotated[
-            str | None, Field(max_length=10_000, description="Words, identifiers, paths, error text.")
-        ] = None,
+        query: Annotated[str | None, Field(max_length=10_000)] = None,
         tags: TagsArg = None,
         limit: Annotated[int, Field(ge=1, le=C.QUERY_LIMIT_MAX)] = 10,
-        include_archived: Annotated[
-            bool, Field(description="Search archived items too (the default); false: active items only.")
-        ] = True,
+        include_archived: Annotated[bool, Field()] = True,
         scope: ScopeArg = None,
     ) -> Annotated[CallToolResult, S.QueryResult]:
         def go() -> CallToolResult:
@@ -395,10 +366,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="get",
         annotations=READ_ONLY,
-        description=(
-            "Return one item in full (content, summary, tags, tier, view, lineage) whatever its tier "
-            "or view. This is the way back to every original after compaction."
-        ),
+        description="Read an item in full, whatever compaction did to it.",
     )
     async def get(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.GetResult]:
         def go() -> CallToolResult:
@@ -420,10 +388,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="status",
         annotations=READ_ONLY,
-        description=(
-            "Budget, tokens used and percentage; counts per tier and per type; auto-compact settings; "
-            "the token counter in use; persistence state (state dir, last snapshot, journal size)."
-        ),
+        description="Check the budget, usage, item counts, settings and persistence.",
     )
     async def status(ctx: Context) -> Annotated[CallToolResult, S.StatusResult]:
         def go() -> CallToolResult:
@@ -478,10 +443,9 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         name="compact",
         annotations=WRITE_IDEMPOTENT,
         description=(
-            "Bring usage down to target_usage of the budget (default 0.7) in three phases: switch "
-            "low-value items that have a summary to their summary; merge near-duplicates; move the "
-            "lowest-value unpinned items to the archive. Nothing is deleted. Lists items that need a "
-            "summary: write one with update(id, summary=...) so they cost less next time."
+            "When the budget is high: bring usage to target_usage in four phases (summary view, merge "
+            "near-duplicates, archive, condense into summary nodes). Deletes nothing. Lists what needs "
+            "a summary: write it with update."
         ),
     )
     async def compact(
@@ -562,8 +526,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         name="update",
         annotations=WRITE_IDEMPOTENT,
         description=(
-            "Change an item's summary, content, tags or importance (at least one). Re-indexes it and "
-            "recounts its tokens. Use it to add the summaries compaction asks for."
+            "Change an item's summary, content, tags or importance. update(id, summary=...) is how "
+            "summary nodes get their text."
         ),
     )
     async def update(
@@ -583,22 +547,23 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="pin",
         annotations=WRITE_IDEMPOTENT,
-        description="Pin an item: compaction never switches it to its summary or archives it.",
+        description="Keep an item in full for good (requirements, preferences).",
     )
     async def pin(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
         return await run(ctx, lambda: item_result(store.pin(id), "Pinned"))
 
-    @mcp.tool(name="unpin", annotations=WRITE_IDEMPOTENT, description="Unpin an item so compaction may move it again.")
+    @mcp.tool(
+        name="unpin",
+        annotations=WRITE_IDEMPOTENT,
+        description="Let compaction move a pinned item again when it may fade.",
+    )
     async def unpin(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
         return await run(ctx, lambda: item_result(store.unpin(id), "Unpinned"))
 
     @mcp.tool(
         name="restore",
         annotations=WRITE_IDEMPOTENT,
-        description=(
-            "Bring an archived item back to the active tier. Auto-compaction may follow to stay in "
-            "budget; it archives the item you restored only if that alone does not fit."
-        ),
+        description="Bring an archived item back into active memory to keep it in view.",
     )
     async def restore(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ItemResult]:
         def go() -> CallToolResult:
@@ -612,10 +577,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="forget",
         annotations=DESTRUCTIVE,
-        description=(
-            "Delete an item permanently, from memory and from disk (the only tool that destroys "
-            "anything). Use it for secrets or content that is wrong and harmful to keep."
-        ),
+        description="Delete an item for good (secrets, harmful mistakes); on a summary node, dissolve it.",
     )
     async def forget(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.ForgetResult]:
         def go() -> CallToolResult:
@@ -634,10 +596,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="expand",
         annotations=READ_ONLY,
-        description=(
-            "Open a summary node: its children (raw items or lower summaries), paged, each with id, "
-            "depth, summary or preview, and tier. Follow with get(id) for an original or expand again."
-        ),
+        description="Open a summary node to see its children, paged.",
     )
     async def expand(
         ctx: Context,
@@ -672,10 +631,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="dissolve",
         annotations=WRITE_IDEMPOTENT,
-        description=(
-            "Undo one condensation: remove a summary node and return its children to where they were "
-            "(a d2 node brings back its d1 nodes, not the raw items). Nothing is deleted."
-        ),
+        description="Undo a summary node whose grouping is wrong; nothing is deleted.",
     )
     async def dissolve(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.DissolveResult]:
         def go() -> CallToolResult:
@@ -689,10 +645,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="tree",
         annotations=READ_ONLY,
-        description=(
-            "Show the summary DAG as indented text (from `root`, or from every active top-level "
-            "summary), with depth, token count, quality and tier per node. Bounded output."
-        ),
+        description="See which summary nodes cover which items: the DAG as text.",
     )
     async def tree(
         ctx: Context,
@@ -714,7 +667,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="list",
         annotations=READ_ONLY,
-        description="List items newest first, paged with offset/limit, from the active tier, the archive, or all.",
+        description="Browse what is stored, newest first, paged by tier.",
     )
     async def list_tool(
         ctx: Context,
@@ -741,12 +694,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="export",
         annotations=READ_ONLY,
-        description=(
-            "Export memory as JSON or Markdown, oldest first, in bounded pages: pass the returned "
-            "next_cursor to get the next page. JSON items carry every field (tier, scope, lineage, "
-            "timestamps); saved as one JSON list, `compactor import` reads them back. "
-            "summaries_only=true exports summaries (or previews) instead of full content."
-        ),
+        description="Save memory as JSON (for `compactor import`) or Markdown, paged by next_cursor.",
     )
     async def export(
         ctx: Context,
@@ -795,14 +743,7 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
     @mcp.tool(
         name="configure",
         annotations=WRITE_IDEMPOTENT,
-        description=(
-            "Change settings: token_budget, auto_compact (on/off), auto_compact_threshold (compact "
-            "above this share of the budget, down to 0.1 below it), recall_tokens (cap of recall's "
-            "output), max_items (active items kept; the rest move to the archive), max_archive_tokens "
-            "(archive size past which `compactor prune` proposes removals). A budget lowered below "
-            "current usage compacts at once when auto-compact is on. Deletes nothing: every item stays "
-            "gettable. A budget set here is kept over any client default."
-        ),
+        description="Change settings: budget, auto-compaction, recall size, item and archive limits. Deletes nothing.",
     )
     async def configure(
         ctx: Context,
