@@ -48,3 +48,11 @@ def item_line(item: Item, *, score: float | None = None, extra: str = "", body: 
     if body is None:
         body = item_preview(item)
     return f"{head}{tags}: {body}{extra}"
+
+
+def fence(text: str, info: str = "") -> str:
+    """`text` in a backtick fence longer than any backtick run inside it, so nothing in it
+    (a `#` line, a ``` block) is read as markdown."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    bar = "`" * max(3, longest + 1)
+    return f"{bar}{info}\n{text}\n{bar}"

@@ -32,7 +32,7 @@ from . import schemas as S
 from .condense import depth_instruction, gist
 from .errors import CompactorError, NotFoundError
 from .models import CompactReport, Item
-from .render import budget_line, item_line, item_preview, preview
+from .render import budget_line, fence, item_line, item_preview, preview
 from .runtime import settle_heap
 from .scope import scope_from_root_uri
 from .stdio_runtime import run_stdio as _run_stdio
@@ -722,8 +722,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                     f"## {it.id} · {it.content_type} · importance {it.importance} · {it.tier}"
                     + (" · pinned" if it.pinned else "")
                     + (f"\n\nTags: {', '.join(it.tags)}" if it.tags else "")
-                    + (f"\n\n**Summary:** {it.summary}" if it.summary and not summaries_only else "")
-                    + f"\n\n{body}\n"
+                    + (f"\n\n**Summary:** {' '.join(it.summary.split())}" if it.summary and not summaries_only else "")
+                    + f"\n\n{fence(body)}\n"
                 )
             more = f"\n\n(next page: export(cursor={page.next_cursor!r}))" if page.next_cursor else ""
             if format == "markdown":

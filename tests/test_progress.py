@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_item, server_command, server_env
 
-from compactor.commands.transfer import fence
 from compactor.memory_md import entry_from_item
+from compactor.render import fence
+from tests.conftest import make_item, server_command, server_env
 
 
 def _export_file(path: Path, n: int) -> Path:
@@ -181,3 +181,23 @@ def test_memory_md_export_index_descriptions_differ_from_titles(tmp_path: Path) 
     index = (out / "MEMORY.md").read_text()
     assert "- [Prefer ruff over flake8](" in index and "— It is one tool and fast." in index
     assert "— The slow ones are marked." in index
+
+
+def test_mcp_markdown_export_keeps_content_fenced() -> None:
+    import anyio
+    from mcp import Client
+
+    from compactor.server import build_server
+    from compactor.store import Store
+
+    store = Store()
+    store.store("# not a heading\n```\ncode\n```\nend", summary="a summary\n# not a heading either")
+
+    async def go() -> str:
+        async with Client(build_server(store), mode="legacy") as client:
+            result = await client.call_tool("export", {"format": "markdown"})
+            return str(result.structured_content["text"])
+
+    text = anyio.run(go)
+    assert "\n````\n# not a heading\n```\ncode\n```\nend\n````\n" in text
+    assert "\n# not a heading" not in text.replace("````\n# not a heading", "")

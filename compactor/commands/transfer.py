@@ -16,7 +16,7 @@ from .. import constants as C
 from .. import memory_md
 from ..models import Item
 from ..outfile import write_private
-from ..render import preview
+from ..render import fence, preview
 from ..store import BulkStored, Store, StoreInput, TierFilter
 from .common import (
     EXIT_INTERRUPTED,
@@ -80,14 +80,6 @@ def all_items(store: Store, tier: str, progress: Callable[[int, int], None] | No
         cursor = page.next_cursor
         if cursor is None:
             return
-
-
-def fence(text: str, info: str = "") -> str:
-    """`text` in a backtick fence longer than any backtick run inside it, so nothing in it
-    (a `#` line, a ``` block) is read as markdown."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    bar = "`" * max(3, longest + 1)
-    return f"{bar}{info}\n{text}\n{bar}"
 
 
 def _markdown(items: list[Item]) -> str:
