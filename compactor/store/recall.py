@@ -107,6 +107,7 @@ class _Recall(_Paging, _Search, _Dag):
             summaries: list[Item] = []
             share = tokens + (cap - tokens) * C.RECALL_RECENT_SHARE
             filled = False
+            scanned = 0
             for it in newest:
                 if it.pinned:
                     continue
@@ -115,23 +116,32 @@ class _Recall(_Paging, _Search, _Dag):
                     continue
                 if not filled and not take("recent", it, None, share):
                     filled = True
-                if filled and len(summaries) >= limit:
+                scanned += 1
+                if filled and (len(summaries) >= limit or scanned >= C.RECALL_SCAN_MAX):
                     break
             for it in summaries:
                 if not take("summaries", it, None, cap):
                     break
             if tokens < cap and len(groups["recent"]) < limit:  # the rest of the cap: more recent work
-                for q in reversed(seqs):
+                for q in reversed(seqs[-C.RECALL_SCAN_MAX :]):
                     it = s.items[s.by_seq[q]]
                     if not it.pinned and not it.depth and not take("recent", it, None, cap):
                         break
             if tokens < cap - C.RECALL_HEADER_TOKENS:
+                # Retention is dominated by importance: score only the most important of the newest
+                # RECALL_SCAN_MAX (older work is what the summaries group stands for).
                 retention = scoring.retention
-                scored = (
-                    (retention(it, now), it.seq, it)
-                    for it in map(s.items.__getitem__, map(s.by_seq.__getitem__, seqs))
-                    if not it.pinned and it.id not in shown
+                items_of = s.items
+                candidates = heapq.nlargest(
+                    limit * C.RECALL_VALUABLE_CANDIDATES,
+                    (
+                        (it.importance, it.seq, it)
+                        for it in map(items_of.__getitem__, map(s.by_seq.__getitem__, seqs[-C.RECALL_SCAN_MAX :]))
+                        if it.id not in shown and not it.pinned
+                    ),
+                    key=itemgetter(0, 1),
                 )
+                scored = ((retention(it, now), it.seq, it) for _, _, it in candidates)
                 for r, _, it in heapq.nlargest(limit * 2, scored, key=itemgetter(0, 1)):
                     if not take("valuable", it, r, cap):
                         break
