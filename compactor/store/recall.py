@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import re
+from collections.abc import Collection
 from operator import itemgetter
 
 from .. import constants as C
@@ -42,12 +43,16 @@ def _view_key(it: Item) -> str:
 class _Recall(_Paging, _Search, _Dag):
     """Recall assembly and rendering."""
 
-    def recall(self, limit: int = 20, query: str | None = None, scope: str | None = None) -> Recall:
+    def recall(
+        self, limit: int = 20, query: str | None = None, scope: str | None = None, exclude: Collection[str] = ()
+    ) -> Recall:
         """A context assembled within `recall_tokens`, in groups an agent can scan: pinned items,
         items related to the task (`query`), recent work (one entry per file or command, its
         newest view), summaries of older work, then the most valuable of the rest. Each group has
         one ordering and at most one kind of score, stated in its header; no item appears twice;
-        `limit` bounds each group's entries, the token cap bounds the whole."""
+        `limit` bounds each group's entries but the last, which fills what is left of the token
+        cap (so a small limit cannot leave the cap half used); the cap bounds the whole. Ids in `exclude` are
+        left out (the caller shows them otherwise)."""
         if not 1 <= limit <= C.LIST_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.LIST_LIMIT_MAX}.")
         with self._read():
@@ -61,7 +66,7 @@ class _Recall(_Paging, _Search, _Dag):
             text = (query or "").strip()
             head = budget_line(s.used, self.settings.token_budget, len(s.order["active"]), len(s.order["archived"]))
             groups: dict[str, list[tuple[Item, float | None, str]]] = {g: [] for g in _GROUPS}
-            shown: set[str] = set()
+            shown: set[str] = set(exclude)
             views: set[str] = set()
             left_out: list[str] = []
             # Header and footer are part of the output the cap bounds.
@@ -77,7 +82,7 @@ class _Recall(_Paging, _Search, _Dag):
                 if key and key in views:
                     return True  # an older view of a file or command already shown
                 entries = groups[group]
-                if len(entries) >= limit:
+                if len(entries) >= limit and group != "valuable":
                     return False
                 line = recall_line(it, score)
                 cost = count(line) + (0 if entries else C.RECALL_HEADER_TOKENS)
@@ -142,7 +147,7 @@ class _Recall(_Paging, _Search, _Dag):
                     key=itemgetter(0, 1),
                 )
                 scored = ((retention(it, now), it.seq, it) for _, _, it in candidates)
-                for r, _, it in heapq.nlargest(limit * 2, scored, key=itemgetter(0, 1)):
+                for r, _, it in sorted(scored, key=itemgetter(0, 1), reverse=True):
                     if not take("valuable", it, r, cap):
                         break
 
