@@ -1,6 +1,6 @@
 """recall p50 latency in process at N items (ISSUE 19: <= 10 ms at 10,000).
 
-    python -m bench.recall_latency [N]
+python -m bench.recall_latency [N]
 """
 
 from __future__ import annotations

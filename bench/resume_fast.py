@@ -26,7 +26,9 @@ def main() -> None:
     p.add_argument("--cuts", default=",".join(map(str, CUTS)))
     a = p.parse_args()
     cuts = [int(c) for c in a.cuts.split(",")]
-    groups = [(t, e) for t, e in sorted(group_trajectories(load_events(default_corpus())).items()) if half_of(t) == a.half]
+    groups = [
+        (t, e) for t, e in sorted(group_trajectories(load_events(default_corpus())).items()) if half_of(t) == a.half
+    ]
     groups = groups[: a.limit_trajs]
     hits: dict[int, list[bool]] = defaultdict(list)
     base: dict[int, list[bool]] = defaultdict(list)
@@ -60,7 +62,8 @@ def main() -> None:
         h, b = hits[pct], base[pct]
         print(
             f"{pct}%: recall {sum(h) / max(len(h), 1):.3f} last-20 {sum(b) / max(len(b), 1):.3f} (n {len(h)}) "
-            f"tokens p50 {statistics.median(toks[pct]):.0f} max {max(toks[pct])} items p50 {statistics.median(items[pct]):.0f}"
+            f"tokens p50 {statistics.median(toks[pct]):.0f} max {max(toks[pct])} "
+            f"items p50 {statistics.median(items[pct]):.0f}"
         )
     print(f"recall latency p50 {statistics.median(lat):.1f} ms ({len(groups)} trajectories)")
 

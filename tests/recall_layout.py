@@ -14,7 +14,7 @@ HEADERS = {
     "Most valuable of the rest": "highest first; score = retention",
 }
 _HEADER = re.compile(r"^(?P<name>[A-Z][\w ]+) \((?P<n>\d+), (?P<how>[^)]*)\):$")
-_ENTRY = re.compile(r"^- (?P<id>[\w-]+)(?: \[[^\]]*\])?(?P<score> -?\d+\.\d\d)?(?: #[^:]*)?: ")
+_ENTRY = re.compile(r"^- (?P<id>[\w-]+)(?: \[[^\]]*\])?(?P<score> -?\d+\.\d\d)?(?: #\S+)*: ")
 
 
 def groups_of(text: str) -> dict[str, list[str]]:

@@ -258,8 +258,8 @@ def _cut(name: str, hit: list[bool], recency: list[bool], tokens: int) -> CutRes
 
 
 def test_resume_over_stdio_restarts_on_the_same_state_dir(tmp_path: Path) -> None:
-    # Few events: the restarted server's recall shows every one (newest view of each), so every later revisit is covered;
-    # a server that kept nothing across the restart would cover none.
+    # Few events: the restarted server's recall shows every one (the newest view of each), so every
+    # later revisit is covered; a server that kept nothing across the restart would cover none.
     events = traj(
         TASK,
         (1, "action", "cat pkg/http.py", ["pkg/http.py"]),
