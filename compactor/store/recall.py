@@ -1,5 +1,6 @@
-"""Recall: a context assembled within `recall_tokens` (pinned items, a fresh tail, then by
-relevance or retention) and rendered as text, with the nodes that need the agent's text.
+"""Recall: a context assembled within `recall_tokens` in groups (pinned, related to the task,
+recent work, summaries, the most valuable of the rest), rendered one line per entry, with the
+nodes that need the agent's text.
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ _HEADERS = {
     "valuable": "Most valuable of the rest ({n}, highest first; score = retention):",
 }
 _FOLD = re.compile(r"\s+")
+_FILEISH = re.compile(r"/|\b[\w-]+\.[A-Za-z]\w{0,5}\b")  # a path or a file name: the line is a view of it
 
 
 def _view_key(it: Item) -> str:
     """What an item is a view of: its first line (a command, or a command's echo "$ cmd"),
     so that only the newest view of a file or a command's output is shown."""
     first = (it.content or "").lstrip()[: C.RECALL_VIEW_KEY_CHARS].split("\n", 1)[0]
+    if not first.startswith("$ ") and not _FILEISH.search(first):
+        return ""  # prose: two notes that open alike are still two notes
     return _FOLD.sub(" ", first.removeprefix("$ ").strip()).lower()
 
 
