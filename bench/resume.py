@@ -12,7 +12,7 @@ The cuts of one trajectory are a chain on one state dir: the process that answer
 40 % then stores the events up to 60 % and exits, and so on (recall is read-only), so a trajectory
 costs len(cuts) + 1 server starts instead of 2 * len(cuts).
 
-    python -m bench.resume [--cuts 40,60,80] [--jobs N] [--budget N] [--quick]
+    python -m bench.resume [--cuts 40,60,80] [--jobs N] [--budget N] [--half tuning|test] [--quick]
 """
 
 from __future__ import annotations
@@ -288,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="--budget for the server (default: its own)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--limit-trajs", type=int, default=None)
+    parser.add_argument("--half", choices=("tuning", "test"), default=None, help="only this half of the corpus")
     parser.add_argument("--quick", action="store_true", help=f"the first {QUICK_TRAJS} trajectories")
     parser.add_argument("--corpus", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "resume.json")
@@ -296,7 +297,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     limit = QUICK_TRAJS if args.quick else args.limit_trajs
     started = time.perf_counter()
     corpus: Path = args.corpus or default_corpus()
-    groups = sorted(group_trajectories(load_events(corpus)).items())[:limit]
+    groups = [
+        (t, evs)
+        for t, evs in sorted(group_trajectories(load_events(corpus)).items())
+        if args.half is None or half_of(t) == args.half
+    ][:limit]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     errlog = args.out.parent / "resume-server-stderr.log"
     errlog.write_text("", encoding="utf-8")

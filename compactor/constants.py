@@ -124,6 +124,20 @@ RECALL_TOKENS_DEFAULT: Final = 2_000
 RECALL_TOKENS_MAX: Final = 20_000
 # Reserved in recall's cap for its closing "Left out: ..." line.
 RECALL_FOOTER_TOKENS: Final = 100
+# Reserved per group header of recall ("Recent work (12, newest first; ...):" is ~20 tokens).
+RECALL_HEADER_TOKENS: Final = 24
+# A recall entry's preview: one line of ~25 tokens, so 2,000 tokens show ~70 entries (get(id) has the rest).
+RECALL_PREVIEW_CHARS: Final = 90
+# Share of recall's cap the task-related group may take before recent work (tuned on the tuning half).
+RECALL_TASK_SHARE: Final = 0.5
+# Share of what is left that recent work takes before summaries and the rest (tuned likewise).
+RECALL_RECENT_SHARE: Final = 0.8
+# How much of an item's head names what it is a view of (a command line, a file path).
+RECALL_VIEW_KEY_CHARS: Final = 300
+# Recall walks at most this many newest items looking for summaries once recent work is full (10 ms at 10k).
+RECALL_SCAN_MAX: Final = 1_000
+# Recall scores retention only for limit * this many most important items, not for all (latency).
+RECALL_VALUABLE_CANDIDATES: Final = 5
 LIST_LIMIT_MAX: Final = 200
 QUERY_LIMIT_MAX: Final = 100
 NEEDS_SUMMARY_LIMIT: Final = 10

@@ -65,15 +65,17 @@ def session_context(store: Store | None, payload: dict[str, Any], limit: int = C
     session continues (after a compaction or on resume)."""
     if store is None:
         return "compactor: no memories stored yet; store decisions, errors and requirements as you work."
-    recall = store.recall(limit=20)
-    parts = ["compactor memory (use the compactor tools query/get/expand for anything not shown):", recall.text]
     sid = _session_id(payload)
+    saved = []
     if sid and payload.get("source") in ("compact", "resume"):
         saved = store.query(tags=session_tag(sid), limit=len(C.DIGEST_IMPORTANCE) * 3, include_archived=True)
-        if saved:
-            parts.append("Saved from this session before it was compacted:")
-            for hit in sorted(saved, key=lambda h: h.item.seq):
-                parts.append(f"[{hit.item.id}] {hit.item.content}")
+    # What is saved from this session is shown in full below: the recall leaves it out (no item twice).
+    recall = store.recall(limit=20, exclude=[hit.item.id for hit in saved])
+    parts = ["compactor memory (use the compactor tools query/get/expand for anything not shown):", recall.text]
+    if saved:
+        parts.append("Saved from this session before it was compacted:")
+        for hit in sorted(saved, key=lambda h: h.item.seq):
+            parts.append(f"[{hit.item.id}] {hit.item.content}")
     text = "\n\n".join(p for p in parts if p)
     if len(text) > limit:
         tail = "\n… (cut to fit; query compactor for the rest)"

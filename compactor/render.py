@@ -56,3 +56,14 @@ def fence(text: str, info: str = "") -> str:
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     bar = "`" * max(3, longest + 1)
     return f"{bar}{info}\n{text}\n{bar}"
+
+
+def recall_line(item: Item, score: float | None = None) -> str:
+    """A recall entry: one short line with the id, so that get(id) fetches the full text."""
+    flags = [f for f, on in (("pinned", item.pinned), ("archived", item.tier == "archived")) if on]
+    if item.depth:
+        flags.append(f"summary d{item.depth}")
+    flag = f" [{', '.join(flags)}]" if flags else ""
+    tags = f" #{' #'.join(item.tags)}" if item.tags else ""
+    sc = f" {score:.2f}" if score is not None else ""
+    return f"- {item.id}{flag}{sc}{tags}: {preview(item.summary or item.content, C.RECALL_PREVIEW_CHARS)}"

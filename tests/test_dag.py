@@ -221,7 +221,7 @@ def test_unfamiliar_terms():
     assert unfamiliar_terms("calls do_magic", ["nothing"]) == ["do_magic"]
 
 
-def test_recall_fresh_tail_chronological_and_capped(store: Store, clock: FakeClock):
+def test_recall_recent_work_newest_first_and_capped(store: Store, clock: FakeClock):
     store.configure(token_budget=4_000)
     for i in range(80):
         clock.advance(10)
@@ -232,8 +232,10 @@ def test_recall_fresh_tail_chronological_and_capped(store: Store, clock: FakeClo
     newest = store.list_items(limit=5).items
     shown = {it.id for it, _ in r.items}
     assert {it.id for it in newest} <= shown
-    times = [(it.created_at, it.seq) for it, _ in r.items]
-    assert times == sorted(times)
+    # Recent work comes first without a query, newest first, as its header says.
+    assert "Recent work (" in r.text and "newest first" in r.text
+    recent = [it.seq for it, _ in r.items][:5]
+    assert recent == sorted(recent, reverse=True)
     assert r.more > 0 and "Left out" in r.text
 
 
@@ -342,3 +344,37 @@ def test_topics_order_does_not_depend_on_the_hash_seed(tmp_path: Path):
         outputs.add(run.stdout)
     assert len(outputs) == 1, outputs
     assert "mod_0_0/file_0.py" in outputs.pop()
+
+
+def test_recall_groups_fill_the_cap_without_duplicates(store: Store, clock: FakeClock):
+    """ISSUE 19: with material to fill it, recall uses most of its cap (the item limit does not cut
+    it at half), in groups with one ordering and one kind of score each, no item twice, ids shown."""
+    from tests.recall_layout import groups_of
+
+    store.configure(token_budget=1_000_000)
+    pinned = store.store("Always run the linter before committing.", pinned=True).item.id
+    for i in range(300):
+        clock.advance(10)
+        if i % 3 == 0:
+            store.store(f"$ cat src/parser_{i % 30}.py\ndef parse_{i}(raw): return raw.split()", tags=["observation"])
+        else:
+            store.store(f"step {i}: the tokenizer handles case {i} of the invoice importer", summary=f"step {i}")
+    r = store.recall(query="invoice importer tokenizer")
+    cap = store.settings.recall_tokens
+    assert cap * 0.8 <= r.tokens <= cap
+    groups = groups_of(r.text)
+    assert list(groups)[:3] == ["Pinned", "Related to the task", "Recent work"]
+    assert groups["Pinned"] == [pinned]
+    shown = [it.id for it in r.pinned] + [it.id for it, _ in r.items]
+    assert shown == [i for v in groups.values() for i in v]
+    assert len(shown) > 40  # far more than the old 20-item recall in the same 2,000 tokens
+    # One entry per file, its newest view: no parser_N.py shown twice.
+    views = [ln.split(": ", 1)[1] for ln in r.lines if "cat src/parser_" in ln]
+    assert len(views) == len(set(views))
+    # Recent work, newest first as its header says.
+    seqs = [store.get(i).seq for i in groups["Recent work"]]
+    assert seqs == sorted(seqs, reverse=True)
+    # Without a query: no task group, the rest still fills the cap.
+    r2 = store.recall()
+    g2 = groups_of(r2.text)
+    assert "Related to the task" not in g2 and cap * 0.8 <= r2.tokens <= cap

@@ -258,8 +258,8 @@ def _cut(name: str, hit: list[bool], recency: list[bool], tokens: int) -> CutRes
 
 
 def test_resume_over_stdio_restarts_on_the_same_state_dir(tmp_path: Path) -> None:
-    # Few events: the restarted server's recall shows every one, so every later revisit is covered;
-    # a server that kept nothing across the restart would cover none.
+    # Few events: the restarted server's recall shows every one (the newest view of each), so every
+    # later revisit is covered; a server that kept nothing across the restart would cover none.
     events = traj(
         TASK,
         (1, "action", "cat pkg/http.py", ["pkg/http.py"]),
@@ -276,7 +276,9 @@ def test_resume_over_stdio_restarts_on_the_same_state_dir(tmp_path: Path) -> Non
     job = TrajJob("toy", tuple(events), (sys.executable, "-m", "compactor"), (60,), None, str(tmp_path / "err.log"))
     [result] = anyio.run(resume_one, job)
     assert result.cut == 6
-    assert sorted(result.recall_seqs) == list(range(6))
+    # One entry per file or command, its newest view: the observation "$ cat pkg/http.py" stands
+    # for the action "cat pkg/http.py" before it (and likewise for repro.py).
+    assert sorted(result.recall_seqs) == [0, 2, 4, 5]
     assert {(p.derivation, p.type) for p in result.pending} == {
         ("first", "file_reread"),
         ("first", "command_rerun"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -18,6 +19,7 @@ from compactor.store import Store
 from compactor.transcript import digest_transcript
 from tests.cc_transcript import Transcript, sample, text_block
 from tests.conftest import server_command, server_env
+from tests.recall_layout import groups_of
 from tests.stdio_client import StdioServer
 
 SID = "5f0c1d2e-7a3b-4c59-9e21-0b8d4f6a7c13"
@@ -96,10 +98,18 @@ def test_session_start_prints_hook_json_with_recall_and_the_session_digest(tmp_p
     assert "Budget:" in ctx and pinned in ctx and "Saved from this session" in ctx
     assert "keep Python 3.9 compatibility" in ctx and "[pending] Update tests for declined cards" in ctx
     assert len(ctx) <= C.HOOK_CONTEXT_CHARS
+    # ISSUE 17.5: the same recall layout, and no item twice (the saved digest is not also in recall).
+    recall_text, saved_text = ctx.split("Saved from this session before it was compacted:")
+    groups = groups_of(recall_text)
+    assert groups["Pinned"] == [pinned]
+    saved_ids = re.findall(r"^\[([\w-]+)\] ", saved_text, re.M)
+    assert saved_ids and not set(saved_ids) & {i for v in groups.values() for i in v}
 
     fresh = json.loads(hook("session-start", {**base, "source": "startup"}, state_dir).stdout)
     ctx2 = fresh["hookSpecificOutput"]["additionalContext"]
     assert pinned in ctx2 and "Saved from this session" not in ctx2
+    # A fresh start shows the digest's items in the recall itself, once each.
+    assert set(saved_ids) <= {i for v in groups_of(ctx2).values() for i in v}
 
 
 def test_session_start_is_valid_without_state_or_input(tmp_path):

@@ -407,3 +407,23 @@ def test_query_records_are_exactly_the_scored_item_model_dumped() -> None:
             want = S.scored(item, 1.23456789, ("line", "two"), path=path).model_dump(mode="json")
             assert S.scored_record(item, 1.23456789, ("line", "two"), path=path) == want
             assert S.QueryResult.model_validate({"items": [want], "count": 1}).items[0].model_dump(mode="json") == want
+
+
+async def test_recall_layout_through_the_client(store: Store) -> None:
+    """ISSUE 19 / ISSUE 17.5 through the in-memory client: groups with one ordering and one kind
+    of score each, ids in the text and the structured items, no item twice, the cap used."""
+    from tests.recall_layout import groups_of
+
+    store.configure(token_budget=1_000_000)
+    store.store("Always run the linter before committing.", pinned=True)
+    for i in range(300):
+        store.store(f"step {i}: the tokenizer handles case {i} of the invoice importer", summary=f"step {i}")
+    async with connect(store) as c:
+        r = await call(c, "recall", query="invoice importer")
+    groups = groups_of(r["text"])
+    assert list(groups)[:3] == ["Pinned", "Related to the task", "Recent work"]
+    ids = [it["id"] for it in r["items"]]
+    assert ids == [i for v in groups.values() for i in v] and len(ids) == len(set(ids))
+    assert r["pinned"] == 1
+    cap = store.settings.recall_tokens
+    assert cap * 0.8 <= r["tokens"] <= cap

@@ -1,10 +1,13 @@
-"""Recall: a context assembled within `recall_tokens` (pinned items, a fresh tail, then by
-relevance or retention) and rendered as text, with the nodes that need the agent's text.
+"""Recall: a context assembled within `recall_tokens` in groups (pinned, related to the task,
+recent work, summaries, the most valuable of the rest), rendered one line per entry, with the
+nodes that need the agent's text.
 """
 
 from __future__ import annotations
 
 import heapq
+import re
+from collections.abc import Collection
 from operator import itemgetter
 
 from .. import constants as C
@@ -12,105 +15,166 @@ from .. import scoring
 from ..condense import depth_instruction, gist
 from ..errors import InvalidArgumentError
 from ..models import Item
-from ..render import budget_line, item_line
+from ..render import budget_line, recall_line
 from .dag import _Dag
 from .paging import _Paging
 from .records import Recall
 from .search import _Search
 from .state import scope_key
 
+# The groups of a recall, in the order shown; each header states its ordering and its score.
+_GROUPS = ("pinned", "task", "recent", "summaries", "valuable")
+_HEADERS = {
+    "pinned": "Pinned ({n}, newest first):",
+    "task": "Related to the task ({n}, best match first; score = search relevance):",
+    "recent": "Recent work ({n}, newest first; one entry per file or command, its newest view):",
+    "summaries": "Summaries of older work ({n}, newest first; expand(id) for their items):",
+    "valuable": "Most valuable of the rest ({n}, highest first; score = retention):",
+}
+_FOLD = re.compile(r"\s+")
+_FILEISH = re.compile(r"/|\b[\w-]+\.[A-Za-z]\w{0,5}\b")  # a path or a file name: the line is a view of it
+
+
+def _view_key(it: Item) -> str:
+    """What an item is a view of: its first line (a command, or a command's echo "$ cmd"),
+    so that only the newest view of a file or a command's output is shown."""
+    first = (it.content or "").lstrip()[: C.RECALL_VIEW_KEY_CHARS].split("\n", 1)[0]
+    if not first.startswith("$ ") and not _FILEISH.search(first):
+        return ""  # prose: two notes that open alike are still two notes
+    return _FOLD.sub(" ", first.removeprefix("$ ").strip()).lower()
+
 
 class _Recall(_Paging, _Search, _Dag):
     """Recall assembly and rendering."""
 
-    def recall(self, limit: int = 20, query: str | None = None, scope: str | None = None) -> Recall:
-        """A context assembled within `recall_tokens`: pinned items, a fresh tail of the most
-        recent items, then items and summary nodes by relevance (or retention), where a summary
-        stands in for its archived children. Shown oldest first; reports what it left out."""
+    def recall(
+        self, limit: int = 20, query: str | None = None, scope: str | None = None, exclude: Collection[str] = ()
+    ) -> Recall:
+        """A context assembled within `recall_tokens`, in groups an agent can scan: pinned items,
+        items related to the task (`query`), recent work (one entry per file or command, its
+        newest view), summaries of older work, then the most valuable of the rest. Each group has
+        one ordering and at most one kind of score, stated in its header; no item appears twice;
+        `limit` bounds each group's entries but the last, which fills what is left of the token
+        cap (so a small limit cannot leave the cap half used); the cap bounds the whole. Ids in `exclude` are
+        left out (the caller shows them otherwise)."""
         if not 1 <= limit <= C.LIST_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.LIST_LIMIT_MAX}.")
         with self._read():
             s = self._s
             now = self._clock()
             cap = self.settings.recall_tokens
+            count = self.counter.count
             scopes = self._scopes(scope)
             seqs = self._visible_seqs("active", scopes)
             active_count = len(seqs)
+            text = (query or "").strip()
+            head = budget_line(s.used, self.settings.token_budget, len(s.order["active"]), len(s.order["archived"]))
+            groups: dict[str, list[tuple[Item, float | None, str]]] = {g: [] for g in _GROUPS}
+            shown: set[str] = set(exclude)
+            views: set[str] = set()
+            left_out: list[str] = []
+            # Header and footer are part of the output the cap bounds.
+            tokens = count(head) + C.RECALL_FOOTER_TOKENS
+
+            def take(group: str, it: Item, score: float | None, until: float) -> bool:
+                """Add `it` to `group` if it is new and fits under `until` tokens; False when the
+                group or the share is full (the caller stops feeding it)."""
+                nonlocal tokens
+                if it.id in shown:
+                    return True
+                key = _view_key(it)
+                if key and key in views:
+                    return True  # an older view of a file or command already shown
+                entries = groups[group]
+                if len(entries) >= limit and group != "valuable":
+                    return False
+                line = recall_line(it, score)
+                cost = count(line) + (0 if entries else C.RECALL_HEADER_TOKENS)
+                if tokens + cost > until:
+                    left_out.append(it.id)
+                    return False
+                entries.append((it, score, line))
+                shown.add(it.id)
+                if key:
+                    views.add(key)
+                tokens += cost
+                return True
+
             pinned = sorted(
                 (it for it in map(s.items.__getitem__, s.pinned) if scopes is None or scope_key(it.scope) in scopes),
                 key=lambda it: -it.seq,
             )
-            tail: list[Item] = []
-            for q in reversed(seqs):  # newest first, stopping as soon as the tail is full
-                it = s.items[s.by_seq[q]]
-                if not it.pinned and not it.depth:
-                    tail.append(it)
-                    if len(tail) == C.FRESH_TAIL:
-                        break
-            text = (query or "").strip()
-            ranked: list[tuple[Item, float]]
-            if text:
-                hits = self._search(text, [], C.QUERY_LIMIT_MAX, True, scopes)
-                ranked = [(h.item, h.score) for h in hits]
-            else:
-                retention = scoring.retention
-                scored = (
-                    (retention(it, now), it.seq, it)
-                    for it in map(s.items.__getitem__, map(s.by_seq.__getitem__, seqs))
-                    if not it.pinned
-                )
-                best = heapq.nlargest(limit * 3 + C.FRESH_TAIL, scored, key=itemgetter(0, 1))
-                ranked = [(it, r) for r, _, it in best]
-
-            chosen: dict[str, tuple[Item, float | None, str]] = {}
-            head = budget_line(s.used, self.settings.token_budget, len(s.order["active"]), len(s.order["archived"]))
-            # Header and footer are part of the output the cap bounds.
-            tokens = self.counter.count(head) + C.RECALL_FOOTER_TOKENS
-            left_out: list[str] = []
-
-            def take(it: Item, score: float | None, role: str) -> None:
-                nonlocal tokens
-                if it.id in chosen:
-                    return
-                if len(chosen) >= limit:
-                    left_out.append(it.id)
-                    return
-                line = item_line(it, score=score)
-                cost = self.counter.count(line)
-                if tokens + cost > cap:
-                    left_out.append(it.id)
-                    return
-                chosen[it.id] = (it, score, line)
-                tokens += cost
-
             for it in pinned:
-                take(it, None, "pinned")
-            for it in tail:
-                take(it, scoring.retention(it, now), "recent")
-            for it, score in ranked:
-                take(it, score, "relevant")
-
-            taken = list(chosen)  # in priority order: pinned, recent, then by score
-            while True:
-                ordered = sorted((chosen[i] for i in taken), key=lambda c: (c[0].created_at, c[0].seq))
-                rendered, needs = self._render_recall(head, ordered, text, left_out, active_count, cap)
-                tokens = self.counter.count(rendered)
-                if tokens <= cap or not taken:
+                if not take("pinned", it, None, cap):
                     break
-                # Headers and the footer cost more than reserved: drop the lowest-priority item.
-                left_out.insert(0, taken.pop())
-            shown_pinned = [c[0] for c in ordered if c[0].pinned]
-            shown = [(c[0], c[1] or 0.0) for c in ordered if not c[0].pinned]
-            lines = [c[2] for c in ordered if c[0].pinned] + [c[2] for c in ordered if not c[0].pinned]
+            if text:
+                share = tokens + cap * C.RECALL_TASK_SHARE
+                for h in self._search(text, [], C.QUERY_LIMIT_MAX, True, scopes):
+                    if not h.item.pinned and not take("task", h.item, h.score, share):
+                        break
+            newest = (s.items[s.by_seq[q]] for q in reversed(seqs))
+            summaries: list[Item] = []
+            share = tokens + (cap - tokens) * C.RECALL_RECENT_SHARE
+            filled = False
+            scanned = 0
+            for it in newest:
+                if it.pinned:
+                    continue
+                if it.depth:
+                    summaries.append(it)
+                    continue
+                if not filled and not take("recent", it, None, share):
+                    filled = True
+                scanned += 1
+                if filled and (len(summaries) >= limit or scanned >= C.RECALL_SCAN_MAX):
+                    break
+            for it in summaries:
+                if not take("summaries", it, None, cap):
+                    break
+            if tokens < cap and len(groups["recent"]) < limit:  # the rest of the cap: more recent work
+                for q in reversed(seqs[-C.RECALL_SCAN_MAX :]):
+                    it = s.items[s.by_seq[q]]
+                    if not it.pinned and not it.depth and not take("recent", it, None, cap):
+                        break
+            if tokens < cap - C.RECALL_HEADER_TOKENS:
+                # Retention is dominated by importance: score only the most important of the newest
+                # RECALL_SCAN_MAX (older work is what the summaries group stands for).
+                retention = scoring.retention
+                items_of = s.items
+                candidates = heapq.nlargest(
+                    limit * C.RECALL_VALUABLE_CANDIDATES,
+                    (
+                        (it.importance, it.seq, it)
+                        for it in map(items_of.__getitem__, map(s.by_seq.__getitem__, seqs[-C.RECALL_SCAN_MAX :]))
+                        if it.id not in shown and not it.pinned
+                    ),
+                    key=itemgetter(0, 1),
+                )
+                scored = ((retention(it, now), it.seq, it) for _, _, it in candidates)
+                for r, _, it in sorted(scored, key=itemgetter(0, 1), reverse=True):
+                    if not take("valuable", it, r, cap):
+                        break
+
+            while True:
+                rendered, needs = self._render_recall(head, groups, left_out, active_count, cap)
+                tokens = count(rendered)
+                last = next((g for g in reversed(_GROUPS) if groups[g]), None)
+                if tokens <= cap or last is None:
+                    break
+                # Headers and the footer cost more than reserved: drop the lowest-priority entry.
+                left_out.insert(0, groups[last].pop()[0].id)
+            ordered = [e for g in _GROUPS for e in groups[g]]
+            shown_pinned = [e[0] for e in groups["pinned"]]
+            items = [(e[0], e[1] or 0.0) for g in _GROUPS[1:] for e in groups[g]]
             # A query's archived hits are shown too; `more` counts the active items left out.
-            more = max(active_count - sum(c[0].tier == "active" for c in ordered), 0)
+            more = max(active_count - sum(e[0].tier == "active" for e in ordered), 0)
             return Recall(
                 pinned=shown_pinned,
-                items=shown,
-                lines=lines,
+                items=items,
+                lines=[e[2] for e in ordered],
                 more=more,
                 tokens=tokens,
-                left_out=list(dict.fromkeys(left_out))[:20],
+                left_out=[i for i in dict.fromkeys(left_out) if i not in shown][:20],
                 needs_text=needs,
                 text=rendered,
             )
@@ -118,32 +182,29 @@ class _Recall(_Paging, _Search, _Dag):
     def _render_recall(
         self,
         head: str,
-        ordered: list[tuple[Item, float | None, str]],
-        query_text: str,
+        groups: dict[str, list[tuple[Item, float | None, str]]],
         left_out: list[str],
         active_count: int,
         cap: int,
     ) -> tuple[str, list[str]]:
         body = [head]
-        pinned_lines = [c[2] for c in ordered if c[0].pinned]
-        other_lines = [c[2] for c in ordered if not c[0].pinned]
-        if pinned_lines:
-            body.append(f"Pinned ({len(pinned_lines)}):")
-            body.extend(pinned_lines)
-        if other_lines:
-            kind = "relevant" if query_text else "most valuable"
-            body.append(f"Memory, oldest first (recent, then {kind}):")
-            body.extend(other_lines)
-        if not ordered:
+        for g in _GROUPS:
+            entries = groups[g]
+            if entries:
+                body.append(_HEADERS[g].format(n=len(entries)))
+                body.extend(e[2] for e in entries)
+        n_shown = sum(len(v) for v in groups.values())
+        if not n_shown:
             if not self._s.items:
                 body.append("Memory is empty.")
             elif not active_count:
                 body.append(f"No active items in scope {self.scope!r} (other projects' items exist; scope='all').")
             else:
                 body.append("No active items fit within recall_tokens.")
-        more = active_count - sum(c[0].tier == "active" for c in ordered)
+        more = active_count - sum(e[0].tier == "active" for v in groups.values() for e in v)
         if more > 0:
-            sample = ", ".join(list(dict.fromkeys(left_out))[:8])
+            shown = {e[0].id for v in groups.values() for e in v}
+            sample = ", ".join([i for i in dict.fromkeys(left_out) if i not in shown][:8])
             body.append(
                 f"Left out: {more:,} active items{' (e.g. ' + sample + ')' if sample else ''}. "
                 "Reach them with query(...), get(id), or expand(<summary id>)."
