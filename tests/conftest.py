@@ -14,6 +14,8 @@ from compactor.models import Item
 from compactor.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
+# The first 1,500 events of shared/corpus, cut to 400 characters each (tests/data/README.md).
+CORPUS_SLICE = ROOT / "tests" / "data" / "corpus_slice.jsonl"
 
 
 def make_item(**fields: Any) -> Item:

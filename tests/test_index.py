@@ -2,7 +2,6 @@ import contextlib
 import math
 import random
 from collections import Counter
-from pathlib import Path
 from unittest.mock import patch
 
 import orjson
@@ -17,11 +16,9 @@ from compactor.analyze import query_terms, tokenize
 from compactor.index import BM25_B, BM25_K1, SUMMARY_WEIGHT, TAG_WEIGHT, BM25Index, IndexHit
 
 # --- reference ---------------------------------------------------------------------------
-
-
 # Real agent text kept in the repository (tests/data/README.md: provenance, MIT license), so
 # the suite needs no ../shared: the first 1,500 events of shared/corpus, content cut at 400 chars.
-CORPUS_SLICE = Path(__file__).parent / "data" / "corpus_slice.jsonl"
+from tests.conftest import CORPUS_SLICE
 
 
 def _first_contents(n: int) -> list[str]:

@@ -23,17 +23,15 @@ from bench.replay import (
 )
 from bench.revisits import (
     REPO_ROOT,
-    REVISITS_FILE,
     Event,
-    default_corpus,
     derive,
     derive_all,
     is_reader,
     key_error_line,
     load_events,
-    load_revisits,
     render,
 )
+from tests.conftest import CORPUS_SLICE
 
 Spec = tuple[int, str, str, Sequence[str]]  # step, kind, content, files
 
@@ -198,18 +196,14 @@ def test_queries_use_only_the_turn_and_point_only_backwards(events: list[Event])
         assert all(by_seq[s].kind in {"observation", "error"} for s in r.relevant)
 
 
-def test_committed_revisits_file_is_a_deterministic_regeneration() -> None:
-    corpus = default_corpus()
-    if not corpus.exists():
-        # A bench artefact derived from the full corpus, which a plain clone does not have.
-        pytest.skip(f"the full corpus is not at {corpus} (set COMPACTOR_CORPUS to check bench/revisits)")
-    events = load_events(corpus)
+def test_revisit_derivation_is_deterministic_on_real_trajectories() -> None:
+    """On the corpus slice kept in the repository; `python -m bench.revisits` regenerates the
+    committed file from the full corpus with this same function."""
+    events = load_events(CORPUS_SLICE)
     text = render(derive_all(events))
     assert text == render(derive_all(list(reversed(events))))  # input order does not matter
-    assert text == REVISITS_FILE.read_text(encoding="utf-8"), "run: python -m bench.revisits"
-    revisits = load_revisits()
-    assert {r.type for r in revisits} == {"file_reread", "command_rerun", "error_repeat"}
-    assert render(revisits) == text
+    kinds = {r.type for r in derive_all(events)}
+    assert {"file_reread", "command_rerun"} <= kinds <= {"file_reread", "command_rerun", "error_repeat"}
 
 
 def test_first_relevant_rank_within_the_limit() -> None:
