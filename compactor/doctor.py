@@ -61,6 +61,7 @@ from .persist import (
     snapshot_checksum_problem,
     temp_file_pid,
 )
+from .render import examples
 from .store import Store
 
 LOCK_WAIT_S = C.DOCTOR_LOCK_WAIT_S
@@ -117,11 +118,6 @@ class DoctorReport:
 
     def warn(self, check: str, what: str, fix: str) -> None:
         self.problems.append(Problem("warning", check, what, fix))
-
-
-def _examples(ids: Sequence[str]) -> str:
-    shown = ", ".join(ids[:MAX_EXAMPLES])
-    return shown + (f" (+{len(ids) - MAX_EXAMPLES} more)" if len(ids) > MAX_EXAMPLES else "")
 
 
 def _bug_fix(dir_: Path) -> str:
@@ -359,7 +355,7 @@ def _check_snapshot(dir_: Path, raw: bytes | None, report: DoctorReport) -> dict
         )
         return None
     if dupes:
-        report.error("snapshot", f"{path} holds these ids more than once: {_examples(dupes)}.", _bug_fix(dir_))
+        report.error("snapshot", f"{path} holds these ids more than once: {examples(dupes)}.", _bug_fix(dir_))
     report.facts["snapshot"] = {
         "schema": version,
         "gen": snap.get("gen", 1),
@@ -431,7 +427,7 @@ def _check_journal(dir_: Path, raw: bytes | None, report: DoctorReport) -> _Jour
         report.error(
             "journal",
             f"{path} line {first} is corrupt ({why})"
-            + (f"; so are lines {_examples([str(n) for n, _ in bad[1:]])}" if len(bad) > 1 else "")
+            + (f"; so are lines {examples([str(n) for n, _ in bad[1:]])}" if len(bad) > 1 else "")
             + ". compactor refuses to start rather than serve or drop acknowledged writes.",
             f"`compactor doctor --repair --state-dir {dir_}` keeps the intact lines before line {first}, loses "
             f"line {first} and everything after it, and moves the damaged journal aside as {JOURNAL}.damaged-<time> "
@@ -624,23 +620,23 @@ def _check_lineage(dir_: Path, items: dict[str, Item], report: DoctorReport) -> 
         report.error(
             "lineage",
             f"{len(dangling_child)} summary->child link(s) point at no item and the child is not recorded as "
-            f"forgotten: {_examples(dangling_child)}.",
+            f"forgotten: {examples(dangling_child)}.",
             fix,
         )
     if dangling_parent:
         report.error(
             "lineage",
-            f"{len(dangling_parent)} item->parent link(s) point at no item: {_examples(dangling_parent)}.",
+            f"{len(dangling_parent)} item->parent link(s) point at no item: {examples(dangling_parent)}.",
             fix,
         )
     if one_way:
-        report.error("lineage", f"{len(one_way)} one-way lineage link(s): {_examples(one_way)}.", fix)
+        report.error("lineage", f"{len(one_way)} one-way lineage link(s): {examples(one_way)}.", fix)
     if bad_merge:
         report.error(
-            "lineage", f"{len(bad_merge)} merged_into link(s) point at no other item: {_examples(bad_merge)}.", fix
+            "lineage", f"{len(bad_merge)} merged_into link(s) point at no other item: {examples(bad_merge)}.", fix
         )
     if shape:
-        report.error("lineage", f"{len(shape)} malformed node(s): {_examples(shape)}.", fix)
+        report.error("lineage", f"{len(shape)} malformed node(s): {examples(shape)}.", fix)
 
     # Cycles and reachability: walk parents upward from every archived item.
     covered: dict[str, bool] = {}
@@ -673,11 +669,11 @@ def _check_lineage(dir_: Path, items: dict[str, Item], report: DoctorReport) -> 
         if not ok:
             orphans.append(it.id)
     if cyclic:
-        report.error("lineage", f"lineage cycles through {_examples(sorted(set(cyclic)))}.", fix)
+        report.error("lineage", f"lineage cycles through {examples(sorted(set(cyclic)))}.", fix)
     if orphans:
         report.warn(
             "lineage",
-            f"{len(orphans)} archived item(s) are not reachable from any active summary: {_examples(orphans)}.",
+            f"{len(orphans)} archived item(s) are not reachable from any active summary: {examples(orphans)}.",
             "Nothing is lost: query(include_archived=true) and get(id) still find them, and the next compaction "
             "covers them with a summary. Run `compact` to do it now.",
         )
@@ -715,7 +711,7 @@ def _check_ledger(dir_: Path, raw: bytes | None, items: dict[str, Item], report:
     if bad:
         report.warn(
             "ledger",
-            f"{path} has {len(bad)} unreadable line(s): {_examples([str(n) for n in bad])}.",
+            f"{path} has {len(bad)} unreadable line(s): {examples([str(n) for n in bad])}.",
             "compactor skips them; the entries are lost but nothing else is affected. Keep the file as it is.",
         )
     back = sorted({e["id"] for e in entries if e.get("reason") in ("max_archive_tokens", "prune")} & set(items))
@@ -723,7 +719,7 @@ def _check_ledger(dir_: Path, raw: bytes | None, items: dict[str, Item], report:
         report.warn(
             "ledger",
             f"{len(back)} item(s) recorded as pruned (or dropped past max_archive_tokens) are present: "
-            f"{_examples(back)}.",
+            f"{examples(back)}.",
             "Harmless: the ledger entry is written before the drop, so a crash in between leaves an entry "
             "for a drop that did not happen (or the id was stored again later).",
         )

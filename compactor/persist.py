@@ -298,6 +298,7 @@ class StateDir:
         self.last_snapshot_at: float | None = None
         self.last_snapshot_seconds: float | None = None
         self._ledger_seen = (0, 0)  # (bytes counted, lines in them)
+        self._record: JournalRecord | None = None  # the lock file's record as last read or written
 
     # --- setup ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -527,7 +528,8 @@ class StateDir:
             raw = os.pread(self._lock_fd, RECORD_SIZE, 0)
         except OSError:
             return None
-        return JournalRecord.parse(raw)
+        self._record = JournalRecord.parse(raw)
+        return self._record
 
     def _write_record(self, *, durable: int | None = None) -> None:
         """Say that this generation's journal is `self.offset` bytes, of which `durable` (by
@@ -537,10 +539,11 @@ class StateDir:
         if durable is None:
             durable = self.offset
         else:
-            previous = self.read_record()
+            previous = self._record  # read under this same hold of the lock (journal_changed, load)
             if previous is not None and previous.gen == self.gen:
                 durable = max(durable, previous.durable)
         record = JournalRecord(self.gen, min(durable, self.offset), self.offset)
+        self._record = record
         try:
             os.pwrite(self._lock_fd, record.encode(), 0)
         except OSError as exc:  # the lock file's first block is already allocated: unlikely
@@ -550,6 +553,7 @@ class StateDir:
         """Clear the record (doctor --repair, after the loss was accepted); the next load writes it anew."""
         assert self._lock_fd is not None
         os.pwrite(self._lock_fd, b" " * (RECORD_SIZE - 1) + b"\n", 0)
+        self._record = None
 
     def check_against_record(self, gen: int, end: int, *, exists: bool) -> None:
         """Raise if the journal (generation `gen`, `end` bytes intact) holds less than the lock
@@ -674,7 +678,7 @@ class StateDir:
                 log.warning("%s", warning)
             self._truncate_journal(end)
         self.offset = end
-        record = self.read_record()
+        record = self._record  # as check_against_record just read it
         if record is None or record.gen != self.gen or record.end != end:
             self._write_record(durable=0)
         return batches

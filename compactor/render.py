@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from . import constants as C
 from .models import Item
@@ -67,3 +68,9 @@ def recall_line(item: Item, score: float | None = None) -> str:
     tags = f" #{' #'.join(item.tags)}" if item.tags else ""
     sc = f" {score:.2f}" if score is not None else ""
     return f"- {item.id}{flag}{sc}{tags}: {preview(item.summary or item.content, C.RECALL_PREVIEW_CHARS)}"
+
+
+def examples(ids: Sequence[str], limit: int = C.REPORT_EXAMPLES) -> str:
+    """The first `limit` ids of a report line, and how many more there are."""
+    shown = ", ".join(ids[:limit])
+    return shown + (f" (+{len(ids) - limit} more)" if len(ids) > limit else "")

@@ -239,18 +239,7 @@ class Store(_Recall, _Compaction, _Ledger):
             # still present (the doctor says so), never a removal without an entry.
             now = self._clock()
             self._ledger_append([{"id": it.id, "reason": "prune", "at": now} for it in victims])
-            txn = _Txn(self)
-            try:
-                txn.apply(ops)
-                self._mark_gone_many(txn, victims)
-                if self._dir is not None:
-                    self._write_snapshot_locked(dict(self._s.items))
-            except (PersistenceError, OSError) as exc:
-                txn.rollback()
-                raise PersistenceError(f"Could not prune: {exc}. Nothing was deleted.") from exc
-            except BaseException:
-                txn.rollback()
-                raise
+            self._purge(ops, lambda txn: self._mark_gone_many(txn, victims), "prune")
             result.applied = True
             return result
 
@@ -395,22 +384,26 @@ class Store(_Recall, _Compaction, _Ledger):
                 for other in self._s.items.values()
                 if any(source == item_id for _, source in other.tags_from)
             )
-            txn = _Txn(self)
-            try:
-                txn.apply(ops)
-                self._mark_gone(txn, item)
-                if self._dir is not None:
-                    # Purge: a fresh snapshot without the item and an empty journal of the
-                    # next generation, so its bytes are in no file under the state dir.
-                    self._write_snapshot_locked(dict(self._s.items))
-            except (PersistenceError, OSError) as exc:
-                txn.rollback()
-                raise PersistenceError(f"Could not purge {item_id} from disk: {exc}. Nothing was deleted.") from exc
-            except BaseException:
-                txn.rollback()
-                raise
+            self._purge(ops, lambda txn: self._mark_gone(txn, item), f"purge {item_id} from disk")
             self._ledger_append([{"id": item_id, "reason": "forget", "at": self._clock()}])
             return item
+
+    def _purge(self, ops: list[Op], mark_gone: Callable[[_Txn], None], what: str) -> None:
+        """Delete for good, all or nothing: apply `ops`, record the deleted items in the
+        summaries that covered them, then write a fresh snapshot and an empty journal of the
+        next generation, so the deleted bytes are in no file under the state dir."""
+        txn = _Txn(self)
+        try:
+            txn.apply(ops)
+            mark_gone(txn)
+            if self._dir is not None:
+                self._write_snapshot_locked(dict(self._s.items))
+        except (PersistenceError, OSError) as exc:
+            txn.rollback()
+            raise PersistenceError(f"Could not {what}: {exc}. Nothing was deleted.") from exc
+        except BaseException:
+            txn.rollback()
+            raise
 
     def dissolve(self, item_id: str) -> list[Item]:
         """Reverse one condensation: the node goes, its children return to where they were."""

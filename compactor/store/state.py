@@ -18,6 +18,7 @@ from ..dedup import DedupIndex
 from ..errors import NotFoundError
 from ..index import BM25Index
 from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
+from ..render import examples
 from ..tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -94,11 +95,6 @@ def index_fields(item: Item) -> tuple[str, str | None, Sequence[str]]:
     return item.content, _headline(item), item.tags
 
 
-def _examples(ids: Sequence[str], limit: int = C.REPORT_EXAMPLES) -> str:
-    shown = ", ".join(ids[:limit])
-    return shown + (f" (+{len(ids) - limit} more)" if len(ids) > limit else "")
-
-
 class _StateOps:
     """The in-memory state and its single mutation path."""
 
@@ -129,15 +125,15 @@ class _StateOps:
                 broken.append(i)  # term ids pointing nowhere: a damaged saved index
         if broken:
             problems.append(
-                f"the search index is internally inconsistent for {len(broken)} item(s) ({_examples(broken)}): "
+                f"the search index is internally inconsistent for {len(broken)} item(s) ({examples(broken)}): "
                 "searches touching them would fail"
             )
         if missing:
-            problems.append(f"{len(missing)} item(s) are not in the search index: {_examples(missing)}")
+            problems.append(f"{len(missing)} item(s) are not in the search index: {examples(missing)}")
         if extra:
-            problems.append(f"the search index holds {len(extra)} id(s) with no item: {_examples(extra)}")
+            problems.append(f"the search index holds {len(extra)} id(s) with no item: {examples(extra)}")
         if stale:
-            problems.append(f"{len(stale)} item(s) are indexed with other terms than their text: {_examples(stale)}")
+            problems.append(f"{len(stale)} item(s) are indexed with other terms than their text: {examples(stale)}")
         if not (missing or extra or stale) and s.index.avg_doc_len != fresh.avg_doc_len:
             problems.append(
                 f"the index's document lengths disagree with the items ({s.index.avg_doc_len:.3f} vs "
@@ -154,7 +150,7 @@ class _StateOps:
         wrong = sorted(want_dedup ^ {i for i in s.items if i in s.dedup})
         if wrong:
             problems.append(
-                f"{len(wrong)} item(s) are wrongly in or out of the near-duplicate buckets: {_examples(wrong)}"
+                f"{len(wrong)} item(s) are wrongly in or out of the near-duplicate buckets: {examples(wrong)}"
             )
         return problems
 
