@@ -114,8 +114,8 @@ def run_server(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
     import anyio
 
+    from .mcp import serve
     from .scope import project_scope
-    from .server import serve
     from .store import Store
 
     if args.state_dir is not None:

@@ -21,7 +21,7 @@ from mcp_types import Implementation
 
 from compactor import cli
 from compactor import constants as C
-from compactor.server import build_server
+from compactor.mcp import build_server
 from compactor.store import Store
 from tests.conftest import FakeClock
 from tests.stdio_client import StdioServer

@@ -187,7 +187,7 @@ def test_mcp_markdown_export_keeps_content_fenced() -> None:
     import anyio
     from mcp import Client
 
-    from compactor.server import build_server
+    from compactor.mcp import build_server
     from compactor.store import Store
 
     store = Store()

@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 
 from bench.secret_shapes import SHAPES
-from compactor.server import build_server
+from compactor.mcp import build_server
 from compactor.store import Store
 from tests.stdio_client import StdioServer
 

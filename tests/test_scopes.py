@@ -10,8 +10,8 @@ from mcp import Client
 from mcp_types import Implementation, ListRootsResult, Root
 
 from compactor.errors import InvalidArgumentError
+from compactor.mcp import build_server
 from compactor.scope import project_scope, scope_from_root_uri
-from compactor.server import build_server
 from compactor.store import Store
 from tests.stdio_client import StdioServer
 

@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, ValidationError
 
-from . import constants as C
+from .. import constants as C
 
 log = logging.getLogger(__name__)
 
