@@ -12,7 +12,7 @@ import pytest
 
 from compactor import cli
 from compactor import constants as C
-from compactor.commands.common import Out
+from compactor.cli.common import Out
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock, server_command, server_env
 from tests.stdio_client import StdioServer
