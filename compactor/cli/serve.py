@@ -32,8 +32,10 @@ def _interval(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0.05 <= value <= 86_400:
-        raise argparse.ArgumentTypeError("must be from 0.05 to 86400 seconds")
+    if not C.SNAPSHOT_INTERVAL_MIN_S <= value <= C.SNAPSHOT_INTERVAL_MAX_S:
+        raise argparse.ArgumentTypeError(
+            f"must be from {C.SNAPSHOT_INTERVAL_MIN_S} to {C.SNAPSHOT_INTERVAL_MAX_S} seconds"
+        )
     return value
 
 

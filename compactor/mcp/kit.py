@@ -12,6 +12,7 @@ from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from .. import constants as C
 from ..store import Store
 from . import replies
 from . import schemas as S
@@ -30,11 +31,11 @@ TagsArg = Annotated[
 ScopeArg = Annotated[
     str | None,
     Field(
-        max_length=4096,
+        max_length=C.SCOPE_MAX_CHARS,
         description="'all': every project.",
     ),
 ]
-IdArg = Annotated[str, Field(min_length=1, max_length=64)]
+IdArg = Annotated[str, Field(min_length=1, max_length=C.ID_MAX_CHARS)]
 
 Run = Callable[[Context | None, Callable[[], CallToolResult]], Awaitable[CallToolResult]]
 F = TypeVar("F", bound=Callable[..., Any])

@@ -86,7 +86,9 @@ def register(kit: ToolKit) -> None:
     )
     async def compact(
         ctx: Context,
-        target_usage: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = C.MANUAL_COMPACT_TARGET,
+        target_usage: Annotated[
+            float, Field(ge=C.TARGET_USAGE_MIN, le=C.TARGET_USAGE_MAX, allow_inf_nan=False)
+        ] = C.MANUAL_COMPACT_TARGET,
     ) -> Annotated[CallToolResult, S.CompactResult]:
         def go() -> CallToolResult:
             r = store.compact(target_usage)

@@ -76,7 +76,7 @@ def register(kit: ToolKit) -> None:
     )
     async def tree(
         ctx: Context,
-        root: Annotated[str | None, Field(max_length=64)] = None,
+        root: Annotated[str | None, Field(max_length=C.ID_MAX_CHARS)] = None,
         max_depth: Annotated[int, Field(ge=1, le=C.TREE_DEPTH_MAX)] = 2,
     ) -> Annotated[CallToolResult, S.TreeResult]:
         def go() -> CallToolResult:

@@ -12,6 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 from pydantic import BaseModel, Field
 
+from .. import bounds
 from .. import constants as C
 from ..models import CompactReport, Item
 from ..store import StoreInput
@@ -62,7 +63,7 @@ def register(kit: ToolKit) -> None:
         pinned: Annotated[bool, Field()] = False,
         scope: Annotated[
             str | None,
-            Field(max_length=4096, description="'global': user-wide; default: this project."),
+            Field(max_length=C.SCOPE_MAX_CHARS, description="'global': user-wide; default: this project."),
         ] = None,
     ) -> Annotated[CallToolResult, S.StoreResult]:
         def go() -> CallToolResult:
@@ -119,7 +120,7 @@ def register(kit: ToolKit) -> None:
                 if not isinstance(entry, dict):
                     raise ToolError(
                         f"items[{i}] must be an object with content and optional {', '.join(_BULK_FIELDS[1:])}, "
-                        f"got {contract.describe_value(entry)}. Nothing was stored."
+                        f"got {bounds.describe_value(entry)}. Nothing was stored."
                     )
                 problem = contract.arguments_problem(
                     "", BulkItem, _BULK_PROPERTIES, entry, path=f"items[{i}].", noun="field"

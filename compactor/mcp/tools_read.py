@@ -31,7 +31,7 @@ def register(kit: ToolKit) -> None:
     async def recall(
         ctx: Context,
         limit: Annotated[int, Field(ge=1, le=C.LIST_LIMIT_MAX)] = 20,
-        query: Annotated[str | None, Field(max_length=2_000)] = None,
+        query: Annotated[str | None, Field(max_length=C.RECALL_QUERY_MAX_CHARS)] = None,
         scope: ScopeArg = None,
     ) -> Annotated[CallToolResult, S.RecallResult]:
         def go() -> CallToolResult:
@@ -60,7 +60,7 @@ def register(kit: ToolKit) -> None:
     )
     async def query(
         ctx: Context,
-        query: Annotated[str | None, Field(max_length=10_000)] = None,
+        query: Annotated[str | None, Field(max_length=C.QUERY_MAX_CHARS)] = None,
         tags: TagsArg = None,
         limit: Annotated[int, Field(ge=1, le=C.QUERY_LIMIT_MAX)] = 10,
         include_archived: Annotated[bool, Field()] = True,
@@ -143,7 +143,7 @@ def register(kit: ToolKit) -> None:
         summaries_only: bool = False,
         tier: Literal["active", "archived", "all"] = "all",
         format: Literal["json", "markdown"] = "json",
-        cursor: Annotated[str | None, Field(max_length=64)] = None,
+        cursor: Annotated[str | None, Field(max_length=C.ID_MAX_CHARS)] = None,
         scope: ScopeArg = None,
     ) -> Annotated[CallToolResult, S.ExportResult]:
         def go() -> CallToolResult:
