@@ -115,6 +115,7 @@ async def test_plain_query_finds_archived_items_over_the_in_memory_client() -> N
         assert archived in r["text"]
 
 
+@pytest.mark.slow
 def test_plain_query_finds_archived_items_over_stdio() -> None:
     with StdioServer() as srv:
 

@@ -262,6 +262,7 @@ def test_cli_beside_a_running_server(state_dir):
         assert status["active_items"] == 2 and status["pinned_items"] == 1
 
 
+@pytest.mark.slow
 def test_no_subcommand_still_runs_the_server(state_dir):
     with StdioServer("--budget", "5000", "--state-dir", str(state_dir)) as srv:
         assert srv.ok("status")["token_budget"] == 5000

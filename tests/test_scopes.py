@@ -91,6 +91,7 @@ def test_scope_from_client_roots(tmp_path: Path):
     assert store.scope == str(proj)
 
 
+@pytest.mark.slow
 def test_stdio_servers_in_two_projects(tmp_path: Path, state_dir: Path):
     for name in ("one", "two"):
         (tmp_path / name / ".git").mkdir(parents=True)
