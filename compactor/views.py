@@ -507,15 +507,20 @@ def _stem(name: str) -> str:
 
 
 def parse_query(text: str, known: Container[str] | None = None) -> ViewQuery | None:
-    """The paths a query names and the lines it asks for. A query line that runs something
-    (`python x.py`, `pytest tests/`, `ls dir`) names its paths as arguments, not as files to
-    read: they are left out. `known`, when given, is the set of viewed basenames (lowercase);
-    a query naming none of them is answered without parsing commands."""
+    """The paths a query names and the lines it asks for. When the query holds a command line,
+    only its reader commands name files to show: a line that runs something (`python x.py`,
+    `pytest tests/`, `git diff`) names its paths as arguments, and the prose around a command
+    says why it runs, not what to show. Without a command, the paths of the prose count
+    (`pkg/mod.py`, `mod.py:42`, `pkg.mod`, "lines 10-20"). `known`, when given, holds the
+    viewed basenames (lowercase): a query naming none of them is answered without parsing."""
     words = _QUERY_TOKEN.findall(text)
     if known is not None and not any(_basename_key(w) in known or _module_key(w) in known for w in words):
         return None
-    paths: dict[str, None] = {}
-    lines: Lines | None = None
+    shown: dict[str, None] = {}
+    shown_lines: Lines | None = None
+    prose: dict[str, None] = {}
+    prose_lines: Lines | None = None
+    commands = False
     for raw in text.split("\n"):
         line = raw.strip()
         if line.startswith("$ "):
@@ -527,30 +532,41 @@ def parse_query(text: str, known: Container[str] | None = None) -> ViewQuery | N
             cmds = cmds[1:]
         first = cmds[0][0] if cmds and cmds[0] else []
         program = _program(first)[0] if first else ""
-        if program in READERS or line.startswith("git show ") or program in {"sed", "perl"}:
+        if program in READERS or program in {"git show", "perl"} or line.startswith("git show "):
+            commands = True
             view = _view_of_command(line, "shown", strict=True) or _edit_of_command(line, "shown")
             if view is not None:
-                for p in view.paths:
-                    paths[p] = None
-                lines = lines or (view.lines if view.lines != (1, 0) else None)
-                continue
-        if program in _RUNNERS or (
-            first and first[0].startswith(("./", "../", "/")) and not all(_PATHLIKE.fullmatch(w) for w in first)
-        ):
+                shown.update(dict.fromkeys(view.paths))
+                shown_lines = shown_lines or (view.lines if view.lines != (1, 0) else None)
+            continue
+        if program in _RUNNERS or _runs_a_program(first):
+            commands = True
             continue
         for m in _PATH_LINE.finditer(line):
             a, b = int(m.group(2)), int(m.group(3)) if m.group(3) else int(m.group(2))
-            lines = lines or (min(a, b), max(a, b))
+            prose_lines = prose_lines or (min(a, b), max(a, b))
         m2 = _LINES_PHRASE.search(line)
-        if m2 and lines is None:
+        if m2 and prose_lines is None:
             a, b = int(m2.group(1)), int(m2.group(2)) if m2.group(2) else int(m2.group(1))
-            lines = (min(a, b), max(a, b))
+            prose_lines = (min(a, b), max(a, b))
         for w in _QUERY_TOKEN.findall(line):
             if "/" in w or "." in w.strip(".") or (known is not None and w.lower() in known):
-                paths[w] = None
+                prose[w] = None
+    paths, lines = (shown, shown_lines) if commands else (prose, prose_lines)
     if not paths:
         return None
     return ViewQuery(tuple(paths), lines)
+
+
+def _runs_a_program(words: Sequence[str]) -> bool:
+    """Whether a line's words run a program by its path: `bin/test x`, `./manage.py check`
+    (a relative or absolute path with arguments that are not all paths, or an extensionless
+    file such as bin/test), rather than name files (`pkg/a.py pkg/b.py`)."""
+    if len(words) < 2 or "/" not in words[0]:
+        return False
+    if "." not in posixpath.basename(words[0]):
+        return True
+    return words[0].startswith(("./", "../", "/")) and not all(_PATHLIKE.fullmatch(w) for w in words)
 
 
 def _basename_key(word: str) -> str:
