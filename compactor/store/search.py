@@ -127,6 +127,10 @@ class _Search(_Journaled):
                 if len(n.file_lines) == 2
             ):
                 continue
+            if it.file_command == "edit":
+                # An edit names the lines it changed but does not show them.
+                lifts[it.id] = C.VIEW_EDIT_LIFT
+                continue
             newer.append(it)
             lift = C.VIEW_PATH_LIFT
             if query.lines is not None and overlaps(lines, query.lines):
