@@ -37,6 +37,7 @@ from .runtime import settle_heap
 from .scope import scope_from_root_uri
 from .stdio_runtime import run_stdio as _run_stdio
 from .store import Store, StoreInput
+from .views import describe as describe_view
 
 log = logging.getLogger(__name__)
 
@@ -380,6 +381,8 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 parts.append("tags: " + ", ".join(it.tags))
             if it.summary:
                 parts.append("summary: " + it.summary)
+            if it.file_paths:
+                parts.append(describe_view(it.file_command, it.file_paths, it.file_lines))
             parts.append(it.content)
             return _result("\n".join(parts), S.full(it))
 

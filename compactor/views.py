@@ -288,6 +288,7 @@ def _reader(prog: str, args: list[str], strict: bool) -> _Read | None:
             lines = (int(count[-1][1:]), 0)
     elif prog == "nl":
         numbered = True
+        lines = (1, 0)
     elif prog == "cat":
         numbered = bool({"-n", "-b", "--number"} & names)
         lines = (1, 0)

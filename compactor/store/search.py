@@ -110,7 +110,7 @@ class _Search(_Journaled):
         """Item id -> score multiplier for the file views of the paths a query names: a view of
         the file ranks ahead of items that only mention it, one showing the lines asked for
         further ahead, and an older view whose lines a newer view of the file also shows gets
-        no lift (the newest view of a region first)."""
+        a smaller lift (the newest view of a region first)."""
         s = self._s
         query = parse_query(text, known=s.views)
         if query is None:
@@ -126,6 +126,7 @@ class _Search(_Journaled):
                 for n in newer
                 if len(n.file_lines) == 2
             ):
+                lifts[it.id] = C.VIEW_SUPERSEDED_LIFT
                 continue
             if it.file_command == "edit":
                 # An edit names the lines it changed but does not show them.
