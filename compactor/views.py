@@ -620,6 +620,11 @@ class ViewIndex:
     def __contains__(self, key: object) -> bool:
         return key in self._by_key
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ViewIndex) and self._by_key == other._by_key
+
+    __hash__ = None  # type: ignore[assignment]
+
     @staticmethod
     def _keys(path: str) -> Iterator[tuple[str, tuple[str, ...]]]:
         parts = _components(path)

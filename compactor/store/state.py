@@ -141,6 +141,13 @@ class _StateOps:
                 f"the index's document lengths disagree with the items ({s.index.avg_doc_len:.3f} vs "
                 f"{fresh.avg_doc_len:.3f} average): scores would be off"
             )
+        views = ViewIndex()
+        for it in s.items.values():
+            views.add(it.id, it.file_paths)
+        if views != s.views:
+            problems.append(
+                "the file-view index disagrees with the items' file_paths: searches would lift the wrong items"
+            )
         used = sum(it.view_tokens for it in s.items.values() if it.tier == "active")
         if s.used != used:
             problems.append(f"tokens used is {s.used:,} but the active items add up to {used:,}")
