@@ -66,7 +66,7 @@ _RUNNERS: Final = frozenset({
 })
 # fmt: on
 _SEPARATORS: Final = frozenset({"|", "||", "&&", ";", "&", "|&"})
-_REDIRECTS: Final = frozenset({">", ">>", "<", "2>", "&>", "2>&1", ">&", "1>", "<<", "<<<", "<<-"})
+_REDIRECTS: Final = frozenset({">", ">>", "<", "&>", ">&", ">|", "<<", "<<<", "<<-", "<&"})
 _WRAPPERS: Final = frozenset({"sudo", "command", "time", "nice", "nohup", "stdbuf"})
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=")
@@ -182,8 +182,14 @@ def _split_flags(prog: str, args: list[str]) -> tuple[list[str], list[tuple[str,
     while i < len(args):
         word = args[i]
         if word in _REDIRECTS:
-            redirected = True
-            i += 2 if word not in {"2>&1"} else 1
+            target = args[i + 1] if i + 1 < len(args) else ""
+            # shlex splits "2>&1" into "2", ">&", "1": a bare number before the operator is its fd.
+            fd = operands.pop() if operands and operands[-1].isdigit() else ""
+            if word == "<":
+                operands.append(target)  # `cat < file` reads the file
+            elif word in {">", ">>", "&>", ">|"} and fd in {"", "1"} and target != "/dev/null":
+                redirected = True  # the output went to a file, not here
+            i += 2
             continue
         if word == "--":
             operands.extend(args[i + 1 :])

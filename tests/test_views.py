@@ -74,6 +74,10 @@ def _numbered(first: int, last: int, width: int = 6) -> str:
         ("$ git show HEAD~1:src/app.py\nimport sys", FileView("git show", ("src/app.py",), (1, 0))),
         ("$ cd django && cat db/models/base.py\nclass Model:", FileView("cat", ("django/db/models/base.py",), (1, 0))),
         ("$ awk 'NR>=5 && NR<=9' conf/app.ini\n[db]", FileView("awk", ("conf/app.ini",), (5, 9))),
+        # Redirections of stderr, and input from the file, change nothing about what is shown.
+        ("$ cat conf/app.ini 2>&1\n[db]", FileView("cat", ("conf/app.ini",), (1, 0))),
+        ("$ grep -n db conf/app.ini 2>/dev/null\n1:[db]", FileView("grep", ("conf/app.ini",), (1, 1))),
+        ("$ cat < conf/app.ini\n[db]", FileView("cat", ("conf/app.ini",), (1, 0))),
         # The agent's own edits: a file written whole, and an edit in place.
         (
             "cat <<'EOF' > scripts/repro.py\nimport sys\nprint(sys.argv)\nEOF",
@@ -105,6 +109,7 @@ def test_outputs_that_show_a_file(content: str, expected: FileView):
         "$ sed -n '1,10p' gone.py\nsed: can't read gone.py: No such file or directory",
         "$ cat src/a.py\n",  # printed nothing
         "$ cat src/a.py > /tmp/copy.py\n",
+        "$ head -n 5 src/a.py 1> /tmp/head.txt\ndone",
         "$ cat src/a.py && python src/a.py\nimport os\nhello",
         "cat src/a.py",  # the command alone shows nothing
         "sed -n '1,20p' src/a.py\nsed -n '40,60p' src/a.py",  # a script of two commands, no output
