@@ -70,6 +70,9 @@ _REDIRECTS: Final = frozenset({">", ">>", "<", "&>", ">&", ">|", "<<", "<<<", "<
 _WRAPPERS: Final = frozenset({"sudo", "command", "time", "nice", "nohup", "stdbuf"})
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=")
+# A shell word: unquoted characters and quoted strings run together, or a run of operators.
+_WORD = re.compile(r"""(?:[^\s;&|<>'"]|'[^']*'|"[^"]*")+|[;&|<>]+""")
+_QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
 _EXIT_LINE = re.compile(r"\[exit -?\d+\]\s*$")
 # What a reader prints on stderr when it cannot show the file.
 _READ_FAILURE = re.compile(
@@ -112,13 +115,25 @@ class ViewQuery:
 
 
 def _words(line: str) -> list[str]:
+    """Shell words, with runs of ; & | < > as words of their own (shlex's punctuation_chars):
+    a regex for lines without backslashes (shlex costs ~100 us a line, paid on every store),
+    shlex itself for the rest."""
+    if "\\" not in line:
+        if not _WORD.sub("", line).strip():  # every character is in a word or is a space
+            found = _WORD.findall(line)
+            return [_QUOTED.sub(_unquote, w) if ("'" in w or '"' in w) else w for w in found]
+        return line.split()  # an unclosed quote: the line of a heredoc'd script, or prose
     lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|<>")
     lexer.whitespace_split = True
     lexer.commenters = ""
     try:
         return list(lexer)
-    except ValueError:  # an unclosed quote: the line of a heredoc'd script, or prose
+    except ValueError:
         return line.split()
+
+
+def _unquote(m: re.Match[str]) -> str:
+    return m.group(1) if m.group(1) is not None else m.group(2)
 
 
 def _commands(line: str) -> list[list[list[str]]]:
@@ -468,6 +483,16 @@ def _edit_of_command(line: str, body: str) -> FileView | None:
 # --- an item ----------------------------------------------------------------------------------
 
 
+# What a command line that shows or writes a file can start with: checked on its first word
+# before it is parsed, as most of what is stored is prose or runs something else.
+_OPENERS: Final = READERS | {"git", "cd", "tee", "echo", "printf", "perl"} | _WRAPPERS
+
+
+def _may_show(line: str) -> bool:
+    first = line.split(None, 1)[:1]
+    return bool(first) and (posixpath.basename(first[0]) in _OPENERS or bool(_ASSIGNMENT.match(first[0])))
+
+
 def detect(content: str, summary: str | None = None) -> FileView | None:
     """The files an item shows, or None: from a `$ cmd` echo opening the content, a summary
     that is the command (`$ cmd` or a reader command line naming a path) of the content, or a
@@ -477,21 +502,27 @@ def detect(content: str, summary: str | None = None) -> FileView | None:
     if len(head) > C.VIEW_COMMAND_CHARS:
         return None
     if head.startswith("$ "):
-        return _view_of_command(head[2:], rest, strict=False)
+        return _view_of_command(head[2:], rest, strict=False) if _may_show(head[2:]) else None
     if summary is not None:
         command = summary.strip()
         if command.startswith("$ ") and "\n" not in command:
             output = rest if head == command else content
-            return _view_of_command(command[2:], output, strict=False)
-        if command and command != head and "\n" not in command and len(command) <= C.VIEW_COMMAND_CHARS:
+            return _view_of_command(command[2:], output, strict=False) if _may_show(command[2:]) else None
+        if (
+            command
+            and command != head
+            and "\n" not in command
+            and len(command) <= C.VIEW_COMMAND_CHARS
+            and _may_show(command)
+        ):
             found = _view_of_command(command, content, strict=True)
             if found is not None:
                 return found
-    if not head or head.endswith("\\"):
+    if not head or head.endswith("\\") or not _may_show(head):
         return None
     if "<<" in head or ">" in head or " -i" in head:
         return _edit_of_command(head, rest)
-    program = _program(_words(head)[:1])[0] if head else ""
+    program = _program(head.split(None, 1)[:1])[0]
     if program in READERS or head.startswith("git show "):
         # A command followed by another command is a script of several, not a command and its output.
         following = rest.lstrip("\n").split(None, 1)[:1]
