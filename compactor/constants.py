@@ -295,4 +295,4 @@ VIEW_SUPERSEDED_LIFT: Final = 1.5
 VIEW_EDIT_LIFT: Final = 1.0
 # The newest views of a named file that are lifted: an agent re-reads one file tens of times,
 # and the oldest of those views are the least likely to be what it goes back for.
-VIEW_LIFT_MAX: Final = 64
+VIEW_LIFT_MAX: Final = 16

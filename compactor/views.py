@@ -684,21 +684,29 @@ class ViewIndex:
                     if not ids:
                         del self._by_key[key]
 
-    def lookup(self, paths: Iterable[str]) -> set[str]:
-        """Ids of the views of any of `paths` (a path, a basename, or a dotted module name)."""
+    def lookup(self, paths: Iterable[str], newest: int | None = None) -> set[str]:
+        """Ids of the views of any of `paths` (a path, a basename, or a dotted module name);
+        with `newest`, at most that many a path, the last added first (an agent re-reads a file
+        tens of times: the newest views are the ones worth finding)."""
         out: set[str] = set()
         for word in paths:
+            wanted: list[tuple[str, tuple[str, ...]]] = []
             want = _components(word)
             if want:
-                for item_id, views in self._by_key.get(want[-1], {}).items():
-                    if any(_suffix_match(want, parts) for parts in views):
-                        out.add(item_id)
+                wanted.append((want[-1], want))
             if "." in word and "/" not in word:
                 dotted = tuple(p for p in word.lower().split(".") if p)
                 if len(dotted) >= 2:
-                    for item_id, views in self._by_key.get("\0" + dotted[-1], {}).items():
-                        if any(_suffix_match(dotted, parts) for parts in views):
-                            out.add(item_id)
+                    wanted.append(("\0" + dotted[-1], dotted))
+            for key, parts in wanted:
+                found = 0
+                views = self._by_key.get(key, {})
+                for item_id in reversed(views):
+                    if any(_suffix_match(parts, seen) for seen in views[item_id]):
+                        out.add(item_id)
+                        found += 1
+                        if newest is not None and found >= newest:
+                            break
         return out
 
 

@@ -65,7 +65,7 @@ class _Search(_Journaled):
             have = {h.doc_id for h in raw}
             wanted = {i for i in lifts if i not in have and (accepts_all or accept(i))}
             if wanted:
-                raw.extend(s.index.search(text, limit=len(wanted), accept=wanted.__contains__, with_matched=False))
+                raw.extend(s.index.score_docs(text, sorted(wanted)))
                 raw.sort(key=lambda h: -h.score)
         bound = scoring.MAX_RANK_FACTOR * max(lifts.values(), default=1.0)
         newest = s.next_seq - 1
@@ -115,7 +115,7 @@ class _Search(_Journaled):
         query = parse_query(text, known=s.views)
         if query is None:
             return {}
-        found = sorted((s.items[i] for i in s.views.lookup(query.paths)), key=lambda it: -it.seq)
+        found = sorted((s.items[i] for i in s.views.lookup(query.paths, C.VIEW_LIFT_MAX)), key=lambda it: -it.seq)
         lifts: dict[str, float] = {}
         newer: list[Item] = []
         for it in found[: C.VIEW_LIFT_MAX]:
