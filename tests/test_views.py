@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from compactor.models import Item
+from compactor.report import item_report
 from compactor.server import build_server
 from compactor.store import Store
 from compactor.views import FileView, ViewIndex, covers, detect, overlaps, parse_query
@@ -233,6 +234,11 @@ def test_a_command_that_runs_a_file_finds_its_runs_not_the_file(store: Store):
     _put(store, "cat <<'EOF' > repro.py\nimport shop\nprint(shop.total())\nEOF")
     run = _put(store, "$ python repro.py\n[exit 1]\nTraceback (most recent call last):\nKeyError: 'total'")
     assert _top(store, "Run repro.py again to check the fix.\npython repro.py", 1) == [run]
+
+
+def test_show_names_the_file_a_view_shows(store: Store):
+    item = store.get(_put(store, "$ tail -n +40 shop/cart.py\nline 40"))
+    assert "shows shop/cart.py lines 40-end (tail)" in "\n".join(item_report(store, item))
 
 
 def test_an_update_of_the_content_updates_the_view(store: Store):
