@@ -286,3 +286,27 @@ REPORT_EXAMPLES: Final = 10
 # A writer holds the lock for one fsync'd append (milliseconds) or one snapshot (well under a
 # second for 100k items); 5 s without it means a stuck process, and the doctor reads anyway.
 DOCTOR_LOCK_WAIT_S: Final = 5.0
+
+# --- file views (views.py) ------------------------------------------------------------------
+# A command line longer than this is a script, not a command that shows a file.
+VIEW_COMMAND_CHARS: Final = 2_000
+# Output lines read for line numbers and the files a grep names: a view's span is decided by
+# its first and last numbered lines, and a listing longer than this is cut anyway.
+VIEW_SCAN_LINES: Final = 2_000
+# A grep over a tree that hits more files than this is a search listing, not a view of each.
+VIEW_MAX_PATHS: Final = 8
+# Search: a view of a file the query names has its score multiplied by VIEW_PATH_LIFT, and by
+# VIEW_RANGE_LIFT more when it shows the lines the query asks for. Chosen on the tuning half of
+# the replay (bench/REPLAY.md has the levels tried): a lift that puts the views of a named file
+# first, and still bounded, so a far better text match wins.
+VIEW_PATH_LIFT: Final = 3.0
+VIEW_RANGE_LIFT: Final = 1.25
+# An older view whose lines a newer view of the same file also shows: still a view of the file,
+# ahead of mere mentions, but behind the newer one (the newest view of a region first).
+VIEW_SUPERSEDED_LIFT: Final = 1.5
+# An edit in place (sed -i, perl -i) of a named file: it says which lines changed, not what
+# they hold, so it is lifted less than a view that shows them.
+VIEW_EDIT_LIFT: Final = 1.0
+# The newest views of a named file that are lifted: an agent re-reads one file tens of times,
+# and the oldest of those views are the least likely to be what it goes back for.
+VIEW_LIFT_MAX: Final = 16

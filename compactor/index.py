@@ -451,6 +451,16 @@ class BM25Index:
                 out[doc_id] = (score, self._matched(d, found))
         return out
 
+    def score_docs(self, query: str, doc_ids: Sequence[str]) -> list[IndexHit]:
+        """The scores `search` would give these documents (those matching a term), by bisection
+        into the query's postings: for callers that add candidates of their own."""
+        _, weighted = self._weigh(query)
+        acc = {self._ids[i]: 0.0 for i in doc_ids if i in self._ids}
+        scorer = _Scorer(self, len(self._ids))
+        for w, tid in weighted:
+            scorer.refine(acc, w, tid)
+        return [IndexHit(doc_id, score, ()) for d, score in acc.items() if score > 0.0 and (doc_id := self._ext[d])]
+
     def _weigh(self, query: str) -> tuple[list[tuple[str, int]], list[tuple[float, int]]]:
         """The query's indexed terms as (term, id), and as (idf * (k1 + 1), id) rarest first."""
         n = len(self._ids)

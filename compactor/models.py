@@ -55,6 +55,11 @@ class Item:
     # (tag, id of the item it came from) for tags gained when near-duplicates merged into this
     # one: forgetting that item takes back the tags only it gave.
     tags_from: tuple[tuple[str, str], ...] = ()
+    # A file view (views.py): the tool output shows these files' lines, made by this command
+    # ("sed", "grep", "write", ...); the lines (first, last; last 0 = to the end) when known.
+    file_command: str | None = None
+    file_paths: tuple[str, ...] = ()
+    file_lines: tuple[int, ...] = ()
 
     @property
     def view_tokens(self) -> int:
@@ -103,7 +108,7 @@ def pairs(value: Any) -> tuple[tuple[str, str], ...]:
 
 
 # Tuple fields: JSON (records, journal patches) brings them back as lists.
-TUPLE_FIELDS: tuple[str, ...] = ("tags", "children", "parents", "gone_children")
+TUPLE_FIELDS: tuple[str, ...] = ("tags", "children", "parents", "gone_children", "file_paths", "file_lines")
 _FIELD_ORDER = tuple(f.name for f in fields(Item))
 _FIELD_NAMES = frozenset(_FIELD_ORDER)
 _ALL_FIELDS = attrgetter(*_FIELD_ORDER)

@@ -11,6 +11,7 @@ from . import constants as C
 from .condense import gist
 from .models import Item
 from .store import Status, Store
+from .views import describe as describe_view
 
 # (text, role) -> text. Roles: head, dim, ok, warn, bad, id.
 Paint = Callable[[str, str], str]
@@ -130,6 +131,9 @@ def item_report(
     if item.summary:
         tokens += f", {item.summary_tokens:,} summary"
     lines.append(f"{paint('tokens', 'head')}   {tokens}; {item.view_tokens:,} count against the budget while active")
+    if item.file_paths:
+        shown = describe_view(item.file_command, item.file_paths, item.file_lines)
+        lines.append(f"{paint('file', 'head')}     {shown}")
 
     lines += ["", paint("History", "head")]
     lines.append(f"  created        {fmt_time(item.created_at)} ({ago(item.created_at, now)} ago)")

@@ -117,6 +117,9 @@ class GetResult(BaseModel):
     depth: int
     parents: list[str]
     children: list[str]
+    file_command: str | None = Field(default=None, description="the program of a file view (cat, sed, grep, write...)")
+    file_paths: list[str] = Field(default_factory=list, description="files whose lines this item shows")
+    file_lines: list[int] = Field(default_factory=list, description="[first, last] line shown; last 0: to the end")
 
 
 class StatusResult(BaseModel):
@@ -345,4 +348,7 @@ def full(item: Item) -> GetResult:
         depth=item.depth,
         parents=list(item.parents),
         children=list(item.children),
+        file_command=item.file_command,
+        file_paths=list(item.file_paths),
+        file_lines=list(item.file_lines),
     )

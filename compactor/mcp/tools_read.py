@@ -12,6 +12,7 @@ from pydantic import Field
 
 from .. import constants as C
 from ..render import fence, item_line, item_preview, preview
+from ..views import describe as describe_view
 from . import schemas as S
 from .kit import READ_ONLY, WRITE_IDEMPOTENT, IdArg, ScopeArg, TagsArg, ToolKit
 from .replies import bounded, result
@@ -101,6 +102,8 @@ def register(kit: ToolKit) -> None:
                 parts.append("tags: " + ", ".join(it.tags))
             if it.summary:
                 parts.append("summary: " + it.summary)
+            if it.file_paths:
+                parts.append(describe_view(it.file_command, it.file_paths, it.file_lines))
             parts.append(it.content)
             return result("\n".join(parts), S.full(it))
 

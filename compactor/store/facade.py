@@ -25,7 +25,7 @@ from ..persist import StateDir
 from ..runtime import PROCESS, Runtime
 from ..tokens import TokenCounter, default_counter
 from .compact import _Compaction, _item_bytes
-from .inputs import StoreInput, _check_importance, _utf8_size
+from .inputs import StoreInput, _check_importance, _utf8_size, file_view_fields
 from .journaled import _Txn
 from .ledger import _Ledger
 from .recall import _Recall
@@ -334,6 +334,9 @@ class Store(_Recall, _Compaction, _Ledger):
                     # Tags the caller names are theirs now; merged ones kept stay attributed.
                     own = set(parse_tags(self._redact_tags(tags))) if tags is not None else set()
                     changes["tags_from"] = [p for p in old.tags_from if p[0] in changes["tags"] and p[0] not in own]
+            if not old.depth and ("content" in changes or "summary" in changes):
+                new_text = changes.get("content", old.content), changes.get("summary", old.summary)
+                changes.update(file_view_fields(*new_text))
             self._transact(
                 [{"op": "patch", "id": item_id, "set": changes}],
                 protected=frozenset({item_id}),

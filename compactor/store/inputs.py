@@ -16,6 +16,7 @@ from ..classify import auto_tags, detect_type, merge_tags, parse_tags
 from ..errors import InvalidArgumentError
 from ..models import CONTENT_TYPES, ContentType, Item
 from ..redact import redact
+from ..views import detect
 from .state import ALL_SCOPES, _StateOps
 
 _VALID_ID = re.compile(rf"[a-z0-9][a-z0-9_-]{{{C.ID_MIN_CHARS - 1},{C.ID_MAX_CHARS - 1}}}")
@@ -64,6 +65,14 @@ def _check_importance(value: int, *, optional: bool = False) -> int:
             bounds.must_be("importance", bounds.or_null(allowed) if optional else allowed, value)
         )
     return value
+
+
+def file_view_fields(content: str, summary: str | None) -> dict[str, Any]:
+    """An item's file-view fields (views.detect) for its content and summary."""
+    found = detect(content, summary)
+    if found is None:
+        return {"file_command": None, "file_paths": (), "file_lines": ()}
+    return {"file_command": found.command, "file_paths": found.paths, "file_lines": found.lines or ()}
 
 
 class _Inputs(_StateOps):
@@ -117,6 +126,7 @@ class _Inputs(_StateOps):
             content_tokens=self.counter.count(content),
             summary_tokens=self.counter.count(summary),
             scope=self._check_stored_scope(inp.scope) if inp.scope is not None else self.scope,
+            **file_view_fields(content, summary),
         )
 
     def _redact(self, content: str, summary: str | None) -> tuple[str, str | None]:
@@ -254,6 +264,7 @@ class _Inputs(_StateOps):
             gone_children=tuple(pick("gone_children", is_ids, ())),
             children_tier=pick("children_tier", lambda v: v in ("active", "archived"), "archived"),
             scope=scope if scope == "" else self._check_scope(scope),
+            **(file_view_fields(content, summary) if not depth else {}),
         )
 
     def _settle_lineage(self, built: dict[str, Item]) -> list[str]:

@@ -11,6 +11,7 @@ from .. import constants as C
 from .. import scoring
 from ..errors import PersistenceError
 from ..models import Item, Op
+from ..views import covers, overlaps, parse_query
 from .journaled import _Journaled
 from .records import Hit
 from .state import scope_key
@@ -58,14 +59,27 @@ class _Search(_Journaled):
             and (scopes is None or s.scope_order.keys() <= scopes)
         )
         raw = s.index.search(text, limit=fetch, accept=None if accepts_all else accept, with_matched=False)
+        lifts = self._view_lifts(text) if len(s.views) else {}
+        if lifts:
+            # Views of the named file are candidates even when BM25 alone ranks them deeper.
+            have = {h.doc_id for h in raw}
+            wanted = {i for i in lifts if i not in have and (accepts_all or accept(i))}
+            if wanted:
+                raw.extend(s.index.score_docs(text, sorted(wanted)))
+                raw.sort(key=lambda h: -h.score)
+        bound = scoring.MAX_RANK_FACTOR * max(lifts.values(), default=1.0)
         newest = s.next_seq - 1
+
+        def score(relevance: float, it: Item) -> float:
+            return scoring.rank_score(relevance, it, now, newer=newest - it.seq) * lifts.get(it.id, 1.0)
+
         scored: list[tuple[float, Item]] = []
         leaders: list[float] = []  # min-heap of the `limit` best final scores so far; leaders[0] is the cut
         for h in raw:  # BM25 best first: once even the largest lift cannot reach the cut, stop
-            if len(leaders) == limit and h.score * scoring.MAX_RANK_FACTOR * (1.0 + 1e-12) < leaders[0]:
+            if len(leaders) == limit and h.score * bound * (1.0 + 1e-12) < leaders[0]:
                 break
             it = s.items[h.doc_id]
-            final = scoring.rank_score(h.score, it, now, newer=newest - it.seq)
+            final = score(h.score, it)
             scored.append((final, it))
             if len(leaders) < limit:
                 heapq.heappush(leaders, final)
@@ -79,7 +93,7 @@ class _Search(_Journaled):
             # the early stop are scored too.
             for h in raw[len(scored) :]:
                 it = s.items[h.doc_id]
-                scored.append((scoring.rank_score(h.score, it, now, newer=newest - it.seq), it))
+                scored.append((score(h.score, it), it))
             scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
             dropped: set[str] = set()
             while True:
@@ -91,6 +105,39 @@ class _Search(_Journaled):
                 dropped |= newly
         matched = s.index.matched_terms([it.id for _, it in top], text)
         return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
+
+    def _view_lifts(self, text: str) -> dict[str, float]:
+        """Item id -> score multiplier for the file views of the paths a query names: a view of
+        the file ranks ahead of items that only mention it, one showing the lines asked for
+        further ahead, and an older view whose lines a newer view of the file also shows gets
+        a smaller lift (the newest view of a region first)."""
+        s = self._s
+        query = parse_query(text, known=s.views)
+        if query is None:
+            return {}
+        found = sorted((s.items[i] for i in s.views.lookup(query.paths, C.VIEW_LIFT_MAX)), key=lambda it: -it.seq)
+        lifts: dict[str, float] = {}
+        newer: list[Item] = []
+        for it in found[: C.VIEW_LIFT_MAX]:
+            lines = (it.file_lines[0], it.file_lines[1]) if len(it.file_lines) == 2 else None
+            shown = set(it.file_paths)
+            if any(
+                covers((n.file_lines[0], n.file_lines[1]), lines) and shown & set(n.file_paths)
+                for n in newer
+                if len(n.file_lines) == 2
+            ):
+                lifts[it.id] = C.VIEW_SUPERSEDED_LIFT
+                continue
+            if it.file_command == "edit":
+                # An edit names the lines it changed but does not show them.
+                lifts[it.id] = C.VIEW_EDIT_LIFT
+                continue
+            newer.append(it)
+            lift = C.VIEW_PATH_LIFT
+            if query.lines is not None and overlaps(lines, query.lines):
+                lift *= C.VIEW_RANGE_LIFT
+            lifts[it.id] = lift
+        return lifts
 
     def _covering(self, hits: list[tuple[float, Item]]) -> set[str]:
         """Every summary node above the hits in the DAG: O(hits * depth), never the store."""

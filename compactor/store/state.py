@@ -20,6 +20,7 @@ from ..index import BM25Index
 from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
 from ..render import examples
 from ..tokens import TokenCounter
+from ..views import ViewIndex
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class _State:
     by_tag: dict[str, set[str]] = field(default_factory=dict)
     index: BM25Index = field(default_factory=BM25Index)
     dedup: DedupIndex = field(default_factory=DedupIndex)
+    views: ViewIndex = field(default_factory=ViewIndex)  # file views by the paths they show
     dup_hints: set[str] = field(default_factory=set)  # active items with a near-duplicate noted
     uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
     pinned: set[str] = field(default_factory=set)  # active and pinned: status and recall read it per call
@@ -139,6 +141,13 @@ class _StateOps:
                 f"the index's document lengths disagree with the items ({s.index.avg_doc_len:.3f} vs "
                 f"{fresh.avg_doc_len:.3f} average): scores would be off"
             )
+        views = ViewIndex()
+        for it in s.items.values():
+            views.add(it.id, it.file_paths)
+        if views != s.views:
+            problems.append(
+                "the file-view index disagrees with the items' file_paths: searches would lift the wrong items"
+            )
         used = sum(it.view_tokens for it in s.items.values() if it.tier == "active")
         if s.used != used:
             problems.append(f"tokens used is {s.used:,} but the active items add up to {used:,}")
@@ -217,6 +226,9 @@ class _StateOps:
                 self._untag(s, tag, old.id)
             for tag in new.tags:
                 s.by_tag.setdefault(tag, set()).add(new.id)
+        if old.file_paths != new.file_paths:
+            s.views.remove(old.id, old.file_paths)
+            s.views.add(new.id, new.file_paths)
         if old.content != new.content or old.summary != new.summary:
             s.index.update(new.id, *index_fields(new))
         elif old.tags != new.tags:
@@ -301,6 +313,8 @@ class _StateOps:
         s.next_seq = max(s.next_seq, item.seq + 1)
         for tag in item.tags:
             s.by_tag.setdefault(tag, set()).add(item.id)
+        if item.file_paths:
+            s.views.add(item.id, item.file_paths)
         if derived:
             self._derive(s, item)
         if item.tier == "archived":
@@ -330,6 +344,8 @@ class _StateOps:
         for tag in item.tags:
             self._untag(s, tag, item.id)
         s.index.remove(item.id)
+        if item.file_paths:
+            s.views.remove(item.id, item.file_paths)
         s.dedup.remove(item.id)
         s.dup_hints.discard(item.id)
         s.uncovered.discard(item.id)
