@@ -130,8 +130,16 @@ RECALL_HEADER_TOKENS: Final = 24
 RECALL_PREVIEW_CHARS: Final = 90
 # Share of recall's cap the task-related group may take before recent work (tuned on the tuning half).
 RECALL_TASK_SHARE: Final = 0.5
-# Share of what is left that recent work takes before summaries and the rest (tuned likewise).
+# Share of recall's cap that open errors may take: a resumed session's first job, yet never the whole screen.
+RECALL_ERRORS_SHARE: Final = 0.15
+# Share of what is left that recent work takes before decisions, summaries and the rest (tuned likewise).
 RECALL_RECENT_SHARE: Final = 0.8
+# Share of what is left after recent work that decisions may take before summaries.
+RECALL_DECISIONS_SHARE: Final = 0.5
+# Programs whose output is the text of the one file they name: such an output is a view of that file.
+RECALL_FILE_READERS: Final = frozenset({"cat", "head", "tail", "nl", "sed", "less", "more", "bat"})
+# Items whose subject (file or command) recall remembers between calls: its walk covers RECALL_SCAN_MAX.
+RECALL_SUBJECT_CACHE: Final = 8_192
 # How much of an item's head names what it is a view of (a command line, a file path).
 RECALL_VIEW_KEY_CHARS: Final = 300
 # Recall walks at most this many newest items looking for summaries once recent work is full (10 ms at 10k).

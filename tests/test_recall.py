@@ -1,8 +1,17 @@
-"""recall's layout over stdio (ISSUE 19, ISSUE 17 point 5): what a real client reads."""
+"""recall's layout and what it ranks (ISSUE 19, ISSUE 17 point 5): over stdio (what a real client
+reads), through the SDK's in-memory client, and on the Store."""
 
 from __future__ import annotations
 
+import anyio
+import pytest
+from mcp import Client
+
 from compactor import constants as C
+from compactor.server import build_server
+from compactor.store import Store
+from compactor.tokens import default_counter
+from tests.conftest import FakeClock
 from tests.recall_layout import groups_of
 from tests.stdio_client import StdioServer
 
@@ -24,4 +33,92 @@ def test_recall_layout_over_stdio() -> None:
     assert ids == [i for v in groups.values() for i in v] and len(ids) == len(set(ids))
     # One entry per file: 40 files, each shown once (its newest view), the rest left out.
     assert len(ids) == 1 + 40 and r["more"] == 150 - 40
+    assert r["tokens"] <= C.RECALL_TOKENS_DEFAULT
+
+
+def session(store: Store, clock: FakeClock) -> dict[str, str]:
+    """A small coding session: reads, a failing test fixed later, an error still open, a decision."""
+    steps = {
+        "read_old": "$ cat shop/cart.py\ndef total(cart): return sum(cart)  # the old view",
+        "fail_fixed": "$ pytest tests/test_cart.py\n[exit 1]\nE   AssertionError: assert 3 == 4",
+        "decision": "Decided: keep totals in cents (integers) instead of floats, to avoid rounding errors.",
+        "read_new": "$ sed -n 1,40p shop/cart.py\ndef total(cart): return sum(i.cents for i in cart)  # newer",
+        "edit": "sed -i 's/sum(cart)/sum(i.cents for i in cart)/' shop/cart.py",
+        "pass": "$ pytest tests/test_cart.py\n4 passed in 0.02s",
+        "open": "$ python -m shop.checkout\nTraceback (most recent call last):\nKeyError: 'currency'",
+        "rerun_bare": "cat shop/cart.py",
+        "note": "Checked the invoice importer: it reads cents already.",
+    }
+    ids = {}
+    for name, content in steps.items():
+        clock.advance(5)
+        ids[name] = store.store(content).item.id
+    return ids
+
+
+def test_recall_shows_open_errors_and_the_newest_view_of_each_file(store: Store, clock: FakeClock) -> None:
+    ids = session(store, clock)
+    r = store.recall(query="cart total rounding")
+    groups = groups_of(r.text)
+    shown = [i for v in groups.values() for i in v]
+    # The error nothing resolved is an open error; the failure a later run passed is not.
+    assert groups["Open errors"] == [ids["open"]]
+    assert ids["fail_fixed"] not in shown and ids["pass"] in shown
+    # shop/cart.py is shown once, by its newest view, even where the task's words match the
+    # older one; a bare command typed after it (no output yet) does not stand in for the view.
+    assert ids["read_new"] in shown
+    assert ids["read_old"] not in shown and ids["rerun_bare"] not in shown
+    assert ids["edit"] in shown  # an edit is not a view of the file: listed on its own
+    assert ids["decision"] in shown
+
+
+def test_recall_open_errors_newest_first_within_their_share(store: Store, clock: FakeClock) -> None:
+    errors = []
+    for i in range(40):
+        clock.advance(1)
+        failure = f"$ python tools/job_{i}.py\nTraceback (most recent call last):\nValueError: {i}"
+        errors.append(store.store(failure).item.id)
+    r = store.recall()
+    open_errors = groups_of(r.text)["Open errors"]
+    assert open_errors == errors[::-1][: len(open_errors)] and 0 < len(open_errors) <= 20
+    share = sum(default_counter().count(ln) for ln in r.lines[: len(open_errors)])
+    assert share <= C.RECALL_TOKENS_DEFAULT * C.RECALL_ERRORS_SHARE
+
+
+@pytest.mark.parametrize("cap", [C.RECALL_TOKENS_MIN, 300, C.RECALL_TOKENS_DEFAULT, 6_000])
+def test_recall_never_passes_its_cap(store: Store, clock: FakeClock, cap: int) -> None:
+    ids = session(store, clock)
+    for i in range(400):
+        clock.advance(1)
+        store.store(f"$ cat src/mod_{i}.py\n" + "x = 1\n" * 20, tags=["observation"])
+    store.configure(recall_tokens=cap)
+    for query in (None, "cart total"):
+        r = store.recall(query=query)
+        assert r.tokens == default_counter().count(r.text) <= cap
+        groups_of(r.text)
+    if cap >= C.RECALL_TOKENS_DEFAULT:
+        assert r.tokens >= cap * 0.8  # with material to fill it, the cap is used
+    if cap == C.RECALL_TOKENS_DEFAULT:
+        # Older than the recent work shown, the decision and the open error still have their groups.
+        groups = groups_of(store.recall().text)
+        assert groups["Decisions"] == [ids["decision"]] and groups["Open errors"] == [ids["open"]]
+        assert ids["decision"] not in groups["Recent work"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_recall_groups_through_the_client(store: Store, clock: FakeClock) -> None:
+    ids = session(store, clock)
+    async with Client(build_server(store), mode="legacy") as c:
+        with anyio.fail_after(10):
+            res = await c.call_tool("recall", {"query": "cart total rounding"})
+    assert not res.is_error and res.structured_content is not None
+    r = res.structured_content
+    groups = groups_of(r["text"])
+    assert groups["Open errors"] == [ids["open"]]
+    assert [it["id"] for it in r["items"]] == [i for v in groups.values() for i in v]
     assert r["tokens"] <= C.RECALL_TOKENS_DEFAULT

@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Collection
+from functools import lru_cache
 from operator import itemgetter
 
 from .. import constants as C
@@ -23,25 +24,74 @@ from .search import _Search
 from .state import scope_key
 
 # The groups of a recall, in the order shown; each header states its ordering and its score.
-_GROUPS = ("pinned", "task", "recent", "summaries", "valuable")
+_GROUPS = ("pinned", "task", "errors", "recent", "decisions", "summaries", "valuable")
 _HEADERS = {
     "pinned": "Pinned ({n}, newest first):",
     "task": "Related to the task ({n}, best match first; score = search relevance):",
+    "errors": "Open errors ({n}, newest first; no later success on the same command or file):",
     "recent": "Recent work ({n}, newest first; one entry per file or command, its newest view):",
+    "decisions": "Decisions ({n}, newest first):",
     "summaries": "Summaries of older work ({n}, newest first; expand(id) for their items):",
     "valuable": "Most valuable of the rest ({n}, highest first; score = retention):",
 }
 _FOLD = re.compile(r"\s+")
 _FILEISH = re.compile(r"/|\b[\w-]+\.[A-Za-z]\w{0,5}\b")  # a path or a file name: the line is a view of it
+_PATH = re.compile(r"[\w.~/+-]*(?:/[\w.+-]+|\.[A-Za-z]\w{0,5})")  # one argument that names a file
+_CHAIN = re.compile(r"&&|;|\|\|")
 
 
-def _view_key(it: Item) -> str:
-    """What an item is a view of: its first line (a command, or a command's echo "$ cmd"),
-    so that only the newest view of a file or a command's output is shown."""
-    first = (it.content or "").lstrip()[: C.RECALL_VIEW_KEY_CHARS].split("\n", 1)[0]
-    if not first.startswith("$ ") and not _FILEISH.search(first):
+def _file_of(command: str) -> str:
+    """The one file a shell command shows or writes whole: a reader of one file (`cat a.py`,
+    `sed -n 1,9p a.py`, `nl -ba a.py | sed ...`) or a write by redirect (`cat <<EOF > a.py`);
+    "" for anything else (a search, an in-place edit, a run)."""
+    head = command.split("|", 1)[0]
+    parts = [p.strip() for p in _CHAIN.split(head)]
+    part = next((p for p in parts if p and not p.startswith("cd ")), "")
+    words = part.split()
+    if not words or words[0].rsplit("/", 1)[-1] not in C.RECALL_FILE_READERS:
+        return ""
+    if ">" in words[:-1] and words[-2] in (">", ">|"):  # a whole-file write: the file's new text
+        target = words[-1].strip("'\"")
+        return target if _PATH.fullmatch(target) else ""
+    if any(w.startswith(("-i", "--in-place", ">")) or ">" in w for w in words[1:]):
+        return ""  # an in-place edit or an append: not a view of the file
+    paths = [w.strip("'\"") for w in words[1:] if not w.startswith("-")]
+    paths = [w for w in paths if _PATH.fullmatch(w)]
+    return paths[0] if len(paths) == 1 else ""
+
+
+@lru_cache(maxsize=C.RECALL_SUBJECT_CACHE)
+def _subject_of(first: str, whole: bool) -> str:
+    """What an item whose first line is `first` is a view of (`whole`: that line is all of it)."""
+    command = first.startswith("$ ")
+    if not command and not whole and not _FILEISH.search(first):
         return ""  # prose: two notes that open alike are still two notes
-    return _FOLD.sub(" ", first.removeprefix("$ ").strip()).lower()
+    line = _FOLD.sub(" ", first.removeprefix("$ ").strip())
+    path = _file_of(line)
+    return f"file {path}" if path else line.lower()
+
+
+def _subject(it: Item) -> str:
+    """What an item is a view of: a file (the newest view of a file stands for it: a `cat a.py`,
+    a `sed -n 5,9p a.py`, a heredoc that wrote a.py), else a command (a command `pytest x` and its
+    output `$ pytest x`), else, for a one-line item, its text; "" for prose."""
+    text = (it.content or "").lstrip()
+    end = text.find("\n", 0, C.RECALL_VIEW_KEY_CHARS)
+    if end < 0:
+        first, whole = text[: C.RECALL_VIEW_KEY_CHARS], len(text) <= C.RECALL_VIEW_KEY_CHARS
+    else:
+        first, whole = text[:end], len(text) - end < C.RECALL_VIEW_KEY_CHARS and text[end:].isspace()
+    return _subject_of(first.rstrip(), whole)
+
+
+def _is_bare(it: Item) -> bool:
+    """A command alone on its line (`cat a.py`), without the output that would show the file."""
+    text = it.content
+    return len(text) <= C.RECALL_VIEW_KEY_CHARS and "\n" not in text.strip() and not text.lstrip().startswith("$ ")
+
+
+def _is_error(it: Item) -> bool:
+    return it.content_type == "error" or "error" in it.tags
 
 
 class _Recall(_Paging, _Search, _Dag):
@@ -51,12 +101,14 @@ class _Recall(_Paging, _Search, _Dag):
         self, limit: int = 20, query: str | None = None, scope: str | None = None, exclude: Collection[str] = ()
     ) -> Recall:
         """A context assembled within `recall_tokens`, in groups an agent can scan: pinned items,
-        items related to the task (`query`), recent work (one entry per file or command, its
-        newest view), summaries of older work, then the most valuable of the rest. Each group has
-        one ordering and at most one kind of score, stated in its header; no item appears twice;
-        `limit` bounds each group's entries but the last, which fills what is left of the token
-        cap (so a small limit cannot leave the cap half used); the cap bounds the whole. Ids in `exclude` are
-        left out (the caller shows them otherwise)."""
+        items related to the task (`query`), open errors (no later success on the same command or
+        file), recent work (one entry per file or command, its newest view), decisions, summaries
+        of older work, then the most valuable of the rest. Each group has one ordering and at most
+        one kind of score, stated in its header; no item appears twice, and a file or command is
+        shown by its newest view wherever it appears; `limit` bounds each group's entries but the
+        last, which fills what is left of the token cap (so a small limit cannot leave the cap
+        half used); the cap bounds the whole. Ids in `exclude` are left out (the caller shows
+        them otherwise)."""
         if not 1 <= limit <= C.LIST_LIMIT_MAX:
             raise InvalidArgumentError(f"limit must be from 1 to {C.LIST_LIMIT_MAX}.")
         with self._read():
@@ -76,15 +128,51 @@ class _Recall(_Paging, _Search, _Dag):
             # Header and footer are part of the output the cap bounds.
             tokens = count(head) + C.RECALL_FOOTER_TOKENS
 
+            # One walk over the newest items: what each is a view of, the newest view of each
+            # file or command, open errors, decisions and summaries, newest first.
+            window = [s.items[s.by_seq[q]] for q in reversed(seqs[-C.RECALL_SCAN_MAX :])]
+            subject: dict[str, str] = {}
+            newest: dict[str, Item] = {}
+            succeeded: set[str] = set()
+            errors: list[Item] = []
+            decisions: list[Item] = []
+            summaries: list[Item] = []
+            recent: list[Item] = []
+            bare: dict[str, Item] = {}  # a command with no output yet: not a view of what it shows
+            for it in window:
+                if it.pinned:
+                    continue
+                if it.depth:
+                    summaries.append(it)
+                    continue
+                key = subject[it.id] = _subject(it)
+                recent.append(it)
+                if _is_error(it):
+                    if not key or key not in succeeded:
+                        errors.append(it)
+                elif key:
+                    succeeded.add(key)  # a later success on the same command or file settles the error
+                if it.content_type == "decision":
+                    decisions.append(it)
+                if key:
+                    (bare if _is_bare(it) else newest).setdefault(key, it)
+            for key, it in bare.items():
+                newest.setdefault(key, it)
+
             def take(group: str, it: Item, score: float | None, until: float) -> bool:
-                """Add `it` to `group` if it is new and fits under `until` tokens; False when the
-                group or the share is full (the caller stops feeding it)."""
+                """Add `it` (or, for an older view of a file or command, its newest view) to
+                `group` if it is new and fits under `until` tokens; False when the group or the
+                share is full (the caller stops feeding it)."""
                 nonlocal tokens
+                key = subject.get(it.id)
+                if key is None:
+                    key = _subject(it) if not it.depth else ""
+                if key:
+                    if key in views:
+                        return True  # this file or command is already shown
+                    it = newest.get(key, it)
                 if it.id in shown:
                     return True
-                key = _view_key(it)
-                if key and key in views:
-                    return True  # an older view of a file or command already shown
                 entries = groups[group]
                 if len(entries) >= limit and group != "valuable":
                     return False
@@ -112,42 +200,32 @@ class _Recall(_Paging, _Search, _Dag):
                 for h in self._search(text, [], C.QUERY_LIMIT_MAX, True, scopes):
                     if not h.item.pinned and not take("task", h.item, h.score, share):
                         break
-            newest = (s.items[s.by_seq[q]] for q in reversed(seqs))
-            summaries: list[Item] = []
-            share = tokens + (cap - tokens) * C.RECALL_RECENT_SHARE
-            filled = False
-            scanned = 0
-            for it in newest:
-                if it.pinned:
-                    continue
-                if it.depth:
-                    summaries.append(it)
-                    continue
-                if not filled and not take("recent", it, None, share):
-                    filled = True
-                scanned += 1
-                if filled and (len(summaries) >= limit or scanned >= C.RECALL_SCAN_MAX):
+            share = tokens + cap * C.RECALL_ERRORS_SHARE
+            for it in errors:
+                if not take("errors", it, None, share):
                     break
-            for it in summaries:
+            share = tokens + (cap - tokens) * C.RECALL_RECENT_SHARE
+            for it in recent:
+                if not take("recent", it, None, share):
+                    break
+            share = tokens + (cap - tokens) * C.RECALL_DECISIONS_SHARE
+            for it in decisions:
+                if not take("decisions", it, None, share):
+                    break
+            for it in summaries[:limit]:
                 if not take("summaries", it, None, cap):
                     break
             if tokens < cap and len(groups["recent"]) < limit:  # the rest of the cap: more recent work
-                for q in reversed(seqs[-C.RECALL_SCAN_MAX :]):
-                    it = s.items[s.by_seq[q]]
-                    if not it.pinned and not it.depth and not take("recent", it, None, cap):
+                for it in recent:
+                    if not take("recent", it, None, cap):
                         break
             if tokens < cap - C.RECALL_HEADER_TOKENS:
                 # Retention is dominated by importance: score only the most important of the newest
                 # RECALL_SCAN_MAX (older work is what the summaries group stands for).
                 retention = scoring.retention
-                items_of = s.items
                 candidates = heapq.nlargest(
                     limit * C.RECALL_VALUABLE_CANDIDATES,
-                    (
-                        (it.importance, it.seq, it)
-                        for it in map(items_of.__getitem__, map(s.by_seq.__getitem__, seqs[-C.RECALL_SCAN_MAX :]))
-                        if it.id not in shown and not it.pinned
-                    ),
+                    ((it.importance, it.seq, it) for it in window if it.id not in shown and not it.pinned),
                     key=itemgetter(0, 1),
                 )
                 scored = ((retention(it, now), it.seq, it) for _, _, it in candidates)
