@@ -138,7 +138,8 @@ RECALL_RECENT_SHARE: Final = 0.8
 RECALL_DECISIONS_SHARE: Final = 0.5
 # Programs whose output is the text of the one file they name: such an output is a view of that file.
 RECALL_FILE_READERS: Final = frozenset({"cat", "head", "tail", "nl", "sed", "less", "more", "bat"})
-# Items whose subject (file or command) recall remembers between calls: its walk covers RECALL_SCAN_MAX.
+# Items whose subject (file or command) recall remembers between calls; its walk covers RECALL_SCAN_MAX,
+# so this holds several walks' worth and starts over when full.
 RECALL_SUBJECT_CACHE: Final = 8_192
 # How much of an item's head names what it is a view of (a command line, a file path).
 RECALL_VIEW_KEY_CHARS: Final = 300

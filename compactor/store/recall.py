@@ -8,8 +8,8 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Collection
-from functools import lru_cache
 from operator import itemgetter
+from typing import NamedTuple
 
 from .. import constants as C
 from .. import scoring
@@ -60,7 +60,6 @@ def _file_of(command: str) -> str:
     return paths[0] if len(paths) == 1 else ""
 
 
-@lru_cache(maxsize=C.RECALL_SUBJECT_CACHE)
 def _subject_of(first: str, whole: bool) -> str:
     """What an item whose first line is `first` is a view of (`whole`: that line is all of it)."""
     command = first.startswith("$ ")
@@ -94,8 +93,50 @@ def _is_error(it: Item) -> bool:
     return it.content_type == "error" or "error" in it.tags
 
 
+class _Facts(NamedTuple):
+    """What recall reads from an item, worked out once per item version: its subject, whether
+    it is a bare command or an error, and its unscored entry with that entry's tokens."""
+
+    item: Item
+    subject: str
+    bare: bool
+    error: bool
+    line: str
+    line_tokens: int
+
+
 class _Recall(_Paging, _Search, _Dag):
     """Recall assembly and rendering."""
+
+    # Item id -> its facts; an entry counts only while it is for the item version in memory.
+    _facts_cache: dict[str, _Facts] | None = None
+
+    def _facts(self, window: list[Item]) -> list[_Facts]:
+        cache = self._facts_cache
+        if cache is None or len(cache) > C.RECALL_SUBJECT_CACHE:
+            cache = self._facts_cache = {}
+        out = []
+        for it in window:
+            f = cache.get(it.id)
+            if f is None or f.item is not it:
+                f = cache[it.id] = _Facts(it, "" if it.depth else _subject(it), _is_bare(it), _is_error(it), "", -1)
+            out.append(f)
+        return out
+
+    def _entry(self, it: Item, score: float | None) -> tuple[str, int]:
+        """An item's recall line and its tokens; unscored lines are counted once per item version."""
+        if score is not None:
+            line = recall_line(it, score)
+            return line, self.counter.count(line)
+        cache = self._facts_cache if self._facts_cache is not None else {}
+        f = cache.get(it.id)
+        if f is not None and f.item is it and f.line_tokens >= 0:
+            return f.line, f.line_tokens
+        line = recall_line(it, None)
+        cost = self.counter.count(line)
+        if f is not None and f.item is it:
+            cache[it.id] = f._replace(line=line, line_tokens=cost)
+        return line, cost
 
     def recall(
         self, limit: int = 20, query: str | None = None, scope: str | None = None, exclude: Collection[str] = ()
@@ -139,15 +180,15 @@ class _Recall(_Paging, _Search, _Dag):
             summaries: list[Item] = []
             recent: list[Item] = []
             bare: dict[str, Item] = {}  # a command with no output yet: not a view of what it shows
-            for it in window:
+            for it, key, is_bare, is_error, _, _ in self._facts(window):
                 if it.pinned:
                     continue
                 if it.depth:
                     summaries.append(it)
                     continue
-                key = subject[it.id] = _subject(it)
+                subject[it.id] = key
                 recent.append(it)
-                if _is_error(it):
+                if is_error:
                     if not key or key not in succeeded:
                         errors.append(it)
                 elif key:
@@ -155,7 +196,7 @@ class _Recall(_Paging, _Search, _Dag):
                 if it.content_type == "decision":
                     decisions.append(it)
                 if key:
-                    (bare if _is_bare(it) else newest).setdefault(key, it)
+                    (bare if is_bare else newest).setdefault(key, it)
             for key, it in bare.items():
                 newest.setdefault(key, it)
 
@@ -176,8 +217,8 @@ class _Recall(_Paging, _Search, _Dag):
                 entries = groups[group]
                 if len(entries) >= limit and group != "valuable":
                     return False
-                line = recall_line(it, score)
-                cost = count(line) + (0 if entries else C.RECALL_HEADER_TOKENS)
+                line, cost = self._entry(it, score)
+                cost += 0 if entries else C.RECALL_HEADER_TOKENS
                 if tokens + cost > until:
                     left_out.append(it.id)
                     return False
@@ -288,8 +329,9 @@ class _Recall(_Paging, _Search, _Dag):
                 "Reach them with query(...), get(id), or expand(<summary id>)."
             )
         needs: list[str] = []
-        used = self.counter.count("\n".join(body))
-        for node_id in self._needs_text():
+        waiting = self._needs_text()
+        used = self.counter.count("\n".join(body)) if waiting else 0
+        for node_id in waiting:
             block = self._needs_text_block(self._s.items[node_id], children=5)
             cost = self.counter.count(block) + 1
             if used + cost > cap:
