@@ -130,6 +130,9 @@ RECALL_HEADER_TOKENS: Final = 24
 RECALL_PREVIEW_CHARS: Final = 90
 # Share of recall's cap the task-related group may take before recent work (tuned on the tuning half).
 RECALL_TASK_SHARE: Final = 0.5
+# Recall asks the search for limit * this many hits for its task group: the group skips hits already
+# shown and older views of a file, and the cap ends it long before the last hit.
+RECALL_TASK_FETCH: Final = 3
 # Share of recall's cap that open errors may take: a resumed session's first job, yet never the whole screen.
 RECALL_ERRORS_SHARE: Final = 0.15
 # Share of what is left that recent work takes before decisions, summaries and the rest (tuned likewise).

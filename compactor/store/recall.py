@@ -124,19 +124,22 @@ class _Recall(_Paging, _Search, _Dag):
         return out
 
     def _entry(self, it: Item, score: float | None) -> tuple[str, int]:
-        """An item's recall line and its tokens; unscored lines are counted once per item version."""
-        if score is not None:
-            line = recall_line(it, score)
-            return line, self.counter.count(line)
+        """An item's recall line and its tokens, the line counted once per item version. A score
+        is a word of its own (" 12.34" between the id and the tags), so it adds its own tokens;
+        the rendered whole is counted exactly before recall returns."""
         cache = self._facts_cache if self._facts_cache is not None else {}
         f = cache.get(it.id)
         if f is not None and f.item is it and f.line_tokens >= 0:
-            return f.line, f.line_tokens
-        line = recall_line(it, None)
-        cost = self.counter.count(line)
-        if f is not None and f.item is it:
-            cache[it.id] = f._replace(line=line, line_tokens=cost)
-        return line, cost
+            line, cost = f.line, f.line_tokens
+        else:
+            line = recall_line(it, None)
+            cost = self.counter.count(line)
+            if f is not None and f.item is it:
+                cache[it.id] = f._replace(line=line, line_tokens=cost)
+        if score is None:
+            return line, cost
+        mark = f" {score:.2f}"
+        return recall_line(it, score), cost + self.counter.count(mark)
 
     def recall(
         self, limit: int = 20, query: str | None = None, scope: str | None = None, exclude: Collection[str] = ()
@@ -238,7 +241,7 @@ class _Recall(_Paging, _Search, _Dag):
                     break
             if text:
                 share = tokens + cap * C.RECALL_TASK_SHARE
-                for h in self._search(text, [], C.QUERY_LIMIT_MAX, True, scopes):
+                for h in self._search(text, [], min(C.QUERY_LIMIT_MAX, limit * C.RECALL_TASK_FETCH), True, scopes):
                     if not h.item.pinned and not take("task", h.item, h.score, share):
                         break
             share = tokens + cap * C.RECALL_ERRORS_SHARE
