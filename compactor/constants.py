@@ -229,6 +229,10 @@ DEPTH_INSTRUCTIONS: Final = {
 # Claude Code caps the context a hook adds at 10,000 characters (more is cut to a preview):
 # stay under it with room for the JSON envelope.
 HOOK_CONTEXT_CHARS: Final = 9_000
+# The project's last task as recall's query from the SessionStart hook: the recall tool's own bound.
+HOOK_TASK_QUERY_CHARS: Final = 2_000
+# ... and as shown above that recall, so the agent knows what it was asked with.
+HOOK_TASK_PREVIEW_CHARS: Final = 200
 # Pre-compact digest: a transcript can be megabytes; these keep each section to a screenful.
 DIGEST_LINE_CHARS: Final = 240
 DIGEST_MAX_REQUIREMENTS: Final = 15
