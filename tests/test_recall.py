@@ -47,6 +47,7 @@ def session(store: Store, clock: FakeClock) -> dict[str, str]:
         "pass": "$ pytest tests/test_cart.py\n4 passed in 0.02s",
         "open": "$ python -m shop.checkout\nTraceback (most recent call last):\nKeyError: 'currency'",
         "rerun_bare": "cat shop/cart.py",
+        "retry_bare": "python -m shop.checkout",
         "note": "Checked the invoice importer: it reads cents already.",
     }
     ids = {}
@@ -61,13 +62,14 @@ def test_recall_shows_open_errors_and_the_newest_view_of_each_file(store: Store,
     r = store.recall(query="cart total rounding")
     groups = groups_of(r.text)
     shown = [i for v in groups.values() for i in v]
-    # The error nothing resolved is an open error; the failure a later run passed is not.
+    # The error nothing resolved is an open error (running its command again, with no output
+    # yet, does not resolve it); the failure a later run passed is not.
     assert groups["Open errors"] == [ids["open"]]
     assert ids["fail_fixed"] not in shown and ids["pass"] in shown
     # shop/cart.py is shown once, by its newest view, even where the task's words match the
     # older one; a bare command typed after it (no output yet) does not stand in for the view.
     assert ids["read_new"] in shown
-    assert ids["read_old"] not in shown and ids["rerun_bare"] not in shown
+    assert ids["read_old"] not in shown and ids["rerun_bare"] not in shown and ids["retry_bare"] not in shown
     assert ids["edit"] in shown  # an edit is not a view of the file: listed on its own
     assert ids["decision"] in shown
 

@@ -194,8 +194,10 @@ class _Recall(_Paging, _Search, _Dag):
                 if is_error:
                     if not key or key not in succeeded:
                         errors.append(it)
-                elif key:
-                    succeeded.add(key)  # a later success on the same command or file settles the error
+                elif key and not is_bare:
+                    # A later success on the same command or file settles the error; the command
+                    # typed again without its output yet does not.
+                    succeeded.add(key)
                 if it.content_type == "decision":
                     decisions.append(it)
                 if key:
