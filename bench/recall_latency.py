@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shlex
 import statistics
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from compactor.store import Store
@@ -90,6 +92,12 @@ class RawClient:
                     raise RuntimeError(f"{method} failed: {str(reply)[:300]}")
                 return reply["result"]  # type: ignore[no-any-return]
 
+    def cpu_seconds(self) -> float:
+        """The server process's user + system CPU time so far (Linux /proc): unlike wall time, it
+        does not grow while the process waits for a core on a shared machine."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def close(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
@@ -117,11 +125,14 @@ def over_stdio(n: int, runs: int, server: str) -> None:
                 client.request("tools/call", {"name": "bulk_store", "arguments": {"items": batch[i : i + BULK]}})
             for label, q in QUERIES:
                 params = {"name": "recall", "arguments": {"query": q} if q else {}}
+                cpu = client.cpu_seconds()
                 times = timed(lambda p=params: client.request("tools/call", p), runs)  # type: ignore[misc]
+                cpu_ms = (client.cpu_seconds() - cpu) * 1000 / (runs + RUNS_WARM)
                 tokens = client.request("tools/call", params)["structuredContent"]["tokens"]
                 print(
                     f"{n:,} items over stdio, {label}: p50 {statistics.median(times):.1f} ms "
-                    f"(min {min(times):.1f}, max {max(times):.1f}), {tokens} tokens"
+                    f"(min {min(times):.1f}, max {max(times):.1f}), server CPU {cpu_ms:.1f} ms a call, "
+                    f"{tokens} tokens"
                 )
         finally:
             client.close()
