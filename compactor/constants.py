@@ -146,7 +146,8 @@ RECALL_FILE_READERS: Final = frozenset({"cat", "head", "tail", "nl", "sed", "les
 RECALL_SUBJECT_CACHE: Final = 8_192
 # How much of an item's head names what it is a view of (a command line, a file path).
 RECALL_VIEW_KEY_CHARS: Final = 300
-# Recall walks at most this many newest items looking for summaries once recent work is full (10 ms at 10k).
+# Recall walks at most this many newest items (subjects, open errors, decisions, summaries): its cost
+# is bounded at any number of items.
 RECALL_SCAN_MAX: Final = 1_000
 # Recall scores retention only for limit * this many most important items, not for all (latency).
 RECALL_VALUABLE_CANDIDATES: Final = 5

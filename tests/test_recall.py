@@ -124,3 +124,34 @@ async def test_recall_groups_through_the_client(store: Store, clock: FakeClock) 
     assert groups["Open errors"] == [ids["open"]]
     assert [it["id"] for it in r["items"]] == [i for v in groups.values() for i in v]
     assert r["tokens"] <= C.RECALL_TOKENS_DEFAULT
+
+
+@pytest.mark.parametrize(
+    ("command", "subject"),
+    [
+        ("cat a.py", "file a.py"),
+        ("cat a.py 2>&1", "file a.py"),
+        ("cd /testbed && cat x/y.py", "file x/y.py"),
+        ("nl -ba lib/m.py | sed -n '1,5p'", "file lib/m.py"),
+        ("sed -n '240,260p' a/b.py", "file a/b.py"),
+        ("head -n 50 src/x.py", "file src/x.py"),
+        ("cat <<'EOF' > rep.py", "file rep.py"),
+        ("cat > a.py <<EOF", "file a.py"),
+        # Not the whole text of one file: an in-place edit, an append, a copy, two files, a search, a run.
+        ("sed -i 's/a/b/' a.py", "sed -i 's/a/b/' a.py"),
+        ("cat <<EOF >> a.py", "cat <<eof >> a.py"),
+        ("cat a.py > b.py", "cat a.py > b.py"),
+        ("cat a.py b.py", "cat a.py b.py"),
+        ("grep -n foo a.py", "grep -n foo a.py"),
+        ("python  a.py", "python a.py"),
+    ],
+)
+def test_what_an_entry_is_a_view_of(store: Store, command: str, subject: str) -> None:
+    """A file's views (its readers' outputs, a here-document that wrote it) are one subject; any
+    other command is its own; recall shows each subject once, by its newest view."""
+    from compactor.store.recall import _subject
+
+    output = store.store(f"$ {command}\nline one\nline two").item
+    assert _subject(output) == subject
+    assert _subject(store.store(command).item) == subject  # the command alone: the same subject
+    assert _subject(store.store("Two notes that open alike\nare two notes.").item) == ""

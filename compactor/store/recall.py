@@ -38,6 +38,7 @@ _FOLD = re.compile(r"\s+")
 _FILEISH = re.compile(r"/|\b[\w-]+\.[A-Za-z]\w{0,5}\b")  # a path or a file name: the line is a view of it
 _PATH = re.compile(r"[\w.~/+-]*(?:/[\w.+-]+|\.[A-Za-z]\w{0,5})")  # one argument that names a file
 _CHAIN = re.compile(r"&&|;|\|\|")
+_DUP_FD = re.compile(r"\d?>&\d")  # 2>&1: where errors go, not a write to a file
 
 
 def _file_of(command: str) -> str:
@@ -47,11 +48,14 @@ def _file_of(command: str) -> str:
     head = command.split("|", 1)[0]
     parts = [p.strip() for p in _CHAIN.split(head)]
     part = next((p for p in parts if p and not p.startswith("cd ")), "")
-    words = part.split()
+    words = [w for w in part.split() if not _DUP_FD.fullmatch(w)]
     if not words or words[0].rsplit("/", 1)[-1] not in C.RECALL_FILE_READERS:
         return ""
-    if ">" in words[:-1] and words[-2] in (">", ">|"):  # a whole-file write: the file's new text
-        target = words[-1].strip("'\"")
+    if any(w.startswith("<<") for w in words):  # a here-document written to a file: its whole new text
+        targets = [
+            nxt if w == ">" else w[1:] for w, nxt in zip(words, [*words[1:], ""], strict=True) if w.startswith(">")
+        ]
+        target = targets[0].strip("'\"") if len(targets) == 1 and not targets[0].startswith(">") else ""
         return target if _PATH.fullmatch(target) else ""
     if any(w.startswith(("-i", "--in-place", ">")) or ">" in w for w in words[1:]):
         return ""  # an in-place edit or an append: not a view of the file
