@@ -139,6 +139,8 @@ RECALL_ERRORS_SHARE: Final = 0.15
 RECALL_RECENT_SHARE: Final = 0.8
 # Share of what is left after recent work that decisions may take before summaries.
 RECALL_DECISIONS_SHARE: Final = 0.5
+# How much of an error's end recall reads for its exception line (a traceback ends with it).
+RECALL_ERROR_TAIL_CHARS: Final = 4_000
 # Programs whose output is the text of the one file they name: such an output is a view of that file.
 RECALL_FILE_READERS: Final = frozenset({"cat", "head", "tail", "nl", "sed", "less", "more", "bat"})
 # Items whose subject (file or command) recall remembers between calls; its walk covers RECALL_SCAN_MAX,

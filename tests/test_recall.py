@@ -65,7 +65,7 @@ def test_recall_shows_open_errors_and_the_newest_view_of_each_file(store: Store,
     # The error nothing resolved is an open error (running its command again, with no output
     # yet, does not resolve it); the failure a later run passed is not.
     assert groups["Open errors"] == [ids["open"]]
-    assert ids["fail_fixed"] not in shown and ids["pass"] in shown
+    assert ids["pass"] in shown and ids["fail_fixed"] in shown  # settled, so not an open error
     # shop/cart.py is shown once, by its newest view, even where the task's words match the
     # older one; a bare command typed after it (no output yet) does not stand in for the view.
     assert ids["read_new"] in shown
@@ -155,3 +155,20 @@ def test_what_an_entry_is_a_view_of(store: Store, command: str, subject: str) ->
     assert _subject(output) == subject
     assert _subject(store.store(command).item) == subject  # the command alone: the same subject
     assert _subject(store.store("Two notes that open alike\nare two notes.").item) == ""
+
+
+def test_failures_of_one_command_are_told_apart_by_their_exception(store: Store, clock: FakeClock) -> None:
+    """One entry per command, except that its failures with different exception lines are
+    different facts: each is shown (by its newest occurrence), and a later success settles all."""
+    run = '$ python reproduce.py\nTraceback (most recent call last):\n  File "x.py", line {n}\n{error}'
+    first = store.store(run.format(n=1, error="TypeError: unsupported type at 0x7f01")).item.id
+    clock.advance(1)
+    other = store.store(run.format(n=2, error="KeyError: 'currency'")).item.id
+    clock.advance(1)
+    again = store.store(run.format(n=3, error="TypeError: unsupported type at 0x7f99")).item.id
+    groups = groups_of(store.recall().text)
+    assert groups["Open errors"] == [again, other] and first not in str(groups)
+    clock.advance(1)
+    store.store("$ python reproduce.py\nall good")
+    groups = groups_of(store.recall().text)
+    assert "Open errors" not in groups and {again, other} <= set(groups["Recent work"])

@@ -38,6 +38,8 @@ _FOLD = re.compile(r"\s+")
 _FILEISH = re.compile(r"/|\b[\w-]+\.[A-Za-z]\w{0,5}\b")  # a path or a file name: the line is a view of it
 _PATH = re.compile(r"[\w.~/+-]*(?:/[\w.+-]+|\.[A-Za-z]\w{0,5})")  # one argument that names a file
 _CHAIN = re.compile(r"&&|;|\|\|")
+_EXCEPTION = re.compile(r"^(?:E +)?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b.*)$", re.M)
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
 _DUP_FD = re.compile(r"\d?>&\d")  # 2>&1: where errors go, not a write to a file
 
 
@@ -87,6 +89,13 @@ def _subject(it: Item) -> str:
     return _subject_of(first.rstrip(), whole)
 
 
+def _error_line(text: str) -> str:
+    """The last exception line of an error's output (`KeyError: 'currency'`), addresses masked:
+    what tells two failures of one command apart; "" when there is none."""
+    found = _EXCEPTION.findall(text[-C.RECALL_ERROR_TAIL_CHARS :])
+    return _HEX.sub("0x?", found[-1].strip())[: C.RECALL_VIEW_KEY_CHARS] if found else ""
+
+
 def _is_bare(it: Item) -> bool:
     """A command alone on its line (`cat a.py`), without the output that would show the file."""
     text = it.content
@@ -102,7 +111,8 @@ class _Facts(NamedTuple):
     it is a bare command or an error, and its unscored entry with that entry's tokens."""
 
     item: Item
-    subject: str
+    subject: str  # a command's failures are told apart by their exception line
+    command: str  # the subject without that line: what a later success settles
     bare: bool
     error: bool
     line: str
@@ -123,7 +133,11 @@ class _Recall(_Paging, _Search, _Dag):
         for it in window:
             f = cache.get(it.id)
             if f is None or f.item is not it:
-                f = cache[it.id] = _Facts(it, "" if it.depth else _subject(it), _is_bare(it), _is_error(it), "", -1)
+                command = "" if it.depth else _subject(it)
+                error = _is_error(it)
+                line = _error_line(it.content) if error and command and not command.startswith("file ") else ""
+                subject = f"{command} => {line}" if line else command
+                f = cache[it.id] = _Facts(it, subject, command, _is_bare(it), error, "", -1)
             out.append(f)
         return out
 
@@ -179,7 +193,7 @@ class _Recall(_Paging, _Search, _Dag):
             # One walk over the newest items: what each is a view of, the newest view of each
             # file or command, open errors, decisions and summaries, newest first.
             window = [s.items[s.by_seq[q]] for q in reversed(seqs[-C.RECALL_SCAN_MAX :])]
-            subject: dict[str, str] = {}
+            facts: dict[str, _Facts] = {}
             newest: dict[str, Item] = {}
             succeeded: set[str] = set()
             errors: list[Item] = []
@@ -187,21 +201,23 @@ class _Recall(_Paging, _Search, _Dag):
             summaries: list[Item] = []
             recent: list[Item] = []
             bare: dict[str, Item] = {}  # a command with no output yet: not a view of what it shows
-            for it, key, is_bare, is_error, _, _ in self._facts(window):
+            commands: set[str] = set()  # the commands or files of the views shown
+            for f in self._facts(window):
+                it, key, command, is_bare, is_error = f.item, f.subject, f.command, f.bare, f.error
                 if it.pinned:
                     continue
                 if it.depth:
                     summaries.append(it)
                     continue
-                subject[it.id] = key
+                facts[it.id] = f
                 recent.append(it)
                 if is_error:
-                    if not key or key not in succeeded:
+                    if not command or command not in succeeded:
                         errors.append(it)
-                elif key and not is_bare:
+                elif command and not is_bare:
                     # A later success on the same command or file settles the error; the command
                     # typed again without its output yet does not.
-                    succeeded.add(key)
+                    succeeded.add(command)
                 if it.content_type == "decision":
                     decisions.append(it)
                 if key:
@@ -214,13 +230,14 @@ class _Recall(_Paging, _Search, _Dag):
                 `group` if it is new and fits under `until` tokens; False when the group or the
                 share is full (the caller stops feeding it)."""
                 nonlocal tokens
-                key = subject.get(it.id)
-                if key is None:
-                    key = _subject(it) if not it.depth else ""
+                key = (facts.get(it.id) or self._facts([it])[0]).subject
                 if key:
                     if key in views:
                         return True  # this file or command is already shown
                     it = newest.get(key, it)
+                f = facts.get(it.id) or self._facts([it])[0]
+                if f.bare and f.command in commands:
+                    return True  # a command typed again, without output: a view of it is shown
                 if it.id in shown:
                     return True
                 entries = groups[group]
@@ -235,6 +252,7 @@ class _Recall(_Paging, _Search, _Dag):
                 shown.add(it.id)
                 if key:
                     views.add(key)
+                    commands.add(f.command)
                 tokens += cost
                 return True
 
