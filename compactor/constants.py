@@ -144,11 +144,26 @@ RECALL_HEADER_TOKENS: Final = 24
 RECALL_PREVIEW_CHARS: Final = 90
 # Share of recall's cap the task-related group may take before recent work (tuned on the tuning half).
 RECALL_TASK_SHARE: Final = 0.5
-# Share of what is left that recent work takes before summaries and the rest (tuned likewise).
+# Recall asks the search for limit * this many hits for its task group: the group skips hits already
+# shown and older views of a file, and the cap ends it long before the last hit.
+RECALL_TASK_FETCH: Final = 3
+# Share of recall's cap that open errors may take: a resumed session's first job, yet never the whole screen.
+RECALL_ERRORS_SHARE: Final = 0.15
+# Share of what is left that recent work takes before decisions, summaries and the rest (tuned likewise).
 RECALL_RECENT_SHARE: Final = 0.8
+# Share of what is left after recent work that decisions may take before summaries.
+RECALL_DECISIONS_SHARE: Final = 0.5
+# How much of an error's end recall reads for its exception line (a traceback ends with it).
+RECALL_ERROR_TAIL_CHARS: Final = 4_000
+# Programs whose output is the text of the one file they name: such an output is a view of that file.
+RECALL_FILE_READERS: Final = frozenset({"cat", "head", "tail", "nl", "sed", "less", "more", "bat"})
+# Items whose subject (file or command) recall remembers between calls; its walk covers RECALL_SCAN_MAX,
+# so this holds several walks' worth and starts over when full.
+RECALL_SUBJECT_CACHE: Final = 8_192
 # How much of an item's head names what it is a view of (a command line, a file path).
 RECALL_VIEW_KEY_CHARS: Final = 300
-# Recall walks at most this many newest items looking for summaries once recent work is full (10 ms at 10k).
+# Recall walks at most this many newest items (subjects, open errors, decisions, summaries): its cost
+# is bounded at any number of items.
 RECALL_SCAN_MAX: Final = 1_000
 # Recall scores retention only for limit * this many most important items, not for all (latency).
 RECALL_VALUABLE_CANDIDATES: Final = 5
@@ -231,6 +246,10 @@ DEPTH_INSTRUCTIONS: Final = {
 # Claude Code caps the context a hook adds at 10,000 characters (more is cut to a preview):
 # stay under it with room for the JSON envelope.
 HOOK_CONTEXT_CHARS: Final = 9_000
+# The project's last task as recall's query from the SessionStart hook: the recall tool's own bound.
+HOOK_TASK_QUERY_CHARS: Final = 2_000
+# ... and as shown above that recall, so the agent knows what it was asked with.
+HOOK_TASK_PREVIEW_CHARS: Final = 200
 # Pre-compact digest: a transcript can be megabytes; these keep each section to a screenful.
 DIGEST_LINE_CHARS: Final = 240
 DIGEST_MAX_REQUIREMENTS: Final = 15

@@ -1,14 +1,16 @@
-"""Claude Code hooks: restore context when a session starts, save a digest before it compacts.
+"""Claude Code hooks: restore context when a session starts, save a digest before it compacts
+and when it ends.
 
 `session-start` reads the hook's JSON from stdin (`session_id`, `transcript_path`, `cwd`,
 `source`: startup, resume, clear or compact) and answers with
 `{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": ...}}`: the
-budgeted recall digest, plus, after a compaction or on resume, what the pre-compact hook saved
-from this very session.
+budgeted recall digest, asked with the project's last task when one was saved, plus, after a
+compaction or on resume, what the pre-compact hook saved from this very session.
 
-`pre-compact` reads the transcript at `transcript_path` and stores an extractive digest of it
-(requirements, decisions, errors, files, open tasks) tagged `session:<id>`, through a Store on
-the state dir, which coordinates with a server running on the same dir.
+`pre-compact` and `session-end` read the transcript at `transcript_path` and store an extractive
+digest of it (requirements, decisions, errors, files, open tasks) tagged `session:<id>`, through
+a Store on the state dir, which coordinates with a server running on the same dir. Its
+requirements are where the project's last task comes from.
 """
 
 from __future__ import annotations
@@ -69,9 +71,13 @@ def session_context(store: Store | None, payload: dict[str, Any], limit: int = C
     saved = []
     if sid and payload.get("source") in ("compact", "resume"):
         saved = store.query(tags=session_tag(sid), limit=len(C.DIGEST_IMPORTANCE) * 3, include_archived=True)
+    task = last_task(store)
     # What is saved from this session is shown in full below: the recall leaves it out (no item twice).
-    recall = store.recall(limit=20, exclude=[hit.item.id for hit in saved])
-    parts = ["compactor memory (use the compactor tools query/get/expand for anything not shown):", recall.text]
+    recall = store.recall(limit=20, query=task or None, exclude=[hit.item.id for hit in saved])
+    parts = ["compactor memory (use the compactor tools query/get/expand for anything not shown):"]
+    if task:
+        parts.append(f"Recalled for this project's last task: {preview(task, C.HOOK_TASK_PREVIEW_CHARS)}")
+    parts.append(recall.text)
     if saved:
         parts.append("Saved from this session before it was compacted:")
         for hit in sorted(saved, key=lambda h: h.item.seq):
@@ -83,11 +89,23 @@ def session_context(store: Store | None, payload: dict[str, Any], limit: int = C
     return text
 
 
+def last_task(store: Store) -> str:
+    """The project's last task: the requests of the newest digest the pre-compact or session-end
+    hook saved in this project (the session's opening request and its latest one), or "" when
+    none was saved. The store's scope is the project."""
+    digest = store.latest([ORIGIN_TAG, "requirements"])
+    if digest is None:
+        return ""
+    asks = [ln[2:].strip() for ln in digest.content.split("\n") if ln.startswith("- ")]
+    asks = list(dict.fromkeys(a for a in (asks[:1] + asks[-1:]) if a))
+    return "\n".join(asks)[: C.HOOK_TASK_QUERY_CHARS]
+
+
 def session_start_output(context: str) -> dict[str, Any]:
     return {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}
 
 
-# --- PreCompact -----------------------------------------------------------------------------
+# --- PreCompact, SessionEnd ------------------------------------------------------------------
 @dataclass(slots=True)
 class Saved:
     session_id: str
@@ -126,7 +144,9 @@ def digest_inputs(d: Digest) -> list[tuple[str, StoreInput]]:
     for name, lines in sections.items():
         if not lines or (name == "files" and not d.files_edited):
             continue
-        head = f"{_TITLES[name]} (Claude Code session {short}, project {_project(d.cwd)}, before compaction):"
+        # The same head from pre-compact and session-end: a section unchanged since the session
+        # compacted is the same item (a content-derived id), not a second copy.
+        head = f"{_TITLES[name]} (Claude Code session {short}, project {_project(d.cwd)}):"
         content = head + "\n" + "\n".join(f"- {ln}" for ln in lines)
         summary = preview(f"{_TITLES[name]} in session {short}: " + "; ".join(lines[:4]), 200)
         digest = hashlib.blake2b(f"{d.session_id}\n{name}\n{content}".encode(), digest_size=10).hexdigest()
@@ -143,7 +163,8 @@ def digest_inputs(d: Digest) -> list[tuple[str, StoreInput]]:
 
 
 def pre_compact(store: Store, payload: dict[str, Any]) -> Saved:
-    """Digest the transcript and store it. Raises ValueError when there is no transcript."""
+    """Digest the transcript and store it (PreCompact and SessionEnd alike). Raises ValueError
+    when there is no transcript."""
     path_value = payload.get("transcript_path")
     if not isinstance(path_value, str) or not path_value:
         raise ValueError("the hook input has no transcript_path")

@@ -9,7 +9,9 @@ import re
 HEADERS = {
     "Pinned": "newest first",
     "Related to the task": "best match first; score = search relevance",
+    "Open errors": "newest first; no later success on the same command or file",
     "Recent work": "newest first",
+    "Decisions": "newest first",
     "Summaries of older work": "newest first",
     "Most valuable of the rest": "highest first; score = retention",
 }

@@ -369,3 +369,20 @@ def test_both_clients_report_the_same_reply(client: str, tmp_path: Path) -> None
             assert conn.closed_ms > 0
 
     anyio.run(go)
+
+
+def test_recall_latency_over_stdio_reports_each_query_kind() -> None:
+    """bench.recall_latency --stdio (ISSUE 19's latency over stdio) runs end to end on a few items."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.recall_latency", "300", "--stdio", "--runs", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().split("\n")
+    assert [ln.split(":")[0] for ln in lines] == ["300 items over stdio, no query", "300 items over stdio, query"]
+    for ln in lines:
+        m = re.search(r"p50 ([\d.]+) ms .* server CPU ([\d.]+) ms a call, (\d+) tokens", ln)
+        assert m and float(m[1]) > 0 and 0 < int(m[3]) <= 2_000, ln

@@ -246,3 +246,54 @@ def test_one_session_start_entry_answers_every_source_of_the_readme_matcher(tmp_
         ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
         assert "Budget:" in ctx
         assert ("Saved from this session" in ctx) == (source in ("resume", "compact")), source
+
+
+def test_session_end_saves_the_digest_that_pre_compact_shares(tmp_path, state_dir):
+    """SessionEnd stores the same digest as PreCompact: after a compaction, the unchanged
+    sections are the same items, not second copies."""
+    path = sample(SID).write(tmp_path / "t.jsonl")
+    first = json.loads(hook("pre-compact", pre_compact_payload(path), state_dir, "--json").stdout)
+    res = hook("session-end", {**pre_compact_payload(path), "hook_event_name": "SessionEnd"}, state_dir, "--json")
+    assert res.returncode == 0, res.stderr
+    end = json.loads(res.stdout)
+    assert end["stored"] == [] and sorted(end["already_present"]) == sorted(first["stored"])
+    res = hook("session-end", {"session_id": SID}, state_dir)
+    assert res.returncode == 1 and "transcript_path" in res.stderr
+
+
+def test_session_start_recalls_with_the_projects_last_task(tmp_path, state_dir):
+    """The SessionStart recall is asked with the project's last task (the requests the last
+    session-end or pre-compact digest saved in this project): items about it that are too old
+    for recent work come back under "Related to the task"; another project has no last task."""
+    project = tmp_path / "shop"
+    (project / ".git").mkdir(parents=True)
+    s = Store(state_dir=state_dir, scope=str(project))
+    related = [
+        s.store("PaymentGateway retries declined cards three times before raising PaymentDeclined.").item.id,
+        s.store("The checkout flow calls cart.total() then pay(); payments moved to PaymentGateway.").item.id,
+    ]
+    for i in range(150):
+        s.store(f"$ ls build/out_{i}\nartifact_{i}.o artifact_{i}.d")
+    s.close()
+    before = json.loads(
+        hook("session-start", {"session_id": "new", "source": "startup", "cwd": str(project)}, state_dir).stdout
+    )
+    assert "last task" not in before["hookSpecificOutput"]["additionalContext"]  # none saved yet
+
+    path = sample(SID, cwd=str(project)).write(tmp_path / "t.jsonl")
+    end = hook("session-end", pre_compact_payload(path, cwd=str(project)), state_dir)
+    assert end.returncode == 0, end.stderr
+    assert end.stdout.startswith("compactor hook session-end: session ")
+    res = hook("session-start", {"session_id": "next", "source": "startup", "cwd": str(project)}, state_dir)
+    assert res.returncode == 0, res.stderr
+    ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "Recalled for this project's last task: Refactor the checkout flow" in ctx
+    groups = groups_of(ctx)
+    assert set(related) <= set(groups["Related to the task"])
+    assert not set(related) & set(groups.get("Recent work", []))
+
+    other = tmp_path / "other"
+    (other / ".git").mkdir(parents=True)
+    res = hook("session-start", {"session_id": "o", "source": "startup", "cwd": str(other)}, state_dir)
+    ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "last task" not in ctx and "Related to the task" not in ctx

@@ -51,8 +51,9 @@ def test_hook_settings_block_is_valid_and_complete():
     [start] = hooks["SessionStart"]  # one entry covers every way a session starts
     assert set(start["matcher"].split("|")) == {"startup", "resume", "clear", "compact"}
     assert all(h["type"] == "command" and "compactor hook session-start" in h["command"] for h in start["hooks"])
-    [pre] = hooks["PreCompact"]
-    assert pre["hooks"][0]["command"].startswith("/") and "compactor hook pre-compact" in pre["hooks"][0]["command"]
+    for event, command in (("PreCompact", "compactor hook pre-compact"), ("SessionEnd", "compactor hook session-end")):
+        [entry] = hooks[event]
+        assert entry["hooks"][0]["command"].startswith("/") and command in entry["hooks"][0]["command"]
 
 
 def test_two_commands_set_everything_up():

@@ -1,4 +1,4 @@
-"""`compactor hook session-start|pre-compact`: Claude Code hook commands (JSON on stdin)."""
+"""`compactor hook session-start|pre-compact|session-end`: Claude Code hook commands (JSON on stdin)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .common import EXIT_OK, CliError, Out, add_json, add_state_dir, has_state, 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "hook",
-        help="Claude Code hooks: session-start, pre-compact",
+        help="Claude Code hooks: session-start, pre-compact, session-end",
         description="Run as a Claude Code hook: reads the hook's JSON input on stdin.",
     )
     add_state_dir(p)
@@ -31,11 +31,20 @@ def register(sub: Any) -> None:
     add_json(c)
     c.set_defaults(func=cmd_pre_compact)
 
+    e = events.add_parser(
+        "session-end", help="store a digest of the transcript as the session ends", description=cmd_session_end.__doc__
+    )
+    add_state_dir(e)
+    add_json(e)
+    e.set_defaults(func=cmd_session_end)
+
 
 def cmd_session_start(args: argparse.Namespace, out: Out) -> int:
     """SessionStart hook (one matcher: startup|resume|clear|compact). Prints
     {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": ...}} with
-    the budgeted recall digest, and after a compaction what pre-compact saved from the session."""
+    the budgeted recall digest, asked with the project's last task (the requests pre-compact or
+    session-end saved last in this project), and after a compaction what pre-compact saved from
+    the session."""
     payload = hooks.read_payload(sys.stdin)
     path = state_dir_of(args)
     if not has_state(path):
@@ -51,6 +60,17 @@ def cmd_pre_compact(args: argparse.Namespace, out: Out) -> int:
     """PreCompact hook. Reads transcript_path (Claude Code's JSONL transcript) and stores an
     extractive digest before the conversation is compacted: what the user asked for, decisions,
     errors, files touched and open tasks, tagged session:<id>. Safe beside a running server."""
+    return _save_digest(args, out, "pre-compact")
+
+
+def cmd_session_end(args: argparse.Namespace, out: Out) -> int:
+    """SessionEnd hook. Stores the same digest as pre-compact when a session ends (a section
+    pre-compact already saved is not stored twice), so the project's last task is known to the
+    next session's session-start even when the session never compacted."""
+    return _save_digest(args, out, "session-end")
+
+
+def _save_digest(args: argparse.Namespace, out: Out, event: str) -> int:
     payload = hooks.read_payload(sys.stdin)
     with opened(args, create=True, cwd=_cwd(payload)) as store:
         try:
@@ -71,7 +91,7 @@ def cmd_pre_compact(args: argparse.Namespace, out: Out) -> int:
         return EXIT_OK
     parts = ", ".join(f"{k} {v}" for k, v in saved.sections.items()) or "nothing to save"
     out.line(
-        f"compactor hook pre-compact: session {saved.session_id or '?'}: stored {len(saved.stored)} digest items "
+        f"compactor hook {event}: session {saved.session_id or '?'}: stored {len(saved.stored)} digest items "
         f"({parts}); {len(saved.already)} already saved; {saved.malformed} malformed lines skipped."
     )
     return EXIT_OK

@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import bisect
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import get_args
 
 from .. import bounds
 from .. import constants as C
+from ..classify import normalize_tag
 from ..errors import InvalidArgumentError
 from ..models import Item
 from .inputs import _Inputs
@@ -33,6 +34,21 @@ class _Paging(_Inputs, _Journaled):
         """The full item whatever its tier or view: the way back to every original."""
         with self._read():
             return self._get(item_id)
+
+    def latest(self, tags: Sequence[str], scope: str | None = None) -> Item | None:
+        """The newest item, in either tier, that carries every one of `tags` (normalised), in
+        the read scope; None when there is none. A lookup: it touches nothing."""
+        with self._read():
+            s = self._s
+            wanted = [normalize_tag(t) for t in tags]
+            if not wanted:
+                return None
+            ids = set(s.by_tag.get(wanted[0], ()))
+            for tag in wanted[1:]:
+                ids &= s.by_tag.get(tag, set())
+            scopes = self._scopes(scope)
+            found = (s.items[i] for i in ids if scopes is None or scope_key(s.items[i].scope) in scopes)
+            return max(found, key=lambda it: it.seq, default=None)
 
     def list_items(
         self, offset: int = 0, limit: int = 20, tier: TierFilter = "active", scope: str | None = None

@@ -9,6 +9,7 @@ import heapq
 import re
 from collections.abc import Collection
 from operator import itemgetter
+from typing import NamedTuple
 
 from .. import bounds, scoring
 from .. import constants as C
@@ -23,40 +24,153 @@ from .search import _Search
 from .state import scope_key
 
 # The groups of a recall, in the order shown; each header states its ordering and its score.
-_GROUPS = ("pinned", "task", "recent", "summaries", "valuable")
+_GROUPS = ("pinned", "task", "errors", "recent", "decisions", "summaries", "valuable")
 _HEADERS = {
     "pinned": "Pinned ({n}, newest first):",
     "task": "Related to the task ({n}, best match first; score = search relevance):",
+    "errors": "Open errors ({n}, newest first; no later success on the same command or file):",
     "recent": "Recent work ({n}, newest first; one entry per file or command, its newest view):",
+    "decisions": "Decisions ({n}, newest first):",
     "summaries": "Summaries of older work ({n}, newest first; expand(id) for their items):",
     "valuable": "Most valuable of the rest ({n}, highest first; score = retention):",
 }
 _FOLD = re.compile(r"\s+")
 _FILEISH = re.compile(r"/|\b[\w-]+\.[A-Za-z]\w{0,5}\b")  # a path or a file name: the line is a view of it
+_PATH = re.compile(r"[\w.~/+-]*(?:/[\w.+-]+|\.[A-Za-z]\w{0,5})")  # one argument that names a file
+_CHAIN = re.compile(r"&&|;|\|\|")
+_EXCEPTION = re.compile(r"^(?:E +)?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b.*)$", re.M)
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_DUP_FD = re.compile(r"\d?>&\d")  # 2>&1: where errors go, not a write to a file
 
 
-def _view_key(it: Item) -> str:
-    """What an item is a view of: its first line (a command, or a command's echo "$ cmd"),
-    so that only the newest view of a file or a command's output is shown."""
-    first = (it.content or "").lstrip()[: C.RECALL_VIEW_KEY_CHARS].split("\n", 1)[0]
-    if not first.startswith("$ ") and not _FILEISH.search(first):
+def _file_of(command: str) -> str:
+    """The one file a shell command shows or writes whole: a reader of one file (`cat a.py`,
+    `sed -n 1,9p a.py`, `nl -ba a.py | sed ...`) or a write by redirect (`cat <<EOF > a.py`);
+    "" for anything else (a search, an in-place edit, a run)."""
+    head = command.split("|", 1)[0]
+    parts = [p.strip() for p in _CHAIN.split(head)]
+    part = next((p for p in parts if p and not p.startswith("cd ")), "")
+    words = [w for w in part.split() if not _DUP_FD.fullmatch(w)]
+    if not words or words[0].rsplit("/", 1)[-1] not in C.RECALL_FILE_READERS:
+        return ""
+    if any(w.startswith("<<") for w in words):  # a here-document written to a file: its whole new text
+        targets = [
+            nxt if w == ">" else w[1:] for w, nxt in zip(words, [*words[1:], ""], strict=True) if w.startswith(">")
+        ]
+        target = targets[0].strip("'\"") if len(targets) == 1 and not targets[0].startswith(">") else ""
+        return target if _PATH.fullmatch(target) else ""
+    if any(w.startswith(("-i", "--in-place", ">")) or ">" in w for w in words[1:]):
+        return ""  # an in-place edit or an append: not a view of the file
+    paths = [w.strip("'\"") for w in words[1:] if not w.startswith("-")]
+    paths = [w for w in paths if _PATH.fullmatch(w)]
+    return paths[0] if len(paths) == 1 else ""
+
+
+def _subject_of(first: str, whole: bool) -> str:
+    """What an item whose first line is `first` is a view of (`whole`: that line is all of it)."""
+    command = first.startswith("$ ")
+    if not command and not whole and not _FILEISH.search(first):
         return ""  # prose: two notes that open alike are still two notes
-    return _FOLD.sub(" ", first.removeprefix("$ ").strip()).lower()
+    line = _FOLD.sub(" ", first.removeprefix("$ ").strip())
+    path = _file_of(line)
+    return f"file {path}" if path else line.lower()
+
+
+def _subject(it: Item) -> str:
+    """What an item is a view of: a file (the newest view of a file stands for it: a `cat a.py`,
+    a `sed -n 5,9p a.py`, a heredoc that wrote a.py), else a command (a command `pytest x` and its
+    output `$ pytest x`), else, for a one-line item, its text; "" for prose."""
+    text = (it.content or "").lstrip()
+    end = text.find("\n", 0, C.RECALL_VIEW_KEY_CHARS)
+    if end < 0:
+        first, whole = text[: C.RECALL_VIEW_KEY_CHARS], len(text) <= C.RECALL_VIEW_KEY_CHARS
+    else:
+        first, whole = text[:end], len(text) - end < C.RECALL_VIEW_KEY_CHARS and text[end:].isspace()
+    return _subject_of(first.rstrip(), whole)
+
+
+def _error_line(text: str) -> str:
+    """The last exception line of an error's output (`KeyError: 'currency'`), addresses masked:
+    what tells two failures of one command apart; "" when there is none."""
+    found = _EXCEPTION.findall(text[-C.RECALL_ERROR_TAIL_CHARS :])
+    return _HEX.sub("0x?", found[-1].strip())[: C.RECALL_VIEW_KEY_CHARS] if found else ""
+
+
+def _is_bare(it: Item) -> bool:
+    """A command alone on its line (`cat a.py`), without the output that would show the file."""
+    text = it.content
+    return len(text) <= C.RECALL_VIEW_KEY_CHARS and "\n" not in text.strip() and not text.lstrip().startswith("$ ")
+
+
+def _is_error(it: Item) -> bool:
+    return it.content_type == "error" or "error" in it.tags
+
+
+class _Facts(NamedTuple):
+    """What recall reads from an item, worked out once per item version: its subject, whether
+    it is a bare command or an error, and its unscored entry with that entry's tokens."""
+
+    item: Item
+    subject: str  # a command's failures are told apart by their exception line
+    command: str  # the subject without that line: what a later success settles
+    bare: bool
+    error: bool
+    line: str
+    line_tokens: int
 
 
 class _Recall(_Paging, _Search, _Dag):
     """Recall assembly and rendering."""
 
+    # Item id -> its facts; an entry counts only while it is for the item version in memory.
+    _facts_cache: dict[str, _Facts] | None = None
+
+    def _facts(self, window: list[Item]) -> list[_Facts]:
+        cache = self._facts_cache
+        if cache is None or len(cache) > C.RECALL_SUBJECT_CACHE:
+            cache = self._facts_cache = {}
+        out = []
+        for it in window:
+            f = cache.get(it.id)
+            if f is None or f.item is not it:
+                command = "" if it.depth else _subject(it)
+                error = _is_error(it)
+                line = _error_line(it.content) if error and command and not command.startswith("file ") else ""
+                subject = f"{command} => {line}" if line else command
+                f = cache[it.id] = _Facts(it, subject, command, _is_bare(it), error, "", -1)
+            out.append(f)
+        return out
+
+    def _entry(self, it: Item, score: float | None) -> tuple[str, int]:
+        """An item's recall line and its tokens, the line counted once per item version. A score
+        is a word of its own (" 12.34" between the id and the tags), so it adds its own tokens;
+        the rendered whole is counted exactly before recall returns."""
+        cache = self._facts_cache if self._facts_cache is not None else {}
+        f = cache.get(it.id)
+        if f is not None and f.item is it and f.line_tokens >= 0:
+            line, cost = f.line, f.line_tokens
+        else:
+            line = recall_line(it, None)
+            cost = self.counter.count(line)
+            if f is not None and f.item is it:
+                cache[it.id] = f._replace(line=line, line_tokens=cost)
+        if score is None:
+            return line, cost
+        mark = f" {score:.2f}"
+        return recall_line(it, score), cost + self.counter.count(mark)
+
     def recall(
         self, limit: int = 20, query: str | None = None, scope: str | None = None, exclude: Collection[str] = ()
     ) -> Recall:
         """A context assembled within `recall_tokens`, in groups an agent can scan: pinned items,
-        items related to the task (`query`), recent work (one entry per file or command, its
-        newest view), summaries of older work, then the most valuable of the rest. Each group has
-        one ordering and at most one kind of score, stated in its header; no item appears twice;
-        `limit` bounds each group's entries but the last, which fills what is left of the token
-        cap (so a small limit cannot leave the cap half used); the cap bounds the whole. Ids in `exclude` are
-        left out (the caller shows them otherwise)."""
+        items related to the task (`query`), open errors (no later success on the same command or
+        file), recent work (one entry per file or command, its newest view), decisions, summaries
+        of older work, then the most valuable of the rest. Each group has one ordering and at most
+        one kind of score, stated in its header; no item appears twice, and a file or command is
+        shown by its newest view wherever it appears; `limit` bounds each group's entries but the
+        last, which fills what is left of the token cap (so a small limit cannot leave the cap
+        half used); the cap bounds the whole. Ids in `exclude` are left out (the caller shows
+        them otherwise)."""
         if not 1 <= limit <= C.LIST_LIMIT_MAX:
             raise InvalidArgumentError(bounds.must_be("limit", bounds.integer(1, C.LIST_LIMIT_MAX), limit))
         with self._read():
@@ -76,20 +190,61 @@ class _Recall(_Paging, _Search, _Dag):
             # Header and footer are part of the output the cap bounds.
             tokens = count(head) + C.RECALL_FOOTER_TOKENS
 
+            # One walk over the newest items: what each is a view of, the newest view of each
+            # file or command, open errors, decisions and summaries, newest first.
+            window = [s.items[s.by_seq[q]] for q in reversed(seqs[-C.RECALL_SCAN_MAX :])]
+            facts: dict[str, _Facts] = {}
+            newest: dict[str, Item] = {}
+            succeeded: set[str] = set()
+            errors: list[Item] = []
+            decisions: list[Item] = []
+            summaries: list[Item] = []
+            recent: list[Item] = []
+            bare: dict[str, Item] = {}  # a command with no output yet: not a view of what it shows
+            commands: set[str] = set()  # the commands or files of the views shown
+            for f in self._facts(window):
+                it, key, command, is_bare, is_error = f.item, f.subject, f.command, f.bare, f.error
+                if it.pinned:
+                    continue
+                if it.depth:
+                    summaries.append(it)
+                    continue
+                facts[it.id] = f
+                recent.append(it)
+                if is_error:
+                    if not command or command not in succeeded:
+                        errors.append(it)
+                elif command and not is_bare:
+                    # A later success on the same command or file settles the error; the command
+                    # typed again without its output yet does not.
+                    succeeded.add(command)
+                if it.content_type == "decision":
+                    decisions.append(it)
+                if key:
+                    (bare if is_bare else newest).setdefault(key, it)
+            for key, it in bare.items():
+                newest.setdefault(key, it)
+
             def take(group: str, it: Item, score: float | None, until: float) -> bool:
-                """Add `it` to `group` if it is new and fits under `until` tokens; False when the
-                group or the share is full (the caller stops feeding it)."""
+                """Add `it` (or, for an older view of a file or command, its newest view) to
+                `group` if it is new and fits under `until` tokens; False when the group or the
+                share is full (the caller stops feeding it)."""
                 nonlocal tokens
+                key = (facts.get(it.id) or self._facts([it])[0]).subject
+                if key:
+                    if key in views:
+                        return True  # this file or command is already shown
+                    it = newest.get(key, it)
+                f = facts.get(it.id) or self._facts([it])[0]
+                if f.bare and f.command in commands:
+                    return True  # a command typed again, without output: a view of it is shown
                 if it.id in shown:
                     return True
-                key = _view_key(it)
-                if key and key in views:
-                    return True  # an older view of a file or command already shown
                 entries = groups[group]
                 if len(entries) >= limit and group != "valuable":
                     return False
-                line = recall_line(it, score)
-                cost = count(line) + (0 if entries else C.RECALL_HEADER_TOKENS)
+                line, cost = self._entry(it, score)
+                cost += 0 if entries else C.RECALL_HEADER_TOKENS
                 if tokens + cost > until:
                     left_out.append(it.id)
                     return False
@@ -97,6 +252,7 @@ class _Recall(_Paging, _Search, _Dag):
                 shown.add(it.id)
                 if key:
                     views.add(key)
+                    commands.add(f.command)
                 tokens += cost
                 return True
 
@@ -109,45 +265,35 @@ class _Recall(_Paging, _Search, _Dag):
                     break
             if text:
                 share = tokens + cap * C.RECALL_TASK_SHARE
-                for h in self._search(text, [], C.QUERY_LIMIT_MAX, True, scopes):
+                for h in self._search(text, [], min(C.QUERY_LIMIT_MAX, limit * C.RECALL_TASK_FETCH), True, scopes):
                     if not h.item.pinned and not take("task", h.item, h.score, share):
                         break
-            newest = (s.items[s.by_seq[q]] for q in reversed(seqs))
-            summaries: list[Item] = []
-            share = tokens + (cap - tokens) * C.RECALL_RECENT_SHARE
-            filled = False
-            scanned = 0
-            for it in newest:
-                if it.pinned:
-                    continue
-                if it.depth:
-                    summaries.append(it)
-                    continue
-                if not filled and not take("recent", it, None, share):
-                    filled = True
-                scanned += 1
-                if filled and (len(summaries) >= limit or scanned >= C.RECALL_SCAN_MAX):
+            share = tokens + cap * C.RECALL_ERRORS_SHARE
+            for it in errors:
+                if not take("errors", it, None, share):
                     break
-            for it in summaries:
+            share = tokens + (cap - tokens) * C.RECALL_RECENT_SHARE
+            for it in recent:
+                if not take("recent", it, None, share):
+                    break
+            share = tokens + (cap - tokens) * C.RECALL_DECISIONS_SHARE
+            for it in decisions:
+                if not take("decisions", it, None, share):
+                    break
+            for it in summaries[:limit]:
                 if not take("summaries", it, None, cap):
                     break
             if tokens < cap and len(groups["recent"]) < limit:  # the rest of the cap: more recent work
-                for q in reversed(seqs[-C.RECALL_SCAN_MAX :]):
-                    it = s.items[s.by_seq[q]]
-                    if not it.pinned and not it.depth and not take("recent", it, None, cap):
+                for it in recent:
+                    if not take("recent", it, None, cap):
                         break
             if tokens < cap - C.RECALL_HEADER_TOKENS:
                 # Retention is dominated by importance: score only the most important of the newest
                 # RECALL_SCAN_MAX (older work is what the summaries group stands for).
                 retention = scoring.retention
-                items_of = s.items
                 candidates = heapq.nlargest(
                     limit * C.RECALL_VALUABLE_CANDIDATES,
-                    (
-                        (it.importance, it.seq, it)
-                        for it in map(items_of.__getitem__, map(s.by_seq.__getitem__, seqs[-C.RECALL_SCAN_MAX :]))
-                        if it.id not in shown and not it.pinned
-                    ),
+                    ((it.importance, it.seq, it) for it in window if it.id not in shown and not it.pinned),
                     key=itemgetter(0, 1),
                 )
                 scored = ((retention(it, now), it.seq, it) for _, _, it in candidates)
@@ -210,8 +356,9 @@ class _Recall(_Paging, _Search, _Dag):
                 "Reach them with query(...), get(id), or expand(<summary id>)."
             )
         needs: list[str] = []
-        used = self.counter.count("\n".join(body))
-        for node_id in self._needs_text():
+        waiting = self._needs_text()
+        used = self.counter.count("\n".join(body)) if waiting else 0
+        for node_id in waiting:
             block = self._needs_text_block(self._s.items[node_id], children=5)
             cost = self.counter.count(block) + 1
             if used + cost > cap:
