@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
 
+from compactor.mcp import build_server
 from compactor.models import Item
 from compactor.report import item_report
-from compactor.mcp import build_server
 from compactor.store import Store
 from compactor.views import FileView, ViewIndex, covers, detect, overlaps, parse_query
 from tests.stdio_client import StdioServer
