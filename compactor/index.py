@@ -54,7 +54,7 @@ from typing import Any, Final, NamedTuple
 
 from compactor import constants as C
 from compactor.analyze import query_terms, tokenize
-from compactor.vocab import Vocab
+from compactor.vocab import Vocab, gather
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
 BM25_K1: Final = C.BM25_K1
@@ -248,13 +248,12 @@ class _Postings:
         extra = np.frombuffer(b"".join(map(array.tobytes, own.values())), dtype=np.uint32)
         lens[own_ids] = own_lens
         src[own_ids] = len(frozen) + np.cumsum(own_lens) - own_lens
-        total = int(lens.sum())
-        ends = np.cumsum(lens)
-        gather = np.arange(total, dtype=np.int64) + np.repeat(src - (ends - lens), lens)
+        merged = gather(np.concatenate([frozen, extra]), src, lens)
         flat: array[int] = array("I")
-        flat.frombytes(np.concatenate([frozen, extra])[gather].tobytes())
+        flat.frombytes(merged.data.cast("B"))
+        del merged
         new_starts = array("Q", [0])
-        new_starts.frombytes(ends.astype(np.uint64).tobytes())
+        new_starts.frombytes(np.cumsum(lens).astype(np.uint64).data.cast("B"))
         self._flat, self._starts = flat, new_starts
         self._frozen = memoryview(flat)
         self._own = {}

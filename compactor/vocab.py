@@ -34,15 +34,23 @@ def _crc(data: bytes) -> int:
     return zlib.crc32(data)
 
 
-def _gather(src: npt.NDArray[Any], starts: U64, lens: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """The segments src[starts[i] : starts[i] + lens[i]], concatenated, without a Python loop."""
+# Output elements a `gather` pass works on at once: its index temporaries (three int64s an
+# element) stay ~6 MiB however large the index grows.
+GATHER_CHUNK = 1 << 18
+
+
+def gather(src: npt.NDArray[Any], starts: npt.NDArray[Any], lens: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The segments src[starts[i] : starts[i] + lens[i]], concatenated, without a Python loop
+    per segment, in chunks of the output so that temporaries stay small."""
     lens64 = lens.astype(np.int64)
-    total = int(lens64.sum())
-    if not total:
-        return src[:0].copy()
     ends = np.cumsum(lens64)
-    shift = np.repeat(starts.astype(np.int64) - (ends - lens64), lens64)
-    out: npt.NDArray[Any] = src[np.arange(total, dtype=np.int64) + shift]
+    total = int(ends[-1]) if len(ends) else 0
+    out = np.empty(total, dtype=src.dtype)
+    shift = starts.astype(np.int64) - (ends - lens64)  # source minus destination, per segment
+    for lo in range(0, total, GATHER_CHUNK):
+        pos = np.arange(lo, min(lo + GATHER_CHUNK, total), dtype=np.int64)
+        seg = np.searchsorted(ends, pos, side="right")
+        out[lo : lo + len(pos)] = src[pos + shift[seg]]
     return out
 
 
@@ -222,7 +230,7 @@ class Vocab:
         src_starts[:old] = self._starts
         src_starts[ids] = len(self._blob) + np.cumsum(extra_lens, dtype=np.uint64) - extra_lens
         lens[~live] = 0
-        self._blob = _gather(
+        self._blob = gather(
             np.concatenate([np.frombuffer(self._blob, dtype=np.uint8), extra]), src_starts, lens
         ).tobytes()
         self._set_lens(lens)
