@@ -34,6 +34,7 @@ ROWS: tuple[Row, ...] = (
     Row("snapshot.stall_ms", "snapshot stall, max-p50 (ms)", "time"),
     Row("snapshot.stall_max_ms", "slowest call during snapshots (ms)", "time"),
     Row("cold_start.median_ms", "cold start to 1st query (ms)", "time"),
+    Row("first_write.median_ms", "first store after a start (ms)", "time"),
     Row("rss.peak_mib", "peak RSS (MiB)", "memory"),
     Row("rss.cold_mib", "peak RSS, cold start (MiB)", "memory"),
     Row("extra_servers.added_pss_mib", "each of servers 2-4 adds, PSS (MiB)", "memory"),
@@ -52,6 +53,8 @@ NOTES = (
     "  --snapshot-interval 1 (a snapshot each second);",
     "  max latency minus p50 of the same tool. Floor: the same calls as no-ops (the SDK's own jitter).",
     "shutdown: stdin closed to process exit after the load session (the server writes its snapshot).",
+    "first store after a start: a small store before the timed compaction and before the stall loop,",
+    "  so that what only a process's first write loads (the token encoding) is timed there.",
     "servers 2-4: started one by one on the loaded state dir beside the first, one query each; what",
     "  each adds to the summed PSS of all of them (shared pages count once), median.",
 )
