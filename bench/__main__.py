@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from bench.context import measure_context
+from bench.import_time import measure_import
 from bench.measure import Plan, measure_size
 from bench.report import render, write_json
 
@@ -58,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="small repetition counts: a smoke run")
     parser.add_argument("--server-log", type=Path, help="file for the servers' stderr (default: a temp file)")
+    parser.add_argument("--no-import", action="store_true", help="skip timing `compactor import` of the corpus")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -103,8 +105,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for size in args.sizes:
             plan = Plan.for_size(size, args.seed, args.quick, args.client)
             sizes.append(await measure_size(plan, args.server, add_flags=not args.no_server_flags, errlog=errlog))
+    imported = None if args.no_import else await anyio.to_thread.run_sync(measure_import, args.server)
     meta["seconds"] = time.perf_counter() - started
-    return {"meta": meta, "context": context, "sizes": sizes}
+    return {"meta": meta, "context": context, "sizes": sizes, **({"import": imported} if imported else {})}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from bench import corpus
+from bench import corpus, proc
 from bench.session import CLIENTS, Conn, Reply, ToolCallError
 from bench.stats import median, summarize
 
@@ -45,6 +45,7 @@ STALL_SNAPSHOT_INTERVAL_S = 1.0  # stall session: a snapshot of the N-item state
 COMPACT_TARGET = 0.7  # the issue's compaction target
 QUERY_LIMIT = 10  # hit rate is "target in the top 10"
 CHARS_PER_TOKEN = 4.0  # only to size the load-phase budget when status gives no token count
+EXTRA_SERVERS = 3  # the 2nd, 3rd and 4th server on one state dir (several agent sessions)
 # -----------------------------------------------------------------------------------------------
 
 STATUS_FIELDS = ("token_budget", "tokens_used", "active_items", "archived_items", "auto_compact")
@@ -60,6 +61,7 @@ class Plan:
     batch: int = 100
     stall_seconds: float = 5.0
     cold_starts: int = 3
+    extra_servers: int = EXTRA_SERVERS
     compactions: int = 3  # each on its own copy of the loaded state: the figure is their median
     client: str = "raw"  # a key of session.CLIENTS
 
@@ -75,6 +77,7 @@ class Plan:
                 stall_seconds=1.5,
                 cold_starts=1,
                 compactions=1,
+                extra_servers=1,
                 client=client,
             )
         return cls(size, seed, client=client)
@@ -263,6 +266,7 @@ class _Run:
                 ("compact", self._compacts),
                 ("stall", self._stall),
                 ("cold start", self._cold_starts),
+                ("extra servers", self._extra_servers),
             ):
                 try:
                     await phase(state_dir)
@@ -297,6 +301,37 @@ class _Run:
                     cold_rss.append(rss)
         self.rss["cold_mib"] = max(cold_rss) if cold_rss else None
         self.result["cold_start"] = {"median_ms": median(runs), "runs_ms": runs, "initialize_ms": initialize}
+
+    async def _extra_servers(self, state_dir: Path) -> None:
+        """Servers 2, 3, ... on the same state dir while the first still runs, each answering
+        one call: what each adds to the memory of all of them together (their PSS: a page
+        they share counts once), and each one's own RSS."""
+        conns: list[Conn] = []
+        added: list[float] = []
+        rss: list[float] = []
+        before: float | None = None
+        try:
+            for run in range(self.plan.extra_servers + 1):
+                conn = self._connect(state_dir, QUIET_SNAPSHOT_INTERVAL_S)
+                await conn.__aenter__()
+                conns.append(conn)
+                await self._first_call(conn, run)
+                total = proc.pss_mib([p for c in conns for p in c.pids])
+                if run and before is not None and total is not None:
+                    added.append(total - before)
+                    own = [v for v in (proc.status_kib(p, "VmRSS") for p in conn.pids) if v is not None]
+                    if own:
+                        rss.append(max(own) / 1024.0)
+                before = total
+        finally:
+            for conn in reversed(conns):
+                await conn.__aexit__(None, None, None)
+        self.result["extra_servers"] = {
+            "count": len(added),
+            "added_pss_mib": median(added) if added else None,
+            "added_pss_runs_mib": added,
+            "rss_mib": median(rss) if rss else None,
+        }
 
     def _query_text(self, run: int) -> str:
         queries = self.work.queries
@@ -460,7 +495,17 @@ class ServerRun(_Run):
                 "runs_ms": [r["ms"] for r in runs],
             }
 
+    async def _first_write(self, conn: Conn, run: int) -> float:
+        """One small store right after start: the first write of a process may load what
+        only writes need (the token encoding), and that is timed here, not in the call after."""
+        content = self.work.small[run % len(self.work.small)].content
+        ms = (await conn.call("store", {"content": content})).ms
+        self.result.setdefault("first_write", {"runs_ms": []})["runs_ms"].append(ms)
+        self.result["first_write"]["median_ms"] = median(self.result["first_write"]["runs_ms"])
+        return ms
+
     async def _compact(self, conn: Conn, run: int) -> dict[str, Any]:
+        await self._first_write(conn, run)
         status = (await conn.call("status", {})).data
         used = status.get("tokens_used")
         if not isinstance(used, int) or used <= 0:
@@ -490,6 +535,7 @@ class ServerRun(_Run):
                 return reply
 
             await conn.list_tools()
+            await self._first_write(conn, self.plan.compactions)
             before = (await conn.call("status", {})).data
             stats = await _stall_loop(call, self.work.small, self.plan.stall_seconds)
             after = (await conn.call("status", {})).data

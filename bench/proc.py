@@ -57,5 +57,24 @@ def peak_rss_mib(pids: list[int]) -> float | None:
     return max(values) / 1024.0 if values else None
 
 
+def pss_mib(pids: list[int]) -> float | None:
+    """Proportional set size of the given processes together (/proc/<pid>/smaps_rollup):
+    each page counted once across all processes sharing it, so the sum over several servers
+    is the memory they take together, and a new server's share is what it adds."""
+    total = 0
+    found = False
+    for pid in pids:
+        try:
+            text = (_PROC / str(pid) / "smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1])
+                found = True
+                break
+    return total / 1024.0 if found else None
+
+
 def my_children() -> set[int]:
     return children_of(os.getpid())

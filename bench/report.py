@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.context import render_context
+from bench.import_time import render_import
 
 Kind = Literal["time", "throughput", "memory", "rate"]
 
@@ -33,7 +34,11 @@ ROWS: tuple[Row, ...] = (
     Row("snapshot.stall_ms", "snapshot stall, max-p50 (ms)", "time"),
     Row("snapshot.stall_max_ms", "slowest call during snapshots (ms)", "time"),
     Row("cold_start.median_ms", "cold start to 1st query (ms)", "time"),
+    Row("first_write.median_ms", "first store after a start (ms)", "time"),
     Row("rss.peak_mib", "peak RSS (MiB)", "memory"),
+    Row("rss.cold_mib", "peak RSS, cold start (MiB)", "memory"),
+    Row("extra_servers.added_pss_mib", "each of servers 2-4 adds, PSS (MiB)", "memory"),
+    Row("extra_servers.rss_mib", "RSS of servers 2-4 (MiB)", "memory"),
 )
 
 NOTES = (
@@ -48,6 +53,10 @@ NOTES = (
     "  --snapshot-interval 1 (a snapshot each second);",
     "  max latency minus p50 of the same tool. Floor: the same calls as no-ops (the SDK's own jitter).",
     "shutdown: stdin closed to process exit after the load session (the server writes its snapshot).",
+    "first store after a start: a small store before the timed compaction and before the stall loop,",
+    "  so that what only a process's first write loads (the token encoding) is timed there.",
+    "servers 2-4: started one by one on the loaded state dir beside the first, one query each; what",
+    "  each adds to the summed PSS of all of them (shared pages count once), median.",
 )
 
 
@@ -125,6 +134,8 @@ def render(report: dict[str, Any]) -> str:
     blocks = [render_size(block) for block in report["sizes"]]
     if "context" in report:
         blocks.insert(0, render_context(report["context"]))
+    if "import" in report:
+        blocks.append(render_import(report["import"]))
     return "\n\n".join([head, *blocks, "\n".join(NOTES)]) + "\n"
 
 

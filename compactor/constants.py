@@ -276,6 +276,17 @@ SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024
 # Measured with the replay of bench/replay.py (100 real agent trajectories, 1,746 revisit
 # queries); figures are recall@5 / MRR at the generous budget, with the other levers in place.
 # Okapi defaults from Robertson & Zaragoza, "The Probabilistic Relevance Framework" (2009).
+# The search index merges the terms and postings written since its last merge into its flat
+# arrays (compactor.vocab) once there are this many new terms, or a quarter as many as it
+# already holds if that is more. Each merge is a few numpy passes over the whole index, so a
+# step that grows with the index keeps their total cost linear (about 5 passes over the final
+# index in all), while what waits unmerged (~150 bytes a term in Python objects) stays a
+# fraction of the index; below ~64k terms a merge is not worth its pass.
+INDEX_SETTLE_MIN: Final = 65_536
+INDEX_SETTLE_SHARE: Final = 4
+# Settled terms remembered in a dict after a lookup: enough for the words a code-and-prose
+# corpus repeats in every document (a few thousand), ~2 MiB at most.
+VOCAB_HOT_TERMS: Final = 16_384
 BM25_K1: Final = 1.2
 BM25_B: Final = 0.75
 # BM25F field weight: a term in the summary counts as this many in an average-length body. A

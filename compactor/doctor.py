@@ -47,6 +47,7 @@ from typing import Any, Literal
 import orjson
 
 from . import constants as C
+from . import indexfile
 from .errors import CompactorError, StateCorruptError
 from .models import CONTENT_TYPES, Item
 from .persist import (
@@ -362,7 +363,29 @@ def _check_snapshot(dir_: Path, raw: bytes | None, report: DoctorReport) -> dict
         "items": len(snap["items"]),
         "bytes": len(raw),
     }
+    _check_index_file(dir_, snap, report)
     return snap
+
+
+def _check_index_file(dir_: Path, snap: dict[str, Any], report: DoctorReport) -> None:
+    """The binary index file the snapshot names: present, whole and matching its checksum.
+    Its arrays join the snapshot's saved index for the replay, as a start joins them."""
+    if "index_file" not in snap:
+        return
+    ref = snap.pop("index_file")
+    try:
+        arrays = indexfile.read(dir_, ref if isinstance(ref, dict) else {})
+    except indexfile.IndexFileError as exc:
+        snap.pop("index", None)
+        report.error(
+            "index",
+            f"the search index saved beside the snapshot is unusable: {exc}.",
+            f"`compactor doctor --repair --state-dir {dir_}` rebuilds it from the items and saves it; until "
+            "then compactor rebuilds it at every start (a slower start). Nothing stored is lost.",
+        )
+        return
+    if isinstance(snap.get("index"), dict):
+        snap["index"] = {**snap["index"], **arrays}
 
 
 # --- journal -----------------------------------------------------------------------------------

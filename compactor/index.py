@@ -48,12 +48,13 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from itertools import accumulate, compress
-from operator import itemgetter, not_
+from itertools import accumulate
+from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
 from compactor import constants as C
 from compactor.analyze import query_terms, tokenize
+from compactor.vocab import Vocab, gather
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
 BM25_K1: Final = C.BM25_K1
@@ -82,8 +83,9 @@ _TOP_BLOCK: Final = 256
 # ---------------------------------------------------------------------------------------------
 
 # Bumped when the layout or the text the store feeds in changes, so an older saved index is
-# rebuilt rather than trusted (3: headlines cut at word boundaries; a 2 may hold a cut word).
-_STATE_FORMAT: Final = 3
+# rebuilt rather than trusted (3: headlines cut at word boundaries; a 2 may hold a cut word;
+# 4: the vocabulary as flat arrays).
+_STATE_FORMAT: Final = 4
 _TF_BITS: Final = 8
 _CODE_MASK: Final = (1 << _TF_BITS) - 1
 _DOC_LIMIT: Final = 1 << (32 - _TF_BITS)
@@ -103,16 +105,39 @@ class IndexHit(NamedTuple):
     matched: tuple[str, ...]
 
 
-def _b64(data: array[int] | array[float]) -> str:
-    return base64.b64encode(data.tobytes()).decode("ascii")
+# An array in a saved state: base64 text inside JSON (`to_state()`), or the raw bytes
+# (`to_state(binary=True)`, for compactor.indexfile), which a load may read in place.
+Saved = str | bytes | memoryview
 
 
-def _unb64(text: str, typecode: str, swap: bool) -> array[Any]:
+def _b64(data: array[int] | array[float] | memoryview) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _enc(data: array[int] | array[float] | memoryview, binary: bool) -> Saved:
+    return memoryview(data).cast("B") if binary else _b64(data)
+
+
+def _raw(value: Saved) -> bytes | memoryview:
+    if isinstance(value, str):
+        return base64.b64decode(value)
+    return value
+
+
+def _unb64(value: Saved, typecode: str, swap: bool) -> array[Any]:
     out: array[Any] = array(typecode)
-    out.frombytes(base64.b64decode(text))
+    out.frombytes(_raw(value))
     if swap:
         out.byteswap()
     return out
+
+
+def _in_place(value: Saved, swap: bool) -> array[int] | memoryview:
+    """uint32s read where they lie (a memory-mapped file's pages stay shared), or a copy."""
+    raw = _raw(value)
+    if isinstance(raw, memoryview) and not swap and raw.nbytes % 4 == 0:
+        return raw.cast("B").cast("I")
+    return _unb64(value, "I", swap)
 
 
 def _split(flat: array[int], lens: array[int]) -> list[array[int]]:
@@ -132,8 +157,8 @@ class _Postings:
 
     __slots__ = ("_flat", "_frozen", "_n", "_own", "_own_from", "_starts")
 
-    def __init__(self, flat: array[int] | None = None, lens: Sequence[int] = ()) -> None:
-        self._flat: array[int] = flat if flat is not None else array("I")
+    def __init__(self, flat: array[int] | memoryview | None = None, lens: Sequence[int] = ()) -> None:
+        self._flat: array[int] | memoryview = flat if flat is not None else array("I")
         starts = array("Q", [0])
         starts.extend(accumulate(lens))  # ~2M terms at 100k items: a Python loop took ~0.5 s
         if starts[-1] != len(self._flat):
@@ -182,6 +207,58 @@ class _Postings:
     def __iter__(self) -> Iterator[array[int] | memoryview]:
         return (self[tid] for tid in range(len(self)))
 
+    @property
+    def flat(self) -> array[int] | memoryview:
+        """Every term's postings, in term order (after `settle`)."""
+        if self._own:
+            raise RuntimeError("settle() first")
+        return self._flat
+
+    def settled_lens(self) -> array[int]:
+        """Each term's number of postings (after `settle`)."""
+        import numpy as np
+
+        out: array[int] = array("Q")
+        out.frombytes(np.diff(np.frombuffer(self._starts, dtype=np.uint64)).tobytes())
+        return out
+
+    @property
+    def unsettled(self) -> int:
+        """Terms with an array of their own: what the next `settle` merges."""
+        return len(self._own)
+
+    def settle(self) -> None:
+        """Move every term's postings back into one flat array: an array object per term
+        costs ~100 bytes, and most terms have one posting. O(postings), in numpy."""
+        import numpy as np
+
+        if not self._own:
+            return
+        n = self._n
+        frozen = np.frombuffer(self._flat, dtype=np.uint32)
+        starts = np.frombuffer(self._starts, dtype=np.uint64)
+        lens = np.zeros(n, dtype=np.int64)
+        src = np.zeros(n, dtype=np.int64)
+        old = self._own_from
+        lens[:old] = np.diff(starts)
+        src[:old] = starts[:-1]
+        own = self._own
+        own_ids = np.fromiter(own.keys(), dtype=np.int64, count=len(own))
+        own_lens = np.fromiter(map(len, own.values()), dtype=np.int64, count=len(own))
+        extra = np.frombuffer(b"".join(map(array.tobytes, own.values())), dtype=np.uint32)
+        lens[own_ids] = own_lens
+        src[own_ids] = len(frozen) + np.cumsum(own_lens) - own_lens
+        merged = gather(np.concatenate([frozen, extra]), src, lens)
+        flat: array[int] = array("I")
+        flat.frombytes(merged.data.cast("B"))
+        del merged
+        new_starts = array("Q", [0])
+        new_starts.frombytes(np.cumsum(lens).astype(np.uint64).data.cast("B"))
+        self._flat, self._starts = flat, new_starts
+        self._frozen = memoryview(flat)
+        self._own = {}
+        self._own_from = n
+
 
 class _Field:
     """A field besides the content: its b and document lengths (weights are constants)."""
@@ -205,8 +282,7 @@ class BM25Index:
     """
 
     def __init__(self) -> None:
-        self._vocab: dict[str, int] = {}
-        self._terms: list[str] = []  # term id -> term; "" marks a free id
+        self._vocab = Vocab(C.VOCAB_HOT_TERMS)  # term <-> term id
         self._free_terms: list[int] = []
         self._df: array[int] = array("I")
         self._post = _Postings()  # term id -> sorted doc << 8 | code
@@ -219,6 +295,9 @@ class BM25Index:
         self._doc_terms: list[array[int] | None] = []  # doc -> sorted distinct term ids
         self._dl: array[float] = array("d")  # doc -> content length in tokens, _DEAD once removed
         self._total_len = 0  # sum of live content lengths
+        # The terms of the document added last: the store asks for them right after adding it
+        # (near-duplicate sketch), and naming them again from the vocabulary costs more.
+        self._last: tuple[str, Any] | None = None
 
     # --- size ------------------------------------------------------------------------------
 
@@ -256,10 +335,8 @@ class BM25Index:
         s_counts, t_counts = Counter(in_summary), Counter(in_tags)
         terms = {**counts, **s_counts, **t_counts} if s_counts or t_counts else counts
         tids: list[int] = []
-        for term in terms:
-            tid = vocab.get(term)
-            if tid is None:
-                tid = self._new_term(term)
+        for term, found in zip(terms, vocab.lookup(list(terms)), strict=True):
+            tid = found if found >= 0 else self._new_term(term)
             tf, s_tf, t_tf = counts.get(term, 0), s_counts.get(term, 0), t_counts.get(term, 0)
             code = tf if not (s_tf or t_tf) and tf < _SPILL else self._code(tid, d, tf, s_tf, t_tf)
             post.writable(tid).append(d << _TF_BITS | code)
@@ -274,6 +351,17 @@ class BM25Index:
         self._doc_terms.append(array("I", tids))
         self._dl.append(float(len(body)))
         self._total_len += len(body)
+        self._last = (doc_id, terms.keys())
+        if self._vocab.unsettled > max(C.INDEX_SETTLE_MIN, self._vocab.settled // C.INDEX_SETTLE_SHARE):
+            self.settle()
+
+    def settle(self) -> None:
+        """Merge the terms and postings written since the last settle into the flat arrays
+        (see `Vocab` and `_Postings`). Changes no result; done by itself as terms accumulate."""
+        import numpy as np
+
+        self._post.settle()
+        self._vocab.settle(np.frombuffer(self._df, dtype=np.uint32) > 0)
 
     def _code(self, tid: int, d: int, tf: int, s_tf: int, t_tf: int) -> int:
         """The code byte for these frequencies; spilled ones are recorded in the spill dict."""
@@ -298,25 +386,23 @@ class BM25Index:
 
     def _free_term(self, tid: int) -> None:
         self._post[tid] = array("I")
-        del self._vocab[self._terms[tid]]
-        self._terms[tid] = ""
+        self._vocab.release(tid)
         self._free_terms.append(tid)
 
     def _new_term(self, term: str) -> int:
         if self._free_terms:
             tid = self._free_terms.pop()
-            self._terms[tid] = term
         else:
-            tid = len(self._terms)
-            self._terms.append(term)
+            tid = len(self._vocab)
             self._post.append(array("I"))
             self._df.append(0)
-        self._vocab[term] = tid
+        self._vocab.assign(term, tid)
         return tid
 
     def remove(self, doc_id: str) -> None:
         """Drop a document; KeyError when absent."""
         d = self._ids.pop(doc_id)
+        self._last = None
         tids = self._doc_terms[d]
         assert tids is not None
         self._doc_terms[d] = None
@@ -345,6 +431,7 @@ class BM25Index:
         near-duplicates re-tags survivors, and re-reading their bodies for it was most of a
         compaction's indexing cost."""
         d = self._ids[doc_id]
+        self._last = None
         old = Counter(t for tag in old_tags for t in tokenize(tag))
         new = Counter(t for tag in tags for t in tokenize(tag))
         if old == new:
@@ -352,10 +439,11 @@ class BM25Index:
         doc_terms = self._doc_terms[d]
         assert doc_terms is not None
         post, df = self._post, self._df
-        for term in old.keys() | new.keys():
+        changed = sorted(old.keys() | new.keys())
+        for term, found in zip(changed, self._vocab.lookup(changed), strict=True):
             t_tf = new.get(term, 0)
-            tid = self._vocab.get(term)
-            if tid is None:
+            tid = found
+            if tid < 0:
                 if not t_tf:
                     continue
                 tid = self._new_term(term)
@@ -405,10 +493,13 @@ class BM25Index:
 
     def terms(self, doc_id: str) -> frozenset[str]:
         """The document's distinct terms over all fields; KeyError when absent."""
+        last = self._last
+        if last is not None and last[0] == doc_id:
+            return frozenset(last[1])
         tids = self._doc_terms[self._ids[doc_id]]
         assert tids is not None
-        names = self._terms
-        return frozenset(names[t] for t in tids)
+        name = self._vocab.name
+        return frozenset(name(t) for t in tids)
 
     def search(
         self, query: str, limit: int = 10, accept: Callable[[str], bool] | None = None, *, with_matched: bool = True
@@ -469,9 +560,9 @@ class BM25Index:
         if n == 0:
             return found, weighted
         df = self._df
-        for term in query_terms(query):
-            tid = self._vocab.get(term)
-            if tid is not None:
+        terms = query_terms(query)
+        for term, tid in zip(terms, self._vocab.lookup(terms), strict=True):
+            if tid >= 0:
                 found.append((term, tid))
                 f = df[tid]
                 weighted.append((math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (BM25_K1 + 1.0), tid))
@@ -533,27 +624,32 @@ class BM25Index:
 
     # --- persistence -----------------------------------------------------------------------
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self, *, binary: bool = False) -> dict[str, Any]:
         """Everything needed to restore without re-tokenising, as str/int/list (orjson-ready).
 
-        O(index size); arrays travel as base64 of their native bytes. Field weights are not
+        O(index size); arrays travel as base64 of their native bytes, or with `binary` as the
+        bytes themselves (memoryviews, valid until the index changes). Field weights are not
         part of it: they apply at query time.
         """
+        import numpy as np
+
         doc_terms = [t if t is not None else array("I") for t in self._doc_terms]
+        self._post.settle()
+        vocab = self._vocab.to_state(np.frombuffer(self._df, dtype=np.uint32) > 0)
         return {
             "format": _STATE_FORMAT,
             "byteorder": sys.byteorder,
-            "terms": list(self._terms),
-            "df": _b64(self._df),
-            "post_lens": _b64(array("Q", map(self._post.length, range(len(self._post))))),
-            "post": base64.b64encode(b"".join(p.tobytes() for p in self._post)).decode("ascii"),
+            **{f"vocab_{key}": _enc(value, binary) for key, value in vocab.items()},
+            "df": _enc(self._df, binary),
+            "post_lens": _enc(self._post.settled_lens(), binary),
+            "post": _enc(self._post.flat, binary),
             "spill": [[tid, d, *tfs] for tid, m in self._spill.items() for d, tfs in m.items()],
-            "summary_lens": _b64(self._summary.lens),
-            "tag_lens": _b64(self._tags.lens),
+            "summary_lens": _enc(self._summary.lens, binary),
+            "tag_lens": _enc(self._tags.lens, binary),
             "ext": list(self._ext),
-            "doc_terms_lens": _b64(array("Q", map(len, doc_terms))),
-            "doc_terms": base64.b64encode(b"".join(t.tobytes() for t in doc_terms)).decode("ascii"),
-            "dl": _b64(self._dl),
+            "doc_terms_lens": _enc(array("Q", map(len, doc_terms)), binary),
+            "doc_terms": _enc(memoryview(b"".join(t.tobytes() for t in doc_terms)), binary),
+            "dl": _enc(self._dl, binary),
         }
 
     @classmethod
@@ -563,9 +659,14 @@ class BM25Index:
             raise ValueError(f"unknown index state format {state.get('format')!r}")
         swap = state["byteorder"] != sys.byteorder
         self = cls()
-        self._terms = list(state["terms"])
+        self._vocab = Vocab.from_state(
+            _raw(state["vocab_blob"]),
+            _in_place(state["vocab_lens"], swap),
+            _in_place(state["vocab_hashes"], swap),
+            C.VOCAB_HOT_TERMS,
+        )
         self._df = _unb64(state["df"], "I", swap)
-        self._post = _Postings(_unb64(state["post"], "I", swap), _unb64(state["post_lens"], "Q", swap))
+        self._post = _Postings(_in_place(state["post"], swap), _unb64(state["post_lens"], "Q", swap))
         for tid, d, tf, s_tf, t_tf in state["spill"]:
             self._spill.setdefault(int(tid), {})[int(d)] = (int(tf), int(s_tf), int(t_tf))
         self._ext = list(state["ext"])
@@ -573,15 +674,12 @@ class BM25Index:
         self._summary.lens = _unb64(state["summary_lens"], "I", swap)
         self._tags.lens = _unb64(state["tag_lens"], "I", swap)
         doc_terms = _split(_unb64(state["doc_terms"], "I", swap), _unb64(state["doc_terms_lens"], "Q", swap))
-        if not len(self._terms) == len(self._df) == len(self._post):
+        if not len(self._vocab) == len(self._df) == len(self._post):
             raise ValueError("index state is inconsistent: term tables differ in length")
         if not len(self._ext) == len(self._dl) == len(doc_terms) == len(self._summary.lens) == len(self._tags.lens):
             raise ValueError("index state is inconsistent: document tables differ in length")
         self._doc_terms = [t if e is not None else None for t, e in zip(doc_terms, self._ext, strict=True)]
-        # Built in C (zip, compress) rather than comprehensions: ~2M terms at 100k items.
-        self._vocab = dict(zip(self._terms, range(len(self._terms)), strict=True))
-        self._vocab.pop("", None)  # "" marks free ids
-        self._free_terms = list(compress(range(len(self._terms)), map(not_, self._terms)))
+        self._free_terms = self._vocab.free_ids()
         self._ids = {e: d for d, e in enumerate(self._ext) if e is not None}
         self._total_len = sum(int(x) for x in self._dl if x >= 0)
         for field in (self._summary, self._tags):

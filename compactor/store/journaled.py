@@ -14,6 +14,7 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
+from .. import indexfile
 from ..errors import PersistenceError
 from ..models import Item, Op, Settings
 from ..persist import ItemRecords, StateDir, snapshot_chunks
@@ -135,6 +136,7 @@ class _Journaled(_StateOps):
             for key, value in (snap.get("settings") or {}).items():
                 if hasattr(settings, key):
                     setattr(settings, key, value)
+            self._attach_index_file(snap)
             derived = self._restore_derived(state, snap)
             read_ids: list[str] = []
             for record in records:
@@ -149,6 +151,22 @@ class _Journaled(_StateOps):
             self._rebuild_derived(state)
             derived = False
         return state, settings, derived
+
+    def _attach_index_file(self, snap: dict[str, Any]) -> None:
+        """Join the arrays of the binary index file the snapshot names (memory-mapped, read in
+        place) to the rest of its saved index. A file that is missing or does not match its
+        checksum is not used: the index is then rebuilt from the items, with a warning."""
+        ref = snap.pop("index_file", None)
+        if ref is None or not isinstance(snap.get("index"), dict):
+            return
+        if self._dir is None:  # a parsed snapshot without its dir (the doctor joins it itself)
+            snap.pop("index")
+            return
+        try:
+            snap["index"] = {**snap["index"], **indexfile.read(self._dir.path, ref)}
+        except indexfile.IndexFileError as exc:
+            log.warning("saved index unusable (%s); rebuilding it from the items", exc)
+            snap.pop("index")
 
     @classmethod
     def replay(
@@ -262,12 +280,28 @@ class _Journaled(_StateOps):
         header = self._snapshot_header(gen + 1, gen, offset)
         # Synchronous snapshots (shutdown, forget, recovery) hold the lock anyway, so they also
         # save the index: the next start then loads it instead of re-tokenising everything.
-        header["index"] = self._s.index.to_state()
+        header["index"], header["index_file"] = self._write_index_file(gen + 1)
         header["dedup"] = self._s.dedup.to_state()
         self._dir.write_snapshot(snapshot_chunks(header, list(items.values())))
         self._dir.rotate(gen + 1, offset)
         self._dir.remove_temp_files()
+        indexfile.remove_others(self._dir.path, header["index_file"]["name"])
         self._dirty = False
+
+    def _write_index_file(self, gen: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The search index's arrays into their own file (compactor.indexfile), written and
+        fsynced before the snapshot that names it; returns (the rest of the index state, for
+        the snapshot's header; the file's reference)."""
+        assert self._dir is not None
+        state = self._s.index.to_state(binary=True)
+        arrays = {key: value for key, value in state.items() if isinstance(value, memoryview)}
+        try:
+            ref = indexfile.write(self._dir.path, gen, arrays)
+        except OSError as exc:
+            raise PersistenceError(
+                f"Could not write the index file in {self._dir.path}: {exc.strerror or exc}"
+            ) from exc
+        return {key: value for key, value in state.items() if key not in arrays}, ref
 
     def rebuild_and_snapshot(self) -> None:
         """Rebuild the derived structures (search index, near-duplicate buckets) from the items
@@ -319,6 +353,7 @@ class _Journaled(_StateOps):
                 old_snapshot = sd.install_snapshot_tmp()
                 sd.rotate(gen + 1, offset)
                 sd.remove_dead_temp_files()
+                indexfile.remove_others(sd.path, None)  # this snapshot names none
             except (PersistenceError, OSError) as exc:
                 log.warning("snapshot not installed: %s", exc)
                 self._dirty = True

@@ -1,0 +1,133 @@
+"""The saved search index as a binary file beside the snapshot, read through a memory map.
+
+Inside the snapshot's first line the index was base64 in JSON: at 10k items ~80% of the
+snapshot's bytes, all of it parsed, decoded and copied into each process at every start. Here
+its arrays are raw bytes in their own file, `index.G.bin` (G: the snapshot generation that
+names it): a start maps the file and reads the arrays in place, and every server on the state
+dir shares the same pages through the page cache.
+
+Layout: the magic line, one JSON line naming each array's byte offset and length, then the
+arrays, each starting on an 8-byte boundary. The snapshot's header records the file's name,
+size and CRC-32 (`{"name", "size", "crc32"}`), so the snapshot's own checksum covers the
+reference, and a file that does not match it is never used: the index is rebuilt from the
+items instead. Written under a temp name (`index.G.bin.PID.tmp`), fsynced and renamed before
+the snapshot that names it; files no snapshot names any more are deleted after the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+MAGIC = b"compactor-index 1\n"
+_ALIGN = 8
+_NAME = re.compile(r"index\.\d+\.bin")
+
+
+class IndexFileError(ValueError):
+    """The index file is missing, cut short or changed since it was written."""
+
+
+def file_name(gen: int) -> str:
+    return f"index.{gen}.bin"
+
+
+def write(dir_: Path, gen: int, arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """Write the arrays (bytes-like, by name) to `index.<gen>.bin`, fsynced; returns the
+    reference the snapshot header keeps."""
+    layout: dict[str, list[int]] = {}
+    offset = 0
+    views = {name: memoryview(data).cast("B") for name, data in arrays.items()}
+    for name, view in views.items():
+        layout[name] = [offset, view.nbytes]
+        offset += -(-view.nbytes // _ALIGN) * _ALIGN
+    head = MAGIC + orjson.dumps(layout) + b"\n"
+    head += b"\0" * (-len(head) % _ALIGN)
+    name = file_name(gen)
+    tmp = dir_ / f"{name}.{os.getpid()}.tmp"
+    crc = zlib.crc32(head)
+    size = len(head)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(head)
+            for view in views.values():
+                pad = b"\0" * (-view.nbytes % _ALIGN)
+                for chunk in (view, pad):
+                    fh.write(chunk)
+                    crc = zlib.crc32(chunk, crc)
+                    size += len(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dir_ / name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return {"name": name, "size": size, "crc32": crc}
+
+
+def read(dir_: Path, ref: Mapping[str, Any]) -> dict[str, memoryview]:
+    """The arrays of the file `ref` names, as read-only views into a shared memory map.
+    IndexFileError if the file is missing or does not match the reference."""
+    name = ref.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise IndexFileError(f"the snapshot names no valid index file ({name!r})")
+    path = dir_ / name
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise IndexFileError(f"{path} cannot be opened: {exc.strerror or exc}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size != ref.get("size") or size < len(MAGIC):
+            raise IndexFileError(f"{path} is {size:,} bytes, not the {ref.get('size')!r} the snapshot recorded")
+        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    view = memoryview(mapped)
+    if zlib.crc32(view) != ref.get("crc32"):
+        raise IndexFileError(f"{path} does not match its checksum: some bytes changed after it was written")
+    end = bytes(view[: min(size, 1 << 20)]).find(b"\n", len(MAGIC))
+    if view[: len(MAGIC)] != MAGIC or end < 0:
+        raise IndexFileError(f"{path} is not a compactor index file")
+    try:
+        layout = orjson.loads(bytes(view[len(MAGIC) : end]))
+    except orjson.JSONDecodeError as exc:
+        raise IndexFileError(f"{path} has a damaged layout line") from exc
+    base = end + 1 + (-(end + 1) % _ALIGN)
+    out: dict[str, memoryview] = {}
+    for key, (offset, length) in layout.items():
+        if base + offset + length > size:
+            raise IndexFileError(f"{path} is cut short")
+        out[key] = view[base + offset : base + offset + length]
+    return out
+
+
+def remove_others(dir_: Path, keep: str | None) -> None:
+    """Delete the index files no snapshot names any more (all of them but `keep`): after a
+    forget no file may still hold the forgotten item's words. A process that still maps one
+    keeps reading it until it reloads."""
+    for path in dir_.glob("index.*.bin"):
+        if path.name != keep and _NAME.fullmatch(path.name):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def problem(dir_: Path, ref: Any) -> str | None:
+    """Why the index file a snapshot names cannot be used, or None."""
+    if not isinstance(ref, dict):
+        return "the snapshot's reference to its index file is damaged"
+    try:
+        read(dir_, ref)
+    except IndexFileError as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,282 @@
+"""The search index's vocabulary: term <-> dense term id, in a few flat arrays.
+
+A dict of str -> int costs ~150 bytes a term (the str, the int, the dict slot), and an index of
+100k agent items holds ~2M distinct terms (ids, hashes, paths, names). Here the settled terms
+live in flat arrays instead, ~30 bytes a term, with nothing per term for Python to build or
+free:
+
+- every term's UTF-8 bytes in one blob, located by ``starts``/``lens`` per term id;
+- the CRC-32 of every term per term id, and the term ids sorted by it: a lookup bisects the
+  sorted hashes (vectorised over all terms of a document at once) and confirms the bytes, so
+  two terms with the same CRC-32 are still told apart.
+
+Terms added since the last `settle` sit in a plain dict (the overlay) until there are enough
+of them to merge, in C-speed numpy passes, into the arrays. A term whose last document goes
+is `release`d: its id may then be reused for another term (`assign`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+U32 = npt.NDArray[np.uint32]
+U64 = npt.NDArray[np.uint64]
+Buffer = bytes | memoryview
+
+
+def _crc(data: bytes) -> int:
+    return zlib.crc32(data)
+
+
+# Output elements a `gather` pass works on at once: its index temporaries (three int64s an
+# element) stay ~6 MiB however large the index grows.
+GATHER_CHUNK = 1 << 18
+
+
+def gather(src: npt.NDArray[Any], starts: npt.NDArray[Any], lens: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The segments src[starts[i] : starts[i] + lens[i]], concatenated, without a Python loop
+    per segment, in chunks of the output so that temporaries stay small."""
+    lens64 = lens.astype(np.int64)
+    ends = np.cumsum(lens64)
+    total = int(ends[-1]) if len(ends) else 0
+    out = np.empty(total, dtype=src.dtype)
+    shift = starts.astype(np.int64) - (ends - lens64)  # source minus destination, per segment
+    for lo in range(0, total, GATHER_CHUNK):
+        pos = np.arange(lo, min(lo + GATHER_CHUNK, total), dtype=np.int64)
+        seg = np.searchsorted(ends, pos, side="right")
+        out[lo : lo + len(pos)] = src[pos + shift[seg]]
+    return out
+
+
+class Vocab:
+    """Term <-> id for the search index (see the module doc). Ids are dense: the index keeps
+    per-term arrays (document frequency, postings) indexed by them."""
+
+    __slots__ = (
+        "_blob",
+        "_dead",
+        "_hashes",
+        "_hot",
+        "_hot_max",
+        "_lens",
+        "_lens_at",
+        "_n",
+        "_new",
+        "_new_names",
+        "_order",
+        "_sorted",
+        "_starts",
+        "_starts_at",
+    )
+
+    def __init__(self, hot_terms: int = 16_384) -> None:
+        self._hot_max = hot_terms
+        self._n = 0  # term id slots, settled or not
+        # Settled terms: ids below len(self._lens).
+        self._blob: Buffer = b""
+        self._starts: U64 = np.zeros(0, dtype=np.uint64)
+        self._lens: U32 = np.zeros(0, dtype=np.uint32)
+        # The same two as memoryviews: indexing one gives a Python int ~5x faster than numpy.
+        self._starts_at = self._starts.data
+        self._lens_at = self._lens.data
+        self._hashes: U32 = np.zeros(0, dtype=np.uint32)  # per id
+        self._order: U32 = np.zeros(0, dtype=np.uint32)  # live settled ids, by hash
+        self._sorted: U32 = np.zeros(0, dtype=np.uint32)  # their hashes, ascending
+        # The overlay: terms given an id since the last settle (a reused settled id included).
+        self._new: dict[str, int] = {}
+        self._new_names: dict[int, str] = {}
+        # Settled ids released since the last settle: their settled name no longer holds.
+        self._dead: set[int] = set()
+        # Settled terms found by recent lookups: the common words of every new document are
+        # then one dict probe, not a pass through the arrays. At most `hot_terms` of them.
+        self._hot: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def unsettled(self) -> int:
+        """Terms in the overlay: what the next `settle` merges."""
+        return len(self._new)
+
+    @property
+    def settled(self) -> int:
+        return len(self._lens)
+
+    # --- lookups ---------------------------------------------------------------------------
+
+    def lookup(self, terms: Sequence[str]) -> list[int]:
+        """Each term's id, -1 for a term not in the vocabulary."""
+        new, hot = self._new, self._hot
+        out = [new.get(t, -1) for t in terms]
+        if not len(self._sorted):
+            return out
+        miss = [i for i, tid in enumerate(out) if tid < 0]
+        if not miss:
+            return out
+        if hot:
+            still = []
+            for i in miss:
+                tid = hot.get(terms[i], -1)
+                if tid < 0:
+                    still.append(i)
+                else:
+                    out[i] = tid
+            miss = still
+            if not miss:
+                return out
+        encoded = [terms[i].encode("utf-8", "surrogatepass") for i in miss]
+        hashes = np.fromiter(map(_crc, encoded), dtype=np.uint32, count=len(encoded))
+        pos = np.searchsorted(self._sorted, hashes)
+        size = len(self._sorted)
+        at = np.minimum(pos, size - 1)
+        hit = (pos < size) & (self._sorted[at] == hashes)
+        if not hit.any():
+            return out
+        found = np.flatnonzero(hit)
+        cands = self._order[at[found]]
+        blob, dead, renamed = self._blob, self._dead, self._new_names
+        for k, cand, start in zip(found.tolist(), cands.tolist(), self._starts[cands].tolist(), strict=True):
+            data = encoded[k]
+            if (
+                cand not in dead
+                and cand not in renamed
+                and blob[start : start + len(data)] == data
+                and self._lens_at[cand] == len(data)
+            ):
+                tid = cand
+            else:  # another term with the same CRC-32 (or a released id): look along the run
+                tid = self._scan(int(pos[k]), int(hashes[k]), data)
+                if tid < 0:
+                    continue
+            out[miss[k]] = tid
+            if len(hot) >= self._hot_max:
+                hot.clear()
+            hot[terms[miss[k]]] = tid
+        return out
+
+    def _scan(self, pos: int, crc: int, encoded: bytes) -> int:
+        size = len(self._sorted)
+        while pos < size and int(self._sorted[pos]) == crc:
+            tid = int(self._order[pos])
+            if tid not in self._dead and tid not in self._new_names and self._settled_bytes(tid) == encoded:
+                return tid
+            pos += 1
+        return -1
+
+    def get(self, term: str) -> int | None:
+        tid = self.lookup([term])[0]
+        return tid if tid >= 0 else None
+
+    def _settled_bytes(self, tid: int) -> bytes:
+        start = self._starts_at[tid]
+        return bytes(self._blob[start : start + self._lens_at[tid]])
+
+    def name(self, tid: int) -> str:
+        """The term of a live id."""
+        renamed = self._new_names.get(tid)
+        if renamed is not None:
+            return renamed
+        start = self._starts_at[tid]
+        return str(self._blob[start : start + self._lens_at[tid]], "utf-8", "surrogatepass")
+
+    # --- changes ---------------------------------------------------------------------------
+
+    def assign(self, term: str, tid: int) -> None:
+        """Give `term` the id `tid`: the next new id (len(self)) or one released before."""
+        if tid == self._n:
+            self._n += 1
+        elif not 0 <= tid < self._n:
+            raise IndexError(tid)
+        self._new[term] = tid
+        self._new_names[tid] = term
+
+    def release(self, tid: int) -> None:
+        """The term of `tid` is gone; the id may be assigned again."""
+        term = self._new_names.pop(tid, None)
+        if term is not None:
+            del self._new[term]
+        elif tid < len(self._lens):
+            self._hot.pop(self._settled_bytes(tid).decode("utf-8", "surrogatepass"), None)
+        if tid < len(self._lens):
+            self._dead.add(tid)
+
+    def settle(self, live: npt.NDArray[np.bool_]) -> None:
+        """Merge the overlay into the arrays; `live[tid]` says which ids hold a term now (the
+        others are released, and get no bytes). O(vocabulary), all of it in numpy."""
+        n = self._n
+        if len(live) != n:
+            raise ValueError("live mask does not cover the vocabulary")
+        old = len(self._lens)
+        lens = np.zeros(n, dtype=np.uint32)
+        lens[:old] = self._lens
+        hashes = np.zeros(n, dtype=np.uint32)
+        hashes[:old] = self._hashes
+        renamed = self._new_names
+        ids = np.fromiter(renamed.keys(), dtype=np.int64, count=len(renamed))
+        encoded = [term.encode("utf-8", "surrogatepass") for term in renamed.values()]
+        extra = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        extra_lens = np.fromiter(map(len, encoded), dtype=np.uint32, count=len(encoded))
+        lens[ids] = extra_lens
+        hashes[ids] = np.fromiter(map(_crc, encoded), dtype=np.uint32, count=len(encoded))
+        # Where each id's bytes are now: the old blob, or after it for the overlay's terms.
+        src_starts = np.zeros(n, dtype=np.uint64)
+        src_starts[:old] = self._starts
+        src_starts[ids] = len(self._blob) + np.cumsum(extra_lens, dtype=np.uint64) - extra_lens
+        lens[~live] = 0
+        self._blob = gather(
+            np.concatenate([np.frombuffer(self._blob, dtype=np.uint8), extra]), src_starts, lens
+        ).tobytes()
+        self._set_lens(lens)
+        self._hashes = hashes
+        self._index_hashes(live)
+        self._new, self._new_names, self._dead, self._hot = {}, {}, set(), {}
+
+    def _set_lens(self, lens: U32) -> None:
+        self._lens = lens
+        self._starts = (np.cumsum(lens, dtype=np.uint64) - lens).astype(np.uint64)
+        self._starts_at = self._starts.data
+        self._lens_at = self._lens.data
+
+    def _index_hashes(self, live: npt.NDArray[np.bool_]) -> None:
+        order = np.flatnonzero(live).astype(np.uint32)
+        order = order[np.argsort(self._hashes[order], kind="stable")]
+        self._order = order
+        self._sorted = self._hashes[order]
+
+    def free_ids(self) -> list[int]:
+        """Settled ids that hold no term (for the index's free list after a load)."""
+        return [int(t) for t in np.flatnonzero(self._lens == 0)]
+
+    # --- persistence -----------------------------------------------------------------------
+
+    def to_state(self, live: npt.NDArray[np.bool_]) -> dict[str, memoryview]:
+        """Settle, then the arrays' bytes (native byte order; valid until the next change):
+        the terms' UTF-8, each term's length and CRC-32, by id. A released term's bytes are
+        not in it: a forgotten item's words leave the saved index with it."""
+        self.settle(live)
+        return {"blob": memoryview(self._blob), "lens": self._lens.data, "hashes": self._hashes.data}
+
+    @classmethod
+    def from_state(
+        cls, blob: Buffer, lens: Buffer | array[int], hashes: Buffer | array[int], hot_terms: int = 16_384
+    ) -> Vocab:
+        """Inverse of `to_state` (uint32 arrays in this machine's byte order), read in place:
+        a memory-mapped file's pages are shared, not copied. Nothing per term in Python but a
+        sort. ValueError if the arrays do not fit together."""
+        self = cls(hot_terms)
+        lens_arr: U32 = np.frombuffer(lens, dtype=np.uint32)
+        hashes_arr: U32 = np.frombuffer(hashes, dtype=np.uint32)
+        if len(lens_arr) != len(hashes_arr) or int(lens_arr.sum(dtype=np.uint64)) != memoryview(blob).nbytes:
+            raise ValueError("vocabulary state is inconsistent: lengths do not add up")
+        self._blob, self._hashes = blob, hashes_arr
+        self._set_lens(lens_arr)
+        self._n = len(lens_arr)
+        self._index_hashes(lens_arr > 0)
+        return self

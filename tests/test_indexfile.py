@@ -1,0 +1,111 @@
+"""The search index saved as a binary file beside the snapshot (compactor.indexfile): used at
+start when it matches the snapshot, rebuilt from the items when it does not, checked by the
+doctor and rebuilt by --repair."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from compactor import doctor, indexfile
+from compactor.store import Store, StoreInput
+
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+
+
+def _fill(d: Path) -> list[str]:
+    store = Store(state_dir=d)
+    ids = [store.store(f"{WORDS[i % 8]} item {i} uses parse_config_{i} in src/mod{i}.py").item.id for i in range(40)]
+    store.bulk_store([StoreInput(f"bulk {w} note zz{w}zz") for w in WORDS])
+    store.snapshot()
+    store.close()
+    return ids
+
+
+def _index_files(d: Path) -> list[str]:
+    return sorted(p.name for p in d.glob("index.*.bin"))
+
+
+def _header(d: Path) -> dict:
+    first = (d / "snapshot.json").read_bytes().split(b"\n", 1)[0]
+    return orjson.loads(first[: -len(b',"items":[')] + b"}")
+
+
+def _search_ids(store: Store, text: str) -> list[str]:
+    return [h.item.id for h in store.query(text)]
+
+
+def test_the_snapshot_names_a_binary_index_that_the_next_start_uses(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    d = tmp_path / "state"
+    ids = _fill(d)
+    header = _header(d)
+    assert _index_files(d) == [header["index_file"]["name"]]
+    assert "post" not in header["index"] and "vocab_blob" not in header["index"]  # arrays are in the file
+    with caplog.at_level(logging.WARNING):
+        store = Store(state_dir=d)
+    assert not [r for r in caplog.records if "index" in r.getMessage()]
+    assert _search_ids(store, "parse_config_7")[0] == ids[7]
+    assert store.check_derived() == []
+    store.store("charlie joins later with newterm_xyz")  # writes go to private copies
+    assert len(_search_ids(store, "newterm_xyz")) == 1
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["byte", "truncate", "delete"])
+def test_a_damaged_index_file_is_rebuilt_at_start_reported_and_repaired(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+):
+    d = tmp_path / "state"
+    ids = _fill(d)
+    path = d / _header(d)["index_file"]["name"]
+    raw = bytearray(path.read_bytes())
+    if damage == "byte":
+        raw[len(raw) // 2] ^= 0x55
+        path.write_bytes(bytes(raw))
+    elif damage == "truncate":
+        path.write_bytes(bytes(raw[: len(raw) // 2]))
+    else:
+        path.unlink()
+    report = doctor.check(d)
+    problem = next(p for p in report.errors if p.check == "index" and "beside the snapshot" in p.what)
+    assert "--repair" in problem.fix
+    with caplog.at_level(logging.WARNING):
+        store = Store(state_dir=d)
+    assert any("rebuilding it from the items" in r.getMessage() for r in caplog.records)
+    assert _search_ids(store, "parse_config_7")[0] == ids[7]
+    assert store.check_derived() == []
+    store.close()
+    doctor.repair(d)
+    assert doctor.check(d).healthy
+    assert len(_index_files(d)) == 1
+
+
+def test_forget_leaves_no_index_file_with_the_forgotten_words(tmp_path: Path):
+    d = tmp_path / "state"
+    _fill(d)
+    store = Store(state_dir=d)
+    secret = store.store("the launch code is uniqmarkerqq42 remember it").item.id
+    store.snapshot()
+    assert any(b"uniqmarkerqq42" in (d / n).read_bytes() for n in _index_files(d))
+    store.forget(secret)
+    store.close()
+    for name in os.listdir(d):
+        assert b"uniqmarkerqq42" not in (d / name).read_bytes(), name
+    assert doctor.check(d).healthy
+
+
+def test_write_and_read_round_trip_and_refuse_a_wrong_reference(tmp_path: Path):
+    arrays = {"a": b"12345", "b": memoryview(bytes(range(16))), "empty": b""}
+    ref = indexfile.write(tmp_path, 7, arrays)
+    assert ref["name"] == "index.7.bin"
+    got = indexfile.read(tmp_path, ref)
+    assert {k: bytes(v) for k, v in got.items()} == {k: bytes(v) for k, v in arrays.items()}
+    for bad in ({**ref, "crc32": ref["crc32"] ^ 1}, {**ref, "size": 3}, {**ref, "name": "../x"}, {}):
+        with pytest.raises(indexfile.IndexFileError):
+            indexfile.read(tmp_path, bad)
+    indexfile.remove_others(tmp_path, None)
+    assert not list(tmp_path.glob("index.*"))

@@ -1,0 +1,115 @@
+from unittest.mock import patch
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor import vocab as vocab_module
+from compactor.vocab import Vocab
+
+
+def _live(v: Vocab, gone: set[int]) -> np.ndarray:
+    return np.array([tid not in gone for tid in range(len(v))], dtype=bool)
+
+
+def _reload(v: Vocab, live: np.ndarray) -> Vocab:
+    state = v.to_state(live)  # views into v's arrays: copied, as a file holds them
+    return Vocab.from_state(bytes(state["blob"]), bytes(state["lens"]), bytes(state["hashes"]))
+
+
+def _roundtrip(v: Vocab, gone: set[int]) -> Vocab:
+    return _reload(v, _live(v, gone))
+
+
+def test_terms_keep_their_ids_through_settle_and_reload():
+    v = Vocab()
+    for tid, term in enumerate(["alpha", "beta", "gamma", "naïve", "x" * 128]):
+        v.assign(term, tid)
+    assert v.lookup(["beta", "nope", "naïve"]) == [1, -1, 3]
+    v.settle(_live(v, set()))
+    assert v.unsettled == 0 and v.settled == 5
+    assert v.lookup(["beta", "nope", "naïve", "x" * 128]) == [1, -1, 3, 4]
+    assert [v.name(t) for t in range(5)] == ["alpha", "beta", "gamma", "naïve", "x" * 128]
+    v.assign("delta", 5)  # after a settle: in the overlay
+    again = _roundtrip(v, set())
+    assert again.lookup(["alpha", "delta", "gamma"]) == [0, 5, 2]
+    assert again.name(5) == "delta"
+    assert again.free_ids() == []
+
+
+def test_a_released_id_is_not_found_and_can_be_reused():
+    v = Vocab()
+    for tid, term in enumerate(["alpha", "beta", "gamma"]):
+        v.assign(term, tid)
+    v.settle(_live(v, set()))
+    v.release(1)
+    assert v.get("beta") is None
+    v.assign("omega", 1)
+    assert v.get("omega") == 1 and v.get("beta") is None and v.name(1) == "omega"
+    v.release(1)
+    assert v.get("omega") is None
+    again = _roundtrip(v, {1})
+    assert again.get("beta") is None and again.get("omega") is None
+    assert again.free_ids() == [1]
+    assert again.lookup(["alpha", "gamma"]) == [0, 2]
+
+
+def test_released_terms_leave_the_saved_state():
+    v = Vocab()
+    v.assign("keepme", 0)
+    v.assign("secretword", 1)
+    v.settle(_live(v, set()))
+    v.release(1)
+    blob = bytes(v.to_state(_live(v, {1}))["blob"])
+    assert b"secretword" not in blob and b"keepme" in blob
+
+
+def test_terms_with_the_same_crc_are_told_apart():
+    with patch.object(vocab_module, "_crc", lambda data: 7):
+        v = Vocab()
+        terms = ["aa", "bb", "cc", "dd"]
+        for tid, term in enumerate(terms):
+            v.assign(term, tid)
+        v.settle(_live(v, set()))
+        assert v.lookup([*terms, "ee"]) == [0, 1, 2, 3, -1]
+        v.release(0)
+        v.assign("ff", 0)
+        assert v.lookup(["aa", "ff", "dd"]) == [-1, 0, 3]
+
+
+def test_inconsistent_state_is_refused():
+    v = Vocab()
+    v.assign("alpha", 0)
+    state = v.to_state(_live(v, set()))
+    with pytest.raises(ValueError, match="inconsistent"):
+        Vocab.from_state(bytes(state["blob"]), np.array([9], dtype=np.uint32).tobytes(), bytes(state["hashes"]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "release", "settle", "reload"]), st.integers(0, 30))))
+def test_any_sequence_behaves_like_a_dict(ops):
+    with patch.object(vocab_module, "_crc", lambda data: len(data) % 3):  # many shared hashes
+        v = Vocab()
+        model: dict[str, int] = {}
+        free: list[int] = []
+        for op, k in ops:
+            term = f"t{k}"
+            if op == "add" and term not in model:
+                tid = free.pop() if free else len(v)
+                v.assign(term, tid)
+                model[term] = tid
+            elif op == "release" and term in model:
+                tid = model.pop(term)
+                v.release(tid)
+                free.append(tid)
+            elif op in ("settle", "reload"):
+                live = _live(v, set(free))
+                if op == "settle":
+                    v.settle(live)
+                else:
+                    v = _reload(v, live)
+                    assert sorted(v.free_ids()) == sorted(free)
+            probe = [f"t{i}" for i in range(31)]
+            assert v.lookup(probe) == [model.get(t, -1) for t in probe]
+            assert all(v.name(tid) == t for t, tid in model.items())
