@@ -272,3 +272,17 @@ REPORT_EXAMPLES: Final = 10
 # A writer holds the lock for one fsync'd append (milliseconds) or one snapshot (well under a
 # second for 100k items); 5 s without it means a stuck process, and the doctor reads anyway.
 DOCTOR_LOCK_WAIT_S: Final = 5.0
+
+# --- PostgreSQL (compactor.postgres) -------------------------------------------------------------
+# The database schema compactor writes; a newer one is refused (upgrade compactor), an older
+# one is migrated at start under PG_MIGRATE_LOCK.
+PG_SCHEMA_VERSION: Final = 1
+# pg_advisory_lock keys: any constant that other software on the same database is unlikely to
+# pick; these spell "cmpw" (writers) and "cmpm" (migrations) in ASCII.
+PG_WRITE_LOCK: Final = 0x636D7077
+PG_MIGRATE_LOCK: Final = 0x636D706D
+# LISTEN/NOTIFY channel on which every journal write and history rewrite is announced.
+PG_CHANNEL: Final = "compactor_journal"
+# A start against an unreachable database fails after this long with a message instead of
+# hanging: long enough for a container's PostgreSQL still starting on a LAN, short for a typo.
+PG_CONNECT_TIMEOUT_S: Final = 10

@@ -1,6 +1,6 @@
-"""Memory backed by the state dir: load and replay, catching up with other processes (`_sync`),
-transactions that journal their ops or undo them (`_Txn`), read-only mode while the disk
-refuses writes, and snapshots.
+"""Memory backed by a `Persistence` (a state dir or PostgreSQL; this module does not know which):
+load and replay, catching up with other processes (`_sync`), transactions that journal their
+ops or undo them (`_Txn`), read-only mode while the store refuses writes, and snapshots.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
+from ..backend import Persistence
 from ..errors import PersistenceError
 from ..models import Item, Op, Settings
-from ..persist import ItemRecords, StateDir, snapshot_chunks
+from ..persist import ItemRecords
 from ..runtime import Runtime
 from .state import _State, _StateOps
 
@@ -79,8 +80,7 @@ class _ReadGuard:
         sd = self._store._dir
         if sd is None or not sd.is_open:  # closed: memory as it was last seen
             return
-        # Exclusive, not shared: catching up mutates memory and a reload re-reads the journal.
-        self._cm = sd.locked(exclusive=True)
+        self._cm = sd.reading()
         self._cm.__enter__()
         self._store._sync()
 
@@ -90,9 +90,9 @@ class _ReadGuard:
 
 
 class _Journaled(_StateOps):
-    """Memory kept in step with the state dir."""
+    """Memory kept in step with its persistence (state dir or database)."""
 
-    _dir: StateDir | None
+    _dir: Persistence | None
     _dirty: bool
     # Why the last journal write failed; while set, memory is read-only.
     _degraded: str | None
@@ -101,7 +101,7 @@ class _Journaled(_StateOps):
     runtime: Runtime
 
     def _reload(self) -> None:
-        """(Re)build memory from the state dir. Call under the lock."""
+        """(Re)build memory from the persistence. Call under the lock."""
         with self.runtime.bulk_work():  # hundreds of thousands of new objects, none of them cyclic garbage
             self._load_state()
 
@@ -226,7 +226,7 @@ class _Journaled(_StateOps):
 
     @property
     def degraded(self) -> str | None:
-        """Why the state dir is not being written, or None when all is saved."""
+        """Why memory is not being saved, or None when all is saved."""
         return self._degraded
 
     def _locked(self) -> Any:
@@ -264,9 +264,7 @@ class _Journaled(_StateOps):
         # save the index: the next start then loads it instead of re-tokenising everything.
         header["index"] = self._s.index.to_state()
         header["dedup"] = self._s.dedup.to_state()
-        self._dir.write_snapshot(snapshot_chunks(header, list(items.values())))
-        self._dir.rotate(gen + 1, offset)
-        self._dir.remove_temp_files()
+        self._dir.snapshot_now(header, list(items.values()))
         self._dirty = False
 
     def rebuild_and_snapshot(self) -> None:
@@ -314,21 +312,19 @@ class _Journaled(_StateOps):
                 # Someone else rotated meanwhile (forget, another process): ours is stale.
                 self._discard_tmp()
                 return
-            old_snapshot = None
+            cleanup = None
             try:
-                old_snapshot = sd.install_snapshot_tmp()
-                sd.rotate(gen + 1, offset)
-                sd.remove_dead_temp_files()
+                cleanup = sd.install_pending_snapshot(gen, offset)
             except (PersistenceError, OSError) as exc:
                 log.warning("snapshot not installed: %s", exc)
                 self._dirty = True
-        if old_snapshot is not None:
-            await anyio.to_thread.run_sync(sd.drop_old_snapshot, old_snapshot)
+        if cleanup is not None:
+            await anyio.to_thread.run_sync(cleanup)
 
     def _write_snapshot_tmp(self, header: dict[str, Any], items: list[Item]) -> bool:
         assert self._dir is not None
         try:
-            self._dir.write_snapshot_tmp(snapshot_chunks(header, items))
+            self._dir.write_pending_snapshot(header, items)
             return True
         except (PersistenceError, OSError) as exc:
             log.warning("snapshot failed: %s", exc)
@@ -336,7 +332,7 @@ class _Journaled(_StateOps):
 
     def _discard_tmp(self) -> None:
         assert self._dir is not None
-        self._dir.discard_snapshot_tmp()
+        self._dir.discard_pending_snapshot()
 
     def close(self) -> None:
         if self._dir is not None:
