@@ -254,6 +254,12 @@ class PgBackend:
                 conn.close()
         self._conn = self._bg = None
 
+    def __del__(self) -> None:
+        # A Store dropped without close() (as a state dir's file descriptor would be): close
+        # the sessions, which also releases the advisory lock, instead of a ResourceWarning.
+        with contextlib.suppress(Exception):
+            self.close()
+
     # --- the writers' lock ----------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self, exclusive: bool = True) -> Iterator[None]:
