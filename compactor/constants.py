@@ -286,3 +286,11 @@ PG_CHANNEL: Final = "compactor_journal"
 # A start against an unreachable database fails after this long with a message instead of
 # hanging: long enough for a container's PostgreSQL still starting on a LAN, short for a typo.
 PG_CONNECT_TIMEOUT_S: Final = 10
+
+# --- streamable HTTP (compactor.http_server) -----------------------------------------------------
+# Where the MCP endpoint lives: the SDK's default, and what clients' docs show.
+HTTP_PATH: Final = "/mcp"
+HTTP_PORT_DEFAULT: Final = 8765
+# A shared bearer token shorter than this is guessable or a placeholder left in a config file;
+# `openssl rand -hex 32` gives 64.
+TOKEN_MIN_CHARS: Final = 16

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -131,11 +132,25 @@ def _tool_error(exc: CompactorError) -> ToolError:
     return ToolError(str(exc))
 
 
-def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = False) -> MCPServer:
-    """`scope_fixed`: the project scope was given explicitly, so the client's roots don't move it."""
-    mcp: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version=_version())
+def build_server(
+    store: Store, *, name: str = "compactor", scope_fixed: bool = False, **server_options: Any
+) -> MCPServer:
+    """`scope_fixed`: the project scope was given explicitly, so the client's roots don't move it.
+    `server_options` go to MCPServer (the HTTP transport's token verifier and auth settings)."""
+    mcp: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version=_version(), **server_options)
 
-    seen_sessions: set[int] = set()
+    # Weak: over HTTP sessions come and go, and a new one must not inherit a dead one's id().
+    seen_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+    # Over HTTP many clients share this Store: each session's project scope (from its roots)
+    # is set on the Store before each of its calls, which run one at a time on the event loop.
+    base_scope = store.scope
+    session_scopes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+    def session_of(ctx: Context | None) -> Any:
+        try:
+            return ctx.session if ctx is not None else None
+        except (AttributeError, RuntimeError, ValueError):
+            return None
 
     async def prepare(ctx: Context | None) -> None:
         """Once per client session: the client's budget default and its project root."""
@@ -146,9 +161,9 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
             params = session.client_params
         except (AttributeError, RuntimeError, ValueError):
             return
-        if id(session) in seen_sessions:
+        if session in seen_sessions:
             return
-        seen_sessions.add(id(session))
+        seen_sessions.add(session)
         store.adopt_client_budget(params.client_info.name if params is not None else None)
         if scope_fixed or params is None or params.capabilities.roots is None:
             return
@@ -162,11 +177,14 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         for root in roots.roots:
             scope = scope_from_root_uri(str(root.uri))
             if scope:
-                store.scope = scope
+                store.scope = session_scopes[session] = scope
                 return
 
     async def run(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
         await prepare(ctx)
+        session = session_of(ctx)
+        if len(seen_sessions) > 1 and session is not None:  # several clients (HTTP): this one's scope
+            store.scope = session_scopes.get(session, base_scope)
         try:
             return fn()
         except CompactorError as exc:
@@ -400,8 +418,9 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
                 if c["active"] or c["archived"]
             )
             p = current.persistence
+            where = f"state dir {p['state_dir']}" if "state_dir" in p else f"database {p.get('database')}"
             persist = (
-                f"state dir {p['state_dir']}, journal {p['journal_bytes']:,} bytes, last snapshot "
+                f"{where}, journal {p['journal_bytes']:,} bytes, last snapshot "
                 f"{'never' if not p.get('last_snapshot_at') else p['last_snapshot_at']}"
                 if p.get("enabled")
                 else "in memory only (no --state-dir)"
@@ -803,6 +822,18 @@ def _version() -> str:
     return __version__
 
 
+async def snapshots(store: Store, interval: float) -> None:
+    """Snapshot in the background every `interval` seconds while there is something new."""
+    while True:
+        await anyio.sleep(interval)
+        if store.dirty:
+            try:
+                await store.snapshot_async()
+            except Exception:
+                log.exception("background snapshot failed; the journal still holds every change")
+            settle_heap(collect=True)
+
+
 async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S, scope_fixed: bool = False) -> None:
     """Run the stdio server until stdin closes or SIGTERM/SIGINT, snapshotting in the background
     and once more on the way out."""
@@ -810,14 +841,7 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
     settle_heap(collect=False)
 
     async def snapshot_loop() -> None:
-        while True:
-            await anyio.sleep(snapshot_interval)
-            if store.dirty:
-                try:
-                    await store.snapshot_async()
-                except Exception:
-                    log.exception("background snapshot failed; the journal still holds every change")
-                settle_heap(collect=True)
+        await snapshots(store, snapshot_interval)
 
     async def on_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
