@@ -12,6 +12,8 @@ import hmac
 import ipaddress
 import logging
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,12 @@ async def serve_http(
     # No access log: request lines are noise here, and nothing about a request is worth keeping.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again under
+        # the handler that was there before it: let that one do nothing, so the final snapshot
+        # below runs and the exit is clean.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
     try:
         async with anyio.create_task_group() as tg:
             if store.persistent:
