@@ -143,6 +143,21 @@ def display_url(url: str) -> str:
     return f"postgresql://{user}{info.get('host') or 'localhost'}{port}/{info.get('dbname') or ''}"
 
 
+def schema_version(url: str) -> int:
+    """The compactor schema version of the database at `url`, 0 if compactor never wrote there
+    (read only: nothing is created). Raises PersistenceError if it cannot be reached."""
+    driver = _import_psycopg()
+    try:
+        with driver.connect(url, autocommit=True, connect_timeout=C.PG_CONNECT_TIMEOUT_S) as conn:
+            row = conn.execute("SELECT to_regclass('compactor_schema') IS NOT NULL").fetchone()
+            if not row or not row[0]:
+                return 0
+            got = conn.execute("SELECT coalesce(max(version), 0) FROM compactor_schema").fetchone()
+            return int(got[0]) if got else 0
+    except driver.Error as exc:
+        raise PersistenceError(f"Cannot connect to database {display_url(url)}: {str(exc).strip()}.") from exc
+
+
 def _import_psycopg() -> Any:
     try:
         import psycopg
@@ -583,16 +598,26 @@ class PgBackend:
         return 0
 
     def describe(self) -> dict[str, Any]:
-        entries = size = 0
+        entries = size = snap_bytes = 0
+        snap_at: float | None = None
         with contextlib.suppress(Exception):
             row = (
                 self._live()
-                .execute("SELECT count(*), coalesce(sum(octet_length(ops)), 0) FROM compactor_journal")
+                .execute(
+                    "SELECT (SELECT count(*) FROM compactor_journal), "
+                    "(SELECT coalesce(sum(octet_length(ops)), 0) FROM compactor_journal), s.bytes, "
+                    "extract(epoch FROM s.written_at)::float8 "
+                    "FROM compactor_head h LEFT JOIN compactor_snapshot s ON s.id = h.snap_id"
+                )
                 .fetchone()
             )
             if row is not None:
                 entries, size = int(row[0]), int(row[1])
+                snap_bytes = int(row[2] or 0)
+                snap_at = float(row[3]) if row[3] is not None else None
         return {
+            "snapshot_bytes": snap_bytes,
+            "snapshot_at": snap_at,
             "database": self.where,
             "journal_entries": entries,
             "journal_bytes": size,
