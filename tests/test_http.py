@@ -37,14 +37,21 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_server(*args: str, token_file: Path | None = None) -> Iterator[str]:
-    """A real `compactor --transport streamable-http` process; yields its /mcp URL."""
-    port = free_port()
-    argv = ["--transport", "streamable-http", "--port", str(port), *args]
+def http_server(
+    *args: str, token_file: Path | None = None, env: dict[str, str] | None = None, argv: list[str] | None = None
+) -> Iterator[str]:
+    """A real `compactor --transport streamable-http` process; yields its /mcp URL. `argv`
+    replaces the transport and port arguments (then `args` must carry the port)."""
+    if argv is None:
+        port = free_port()
+        argv = ["--transport", "streamable-http", "--port", str(port)]
+    else:
+        port = int(args[len(args) - 1 - list(reversed(args)).index("--port") + 1])
+    argv = [*argv, *args]
     if token_file is not None:
         argv += ["--token-file", str(token_file)]
     proc = subprocess.Popen(
-        server_command(*argv), env=server_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        server_command(*argv), env=env or server_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         deadline = time.monotonic() + 60
