@@ -21,7 +21,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp_types import Implementation
+from mcp_types import Implementation, ListRootsResult, Root
 
 from tests.conftest import server_command, server_env
 from tests.stdio_client import StdioServer
@@ -178,6 +178,51 @@ def test_a_short_token_is_refused_without_quoting_it(tmp_path: Path):
         timeout=60,
     )
     assert done.returncode == 2 and "shorter than 16" in done.stderr and "hunter2" not in done.stderr
+
+
+def test_each_http_session_keeps_the_project_scope_of_its_own_roots(
+    pg_url: str, token_file: tuple[Path, str], tmp_path: Path
+):
+    """Two clients with different roots on one HTTP server: each stores into, and reads from,
+    its own project (the roots come over the server-to-client channel of streamable HTTP)."""
+    path, token = token_file
+    projects = []
+    for name in ("alpha", "beta"):
+        (tmp_path / name / ".git").mkdir(parents=True)
+        projects.append(tmp_path / name)
+
+    def roots_of(project: Path) -> Any:
+        async def roots(_ctx: object) -> ListRootsResult:
+            return ListRootsResult(roots=[Root(uri=project.as_uri(), name=project.name)])  # type: ignore[arg-type]
+
+        return roots
+
+    with http_server("--database", pg_url, token_file=path) as url:
+
+        async def drive() -> None:
+            async with (
+                create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as h1,
+                create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as h2,
+                Client(
+                    streamable_http_client(url, http_client=h1),
+                    mode="legacy",
+                    list_roots_callback=roots_of(projects[0]),
+                ) as a,
+                Client(
+                    streamable_http_client(url, http_client=h2),
+                    mode="legacy",
+                    list_roots_callback=roots_of(projects[1]),
+                ) as b,
+            ):
+                ida = (await call(a, "store", content="zanzibar note of alpha"))["id"]
+                idb = (await call(b, "store", content="zanzibar note of beta"))["id"]
+                assert [i["id"] for i in (await call(a, "query", query="zanzibar"))["items"]] == [ida]
+                assert [i["id"] for i in (await call(b, "query", query="zanzibar"))["items"]] == [idb]
+                assert (await call(a, "status"))["scope"] == str(projects[0])
+                both = await call(b, "query", query="zanzibar", scope="all")
+                assert {i["id"] for i in both["items"]} == {ida, idb}
+
+        anyio.run(drive)
 
 
 def content_for(server: str, k: int) -> str:
