@@ -82,3 +82,14 @@ def test_the_postgres_healthcheck_answers_for_a_running_server(pg_cluster):
     argv[argv.index("--dbname") + 1] = db
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_readme_lines_make_the_env_and_read_the_token_back(tmp_path: Path):
+    block = (ROOT / "README.md").read_text().split("## Team memory", 1)[1].split("```bash\n", 1)[1].split("```")[0]
+    env_line, up, claude = block.strip().splitlines()
+    assert up == "docker compose up -d" and claude.startswith("claude mcp add --transport http compactor https://")
+    subprocess.run(["bash", "-c", env_line], cwd=tmp_path, check=True)
+    token = dict(ln.split("=", 1) for ln in (tmp_path / ".env").read_text().splitlines())["COMPACTOR_TOKEN"]
+    header = claude.split("--header ", 1)[1]
+    shown = subprocess.run(["bash", "-c", f"printf %s {header}"], cwd=tmp_path, capture_output=True, text=True)
+    assert shown.stdout == f"Authorization: Bearer {token}"
