@@ -63,7 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper())
     if args.transport == "streamable-http":  # the HTTP floor (bench/team.py), served as compactor serves
-        build_server().run("streamable-http", host="127.0.0.1", port=args.port, json_response=True)
+        import uvicorn
+
+        app = build_server().streamable_http_app(host="127.0.0.1", json_response=True)
+        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
         return
     build_server().run("stdio")
 
