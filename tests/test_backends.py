@@ -78,6 +78,7 @@ class Writer:
         self.proc.send_signal(signal.SIGKILL)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_writer_processes_at_once_lose_nothing(backend: dict[str, str]):
     writers = [Writer(backend, f"w{n}", CALLS, bulk=5) for n in range(WRITERS)]
@@ -96,6 +97,7 @@ def test_writer_processes_at_once_lose_nothing(backend: dict[str, str]):
     print(f"\n{WRITERS} writer processes x {CALLS} calls on {next(iter(backend))}: lost 0 of {len(expected)}")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_writers_killed_mid_transaction_lose_nothing_acknowledged(backend: dict[str, str]):
     """SIGKILL one of two writers at a random moment, many times: every acknowledged id is

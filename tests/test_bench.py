@@ -344,6 +344,7 @@ def test_smoke_run_against_the_dev_stub(tmp_path: Path) -> None:
     assert "x floor" in run.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("client", ["raw", "sdk"])
 def test_both_clients_report_the_same_reply(client: str, tmp_path: Path) -> None:
     import anyio
@@ -370,6 +371,7 @@ def test_both_clients_report_the_same_reply(client: str, tmp_path: Path) -> None
     anyio.run(go)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_team_bench_measures_three_configurations_with_their_floors(pg_cluster: Any, tmp_path: Path) -> None:
     """`python -m bench --database URL --transport streamable-http`: one run, three rows."""

@@ -7,8 +7,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from compactor.store import Store
 from tests.conftest import server_command, server_env
+
+pytestmark = pytest.mark.slow  # CLI processes
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

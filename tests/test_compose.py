@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import httpx2
+import pytest
 import yaml
 
 from tests.conftest import ROOT, server_env
@@ -49,6 +50,7 @@ def test_the_env_line_makes_both_secrets_private(tmp_path: Path):
     assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
 
 
+@pytest.mark.slow  # a server process
 def test_the_compactor_service_serves_the_database_behind_the_token(pg_cluster, tmp_path: Path):
     url = pg_cluster.new_database()
     dbname = url.rsplit("/", 1)[1]

@@ -26,6 +26,9 @@ from mcp_types import Implementation, ListRootsResult, Root
 from tests.conftest import server_command, server_env
 from tests.stdio_client import StdioServer
 
+# Every test here starts a server process of its own.
+pytestmark = pytest.mark.slow
+
 SERVERS = 3
 WRITES = 300
 

@@ -324,6 +324,7 @@ def _ranked(index, query, order):
     return sorted(scores.items(), key=lambda kv: (-kv[1][0], -order.index(kv[0])))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(_OPS, st.booleans(), st.booleans(), st.sampled_from([12, 1 << 24]), st.sampled_from([1, 2, 256]))
 def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(ops, force_prune, force_bisect, doc_limit, top_block):

@@ -239,6 +239,7 @@ def _blocked_backend(url: str, writer_pid_hint: str) -> int:
     raise AssertionError("the writer never blocked inside its transaction")
 
 
+@pytest.mark.slow  # a writer process
 @pytest.mark.parametrize(
     ("mode", "table", "hint"),
     [

@@ -22,10 +22,10 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from pydantic import AnyHttpUrl
 
-from . import constants as C
-from .errors import InvalidArgumentError
+from .. import constants as C
+from ..errors import InvalidArgumentError
+from ..store import Store
 from .server import build_server, snapshots
-from .store import Store
 
 log = logging.getLogger(__name__)
 
