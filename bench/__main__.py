@@ -61,6 +61,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--server-log", type=Path, help="file for the servers' stderr (default: a temp file)")
     parser.add_argument("--no-import", action="store_true", help="skip timing `compactor import` of the corpus")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "--database",
+        metavar="URL",
+        help="also measure compactor on PostgreSQL (bench/team.py): store/query p50 for stdio + state dir and "
+        "stdio + PostgreSQL, each with its floor; fresh databases are created beside URL (needs CREATEDB)",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=("stdio", "streamable-http"),
+        default="stdio",
+        help="with --database, streamable-http adds HTTP + PostgreSQL (with a bearer token) to the same run",
+    )
     args = parser.parse_args(argv)
     try:
         sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
@@ -117,6 +129,19 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if args.database or args.transport != "stdio":
+        if not args.database:
+            print("python -m bench: --transport streamable-http needs --database URL", file=sys.stderr)
+            return 2
+        from bench.team import render_team, run_team
+
+        team = anyio.run(
+            run_team, args.database, args.transport == "streamable-http", args.sizes, args.seed, args.quick
+        )
+        write_json({"meta": {"team": True, "sizes": args.sizes, "quick": args.quick}, "team": team}, args.out)
+        print(render_team(team), end="")
+        print(f"JSON: {args.out}  server stderr: {team['server_log']}")
+        return 0
     report = anyio.run(run, args)
     write_json(report, args.out)
     print(render(report), end="")

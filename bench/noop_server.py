@@ -58,8 +58,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--state-dir")
     parser.add_argument("--snapshot-interval", type=float)
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
+    parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper())
+    if args.transport == "streamable-http":  # the HTTP floor (bench/team.py), served as compactor serves
+        import uvicorn
+
+        app = build_server().streamable_http_app(host="127.0.0.1", json_response=True)
+        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+        return
     build_server().run("stdio")
 
 

@@ -340,3 +340,25 @@ VIEW_EDIT_LIFT: Final = 1.0
 # The newest views of a named file that are lifted: an agent re-reads one file tens of times,
 # and the oldest of those views are the least likely to be what it goes back for.
 VIEW_LIFT_MAX: Final = 16
+
+# --- PostgreSQL (compactor.postgres) -------------------------------------------------------------
+# The database schema compactor writes; a newer one is refused (upgrade compactor), an older
+# one is migrated at start under PG_MIGRATE_LOCK.
+PG_SCHEMA_VERSION: Final = 1
+# pg_advisory_lock keys: any constant that other software on the same database is unlikely to
+# pick; these spell "cmpw" (writers) and "cmpm" (migrations) in ASCII.
+PG_WRITE_LOCK: Final = 0x636D7077
+PG_MIGRATE_LOCK: Final = 0x636D706D
+# LISTEN/NOTIFY channel on which every journal write and history rewrite is announced.
+PG_CHANNEL: Final = "compactor_journal"
+# A start against an unreachable database fails after this long with a message instead of
+# hanging: long enough for a container's PostgreSQL still starting on a LAN, short for a typo.
+PG_CONNECT_TIMEOUT_S: Final = 10
+
+# --- streamable HTTP (compactor.mcp.http_server) -------------------------------------------------
+# Where the MCP endpoint lives: the SDK's default, and what clients' docs show.
+HTTP_PATH: Final = "/mcp"
+HTTP_PORT_DEFAULT: Final = 8765
+# A shared bearer token shorter than this is guessable or a placeholder left in a config file;
+# `openssl rand -hex 32` gives 64.
+TOKEN_MIN_CHARS: Final = 16

@@ -86,7 +86,7 @@ class Problem:
 
 @dataclass(slots=True)
 class DoctorReport:
-    state_dir: Path
+    state_dir: Path | str  # or the database, as `display_url` shows it (no password)
     problems: list[Problem] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     checks: list[str] = field(default_factory=list)  # the checks that ran
@@ -810,12 +810,69 @@ def check(state_dir: Path, step: Callable[[str], None] = _no_step) -> DoctorRepo
     return report
 
 
+def check_database(url: str, step: Callable[[str], None] = _no_step) -> DoctorReport:
+    """Check a PostgreSQL database the way `check` checks a state dir: the schema version,
+    every journal entry and the snapshot (loaded through the Store, checksums included), then
+    the index and the summary DAG. Creates nothing in a database compactor never used."""
+    from .errors import PersistenceError
+    from .postgres import display_url, schema_version
+
+    where = display_url(url)
+    report = DoctorReport(state_dir=where)
+    step(f"reading {where}…")
+    report.checks.append("database")
+    try:
+        version = schema_version(url)
+    except PersistenceError as exc:
+        report.error("database", str(exc), "Check the URL, that PostgreSQL is up, and the user's rights.")
+        return report
+    if version == 0:
+        report.facts["empty"] = True
+        return report
+    report.facts["schema"] = version
+    report.checks.append("load")
+    try:
+        store = Store(database=url)
+    except CompactorError as exc:
+        report.error(
+            "load",
+            str(exc),
+            "Restore the database from a backup (pg_dump/pg_restore or your provider's point-in-time "
+            "recovery); compactor never overwrites a row it cannot read.",
+        )
+        return report
+    try:
+        persistence = store.status().persistence
+        report.facts["journal"] = {
+            "gen": persistence.get("generation"),
+            "lines": persistence.get("journal_entries", 0),
+            "bytes": persistence.get("journal_bytes", 0),
+        }
+        step(f"checking the index and lineage of {len(store.ids()):,} items…")
+        items = {it.id: it for it in store.iter_items()}
+        active = sum(1 for it in items.values() if it.tier == "active")
+        report.facts["items"] = {
+            "total": len(items),
+            "active": active,
+            "archived": len(items) - active,
+            "summaries": sum(1 for it in items.values() if it.depth),
+            "tokens_used": store.tokens_used,
+            "token_budget": store.budget,
+        }
+        _check_index(Path(where), store, None, report)
+        _check_lineage(Path(where), items, report)
+    finally:
+        store.close()
+    return report
+
+
 def render(report: DoctorReport) -> str:
     """The human report: facts, then each problem with its fix, then a verdict."""
     out = [f"compactor doctor: {report.state_dir}"]
     f = report.facts
     if f.get("empty"):
-        out.append("  empty state dir (compactor has not written anything yet)")
+        kind = "database" if isinstance(report.state_dir, str) else "state dir"
+        out.append(f"  empty {kind} (compactor has not written anything yet)")
     snap = f.get("snapshot")
     if snap:
         out.append(
@@ -953,7 +1010,11 @@ def parser() -> argparse.ArgumentParser:
         prog="compactor doctor",
         description="Check a compactor state dir (read-only) and say what is wrong and how to repair it.",
     )
-    p.add_argument("--state-dir", type=Path, required=True, help="the directory given to `compactor --state-dir`")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--state-dir", type=Path, help="the directory given to `compactor --state-dir`")
+    where.add_argument(
+        "--database", metavar="URL", help="the PostgreSQL database given to `compactor --database` (checked only)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--repair",
@@ -972,6 +1033,18 @@ def main(argv: Sequence[str], step: Callable[[str], None] = _no_step, done: Call
         args = parser().parse_args(list(argv))
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
         return exc.code if isinstance(exc.code, int) else 2
+    if args.database is not None:
+        if args.repair:
+            sys.stderr.write(
+                "compactor doctor --repair: repairs a state dir only; a database is repaired from its backups.\n"
+            )
+            return 2
+        try:
+            report = check_database(args.database, step)
+        finally:
+            done()
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n" if args.json else render(report))
+        return 0 if report.healthy else 1
     if args.repair:
         try:
             for line in repair(args.state_dir):

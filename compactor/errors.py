@@ -3,8 +3,8 @@
     CompactorError                 base: everything the domain raises on purpose
     ├── InvalidArgumentError       the caller's arguments are wrong; nothing changed
     ├── NotFoundError              no item with that id
-    ├── PersistenceError           the state dir could not be written; nothing changed
-    ├── StateCorruptError          a state file cannot be read; startup stops
+    ├── PersistenceError           the state dir or database could not be written; nothing changed
+    ├── StateCorruptError          a state file or row cannot be read; startup stops
     └── OutputRefusedError         an export would follow a symlink or replace a file
 
 Messages are written for the model that will read them: they say what to do next.

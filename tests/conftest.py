@@ -76,3 +76,33 @@ def server_env() -> dict[str, str]:
 
 def server_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "compactor", *args]
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """One real PostgreSQL cluster for the whole session (tests/pg_cluster.py); fails, never
+    skips, when PostgreSQL cannot start."""
+    from tests.pg_cluster import Cluster
+
+    cluster = Cluster()
+    try:
+        cluster.start()
+    except Exception as exc:
+        cluster.stop()
+        pytest.fail(f"PostgreSQL did not start: {exc}", pytrace=False)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Any) -> str:
+    """A fresh, empty database on the session's cluster."""
+    return str(pg_cluster.new_database())
+
+
+@pytest.fixture(params=["state-dir", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """Where a Store keeps memory, for tests that must hold for both: Store(**backend)."""
+    if request.param == "state-dir":
+        return {"state_dir": str(tmp_path / "state")}
+    return {"database": str(request.getfixturevalue("pg_cluster").new_database())}

@@ -386,3 +386,26 @@ def test_recall_latency_over_stdio_reports_each_query_kind() -> None:
     for ln in lines:
         m = re.search(r"p50 ([\d.]+) ms .* server CPU ([\d.]+) ms a call, (\d+) tokens", ln)
         assert m and float(m[1]) > 0 and 0 < int(m[3]) <= 2_000, ln
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_team_bench_measures_three_configurations_with_their_floors(pg_cluster: Any, tmp_path: Path) -> None:
+    """`python -m bench --database URL --transport streamable-http`: one run, three rows."""
+    out = tmp_path / "team.json"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench", "--database", pg_cluster.url(), "--transport", "streamable-http"),
+            *("--quick", "--sizes", "100", "--out", str(out)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["team"]["sizes"]["100"]
+    assert set(rows) == {"stdio + state dir", "stdio + PostgreSQL", "HTTP + PostgreSQL"}
+    for row in rows.values():
+        assert row["query"]["p50"] > 0 and row["floor_query"]["p50"] > 0 and row["store"]["p50"] > 0
+    assert "goal <= 2x" in done.stdout

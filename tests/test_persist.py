@@ -12,14 +12,15 @@ from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 
 
-def test_state_survives_restart(state_dir: Path, clock: FakeClock):
-    s = Store(state_dir=state_dir, clock=clock)
+def test_state_survives_restart(backend: dict[str, str], clock: FakeClock):
+    """For the state dir and PostgreSQL alike."""
+    s = Store(**backend, clock=clock)
     a = s.store("remember the alamo", tags="history", importance=8).item
     b = s.store("second thing", pinned=True).item
     s.configure(token_budget=50_000)
     s.update(a.id, summary="alamo")
     s.close()
-    s2 = Store(state_dir=state_dir, clock=clock)
+    s2 = Store(**backend, clock=clock)
     got = s2.get(a.id)
     assert got.content == "remember the alamo" and got.summary == "alamo" and got.importance == 8
     assert s2.get(b.id).pinned
@@ -40,8 +41,9 @@ def test_snapshot_truncates_journal_and_restart_reads_it(state_dir: Path, clock:
     assert set(s2.ids()) == {*ids, late}
 
 
-def test_background_snapshot_keeps_writes_made_while_it_ran(state_dir: Path, clock: FakeClock):
-    s = Store(state_dir=state_dir, clock=clock)
+def test_background_snapshot_keeps_writes_made_while_it_ran(backend: dict[str, str], clock: FakeClock):
+    """For the state dir and PostgreSQL alike."""
+    s = Store(**backend, clock=clock)
     s.bulk_store([StoreInput(f"bulk {i}") for i in range(200)])
 
     async def run() -> str:
@@ -51,7 +53,7 @@ def test_background_snapshot_keeps_writes_made_while_it_ran(state_dir: Path, clo
 
     during = anyio.run(run)
     s.close()
-    s2 = Store(state_dir=state_dir, clock=clock)
+    s2 = Store(**backend, clock=clock)
     assert len(s2) == 201 and s2.get(during).content == "written during the snapshot"
 
 
@@ -183,22 +185,23 @@ def test_forget_purges_bytes_from_every_file(state_dir: Path):
     assert s2.ids() == [keep]
 
 
-def test_access_data_persists(state_dir: Path, clock: FakeClock):
-    s = Store(state_dir=state_dir, clock=clock)
+def test_access_data_persists(backend: dict[str, str], clock: FakeClock):
+    """For the state dir and PostgreSQL alike."""
+    s = Store(**backend, clock=clock)
     it = s.store("findable walrus").item
     clock.advance(500)
     s.query("walrus")
     s.close()
-    s2 = Store(state_dir=state_dir, clock=clock)
+    s2 = Store(**backend, clock=clock)
     got = s2.get(it.id)
     assert got.access_count == 1 and got.last_accessed_at == clock.now
 
 
-def test_budget_from_configure_survives_restart_and_client(state_dir: Path):
-    s = Store(state_dir=state_dir)
+def test_budget_from_configure_survives_restart_and_client(backend: dict[str, str]):
+    s = Store(**backend)
     s.configure(token_budget=7_000)
     s.close()
-    s2 = Store(state_dir=state_dir)
+    s2 = Store(**backend)
     s2.adopt_client_budget("claude-code")
     assert s2.budget == 7_000
 

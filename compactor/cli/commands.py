@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
     transfer.register(sub)
     p = sub.add_parser(
         "doctor",
-        help="check a state dir and say how to fix what is wrong",
+        help="check a state dir (or a database) and say how to fix what is wrong",
         description="Check the state dir's files, lock and journal; other flags go to the doctor as they are.",
     )
     add_state_dir(p)
@@ -42,7 +42,11 @@ def run_doctor(args: argparse.Namespace, extra: list[str]) -> int:
         raise CliError(f"doctor is not available in this installation ({exc}). Reinstall compactor") from exc
     doctor_main = cast(Callable[..., int], module.main)
     argv = list(extra)
-    if not any(a == "--state-dir" or a.startswith("--state-dir=") for a in argv):
+    database = getattr(args, "database", None) or os.environ.get("COMPACTOR_DATABASE_URL")
+    given = any(a.startswith(("--state-dir", "--database")) for a in argv)
+    if database and not given and not getattr(args, "state_dir", None):
+        argv = ["--database", str(database), *argv]
+    elif not any(a == "--state-dir" or a.startswith("--state-dir=") for a in argv):
         state_dir = getattr(args, "state_dir", None) or os.environ.get("COMPACTOR_STATE_DIR")
         if state_dir:
             argv = ["--state-dir", str(state_dir), *argv]

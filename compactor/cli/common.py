@@ -82,6 +82,12 @@ def add_state_dir(p: argparse.ArgumentParser) -> None:
         help="the state dir a server uses (default: env COMPACTOR_STATE_DIR)",
     )
     p.add_argument(
+        "--database",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help="the PostgreSQL database a server uses, instead of a state dir (default: env COMPACTOR_DATABASE_URL)",
+    )
+    p.add_argument(
         "--scope",
         default=argparse.SUPPRESS,
         help="project scope (default: the git root of the current directory; 'all' reads every project)",
@@ -90,6 +96,14 @@ def add_state_dir(p: argparse.ArgumentParser) -> None:
 
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document for scripts")
+
+
+def database_of(args: argparse.Namespace) -> str | None:
+    """The PostgreSQL URL to work on (--database or COMPACTOR_DATABASE_URL), if any: it wins
+    over a state dir only when no --state-dir was given on the command line."""
+    if getattr(args, "state_dir", None):
+        return None
+    return getattr(args, "database", None) or os.environ.get("COMPACTOR_DATABASE_URL") or None
 
 
 def state_dir_of(args: argparse.Namespace) -> Path:
@@ -117,20 +131,23 @@ def has_state(path: Path) -> bool:
 
 @contextlib.contextmanager
 def opened(args: argparse.Namespace, *, create: bool = False, cwd: str | None = None) -> Iterator[Store]:
-    """The Store over the state dir, coordinated with any server running on it (flock +
-    journal), in the same project scope a server started here would use (or --scope).
-    Reading never creates a state dir that is not there."""
-    path = state_dir_of(args)
-    check_state_dir(path)
-    # A state dir with nothing in it yet (or none at all) is an empty memory: read it as one,
-    # without creating anything.
-    where = path if create or has_state(path) else None
+    """The Store over the state dir (or --database), coordinated with any server running on it
+    (the writers' lock + journal), in the same project scope a server started here would use (or
+    --scope). Reading never creates a state dir that is not there."""
+    database = database_of(args)
+    where: Path | None = None
+    if database is None:
+        path = state_dir_of(args)
+        check_state_dir(path)
+        # A state dir with nothing in it yet (or none at all) is an empty memory: read it as one,
+        # without creating anything.
+        where = path if create or has_state(path) else None
     scope = getattr(args, "scope", None) or os.environ.get("COMPACTOR_SCOPE")
     if scope == ALL_SCOPES:
-        store = Store(state_dir=where, scope=GLOBAL_SCOPE)
+        store = Store(state_dir=where, database=database, scope=GLOBAL_SCOPE)
         store.default_read_scope = ALL_SCOPES
     else:
-        store = Store(state_dir=where, scope=scope or project_scope(Path(cwd) if cwd else None))
+        store = Store(state_dir=where, database=database, scope=scope or project_scope(Path(cwd) if cwd else None))
     try:
         yield store
     finally:

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .. import hooks
-from .common import EXIT_OK, CliError, Out, add_json, add_state_dir, has_state, opened, state_dir_of
+from .common import EXIT_OK, CliError, Out, add_json, add_state_dir, database_of, has_state, opened, state_dir_of
 
 
 def register(sub: Any) -> None:
@@ -46,8 +46,7 @@ def cmd_session_start(args: argparse.Namespace, out: Out) -> int:
     session-end saved last in this project), and after a compaction what pre-compact saved from
     the session."""
     payload = hooks.read_payload(sys.stdin)
-    path = state_dir_of(args)
-    if not has_state(path):
+    if database_of(args) is None and not has_state(state_dir_of(args)):
         context = hooks.session_context(None, payload)
     else:
         with opened(args, cwd=_cwd(payload)) as store:

@@ -42,7 +42,7 @@ def _interval(text: str) -> float:
 def serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="compactor",
-        description="Lossless working memory for LLM agents: an MCP server on stdio.",
+        description="Lossless working memory for LLM agents: an MCP server on stdio or streamable HTTP.",
     )
     p.add_argument("--version", action="version", version=f"compactor {__version__}")
     p.add_argument("--budget", type=_positive_int, help="token budget (default: by client, else 100,000)")
@@ -51,6 +51,28 @@ def serve_parser() -> argparse.ArgumentParser:
         type=Path,
         default=os.environ.get("COMPACTOR_STATE_DIR") or None,
         help="directory that keeps state across restarts (default: memory only; env COMPACTOR_STATE_DIR)",
+    )
+    p.add_argument(
+        "--database",
+        default=os.environ.get("COMPACTOR_DATABASE_URL") or None,
+        metavar="URL",
+        help="PostgreSQL database shared by several servers, instead of --state-dir "
+        "(postgresql://user:password@host/db; env COMPACTOR_DATABASE_URL; needs compactor[postgres])",
+    )
+    p.add_argument(
+        "--transport",
+        choices=["stdio", "streamable-http"],
+        default="stdio",
+        help="stdio (default: the client starts this process) or streamable-http (clients connect to --host:--port)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to serve HTTP on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=C.HTTP_PORT_DEFAULT, help=f"HTTP port (default {C.HTTP_PORT_DEFAULT})")
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="file holding the bearer token HTTP clients must send (default: env COMPACTOR_TOKEN); required to "
+        "serve on a non-loopback address",
     )
     p.add_argument(
         "--snapshot-interval",
@@ -120,15 +142,36 @@ def run_server(argv: Sequence[str]) -> int:
     from ..scope import project_scope
     from ..store import Store
 
+    if args.state_dir is not None and args.database is not None:
+        print("compactor: cannot start: give --state-dir or --database, not both.", file=sys.stderr)
+        return 2
     if args.state_dir is not None:
         problem = state_dir_problem(Path(args.state_dir))
         if problem:
             print(f"compactor: cannot start: {problem}", file=sys.stderr)
             return 1
+    token = None
+    if args.transport == "streamable-http":
+        from ..mcp.http_server import is_loopback, load_token
+
+        try:
+            token = load_token(args.token_file)
+        except CompactorError as exc:
+            print(f"compactor: cannot start: {exc}.", file=sys.stderr)
+            return 2
+        if token is None and not is_loopback(args.host):
+            print(
+                f"compactor: cannot start: refusing to serve on {args.host} without a token: anyone who can reach "
+                "it could read and change memory. Pass --token-file FILE or set COMPACTOR_TOKEN (make one with "
+                "`openssl rand -hex 32`), or use --host 127.0.0.1.",
+                file=sys.stderr,
+            )
+            return 2
     try:
         store = Store(
             budget=args.budget,
             state_dir=args.state_dir,
+            database=args.database,
             scope=args.scope or project_scope(),
             redact_secrets=not args.no_redact,
         )
@@ -140,5 +183,19 @@ def run_server(argv: Sequence[str]) -> int:
     except CompactorError as exc:
         print(f"compactor: cannot start: {exc}", file=sys.stderr)
         return 1
+    if args.transport == "streamable-http":
+        from ..mcp.http_server import serve_http
+
+        anyio.run(
+            lambda: serve_http(
+                store,
+                host=args.host,
+                port=args.port,
+                token=token,
+                snapshot_interval=args.snapshot_interval,
+                scope_fixed=bool(args.scope),
+            )
+        )
+        return 0
     anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval, scope_fixed=bool(args.scope)))
     return 0

@@ -12,13 +12,14 @@ from ..errors import StateCorruptError
 from ..models import Item
 from ..persist import JOURNAL, StateDir
 from ..render import preview
-from ..report import ago, item_report, per_depth, status_report
+from ..report import StateFiles, ago, item_report, per_depth, status_report
 from ..store import Store
 from .common import (
     EXIT_OK,
     Out,
     add_json,
     add_state_dir,
+    database_of,
     has_state,
     item_json,
     opened,
@@ -92,7 +93,12 @@ def cmd_status(args: argparse.Namespace, out: Out) -> int:
     with opened(args) as store:
         status = store.status()
         shape = store.dag_shape()
-    files = state_files(state_dir_of(args))
+    database = database_of(args)
+    if database is not None:
+        p = status.persistence
+        files = StateFiles(str(p["database"]), p["journal_bytes"], p.get("snapshot_bytes", 0), p.get("snapshot_at"))
+    else:
+        files = state_files(state_dir_of(args))
     if out.json_mode:
         out.json(
             {
@@ -116,7 +122,7 @@ def cmd_status(args: argparse.Namespace, out: Out) -> int:
         )
         return EXIT_OK
     out.lines(status_report(status, shape, files, paint=out.paint, unicode=out.unicode))
-    if not has_state(state_dir_of(args)):
+    if database is None and not has_state(state_dir_of(args)):
         out.line(f"Empty: nothing stored yet. A server started with --state-dir {files.path} keeps its memory here.")
     return EXIT_OK
 
@@ -227,7 +233,8 @@ def cmd_show(args: argparse.Namespace, out: Out) -> int:
     with opened(args) as store:
         item = store.get(args.id)
         path = store.ancestors(item)
-        journal = journal_entries(state_dir_of(args), item.id)
+        # A database's journal history is not read here (only a state dir's file).
+        journal = [] if database_of(args) else journal_entries(state_dir_of(args), item.id)
         if out.json_mode:
             record = item_json(item)
             record["active_via"] = path

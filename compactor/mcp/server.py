@@ -1,6 +1,7 @@
 """The MCP server's factory: make the MCPServer, prepare each client session (its budget default
 and its project root), wrap every tool call (domain errors become tool errors), and register
-the tool groups, the resources and the tool contract. `serve` runs it on stdio. No domain logic
+the tool groups, the resources and the tool contract. `serve` runs it on stdio (and
+`http_server.serve_http` over streamable HTTP). No domain logic
 lives here or in the tool modules: each tool calls one Store method.
 """
 
@@ -11,7 +12,9 @@ import os
 import signal
 import sys
 import warnings
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -64,11 +67,25 @@ TOOL_ORDER = (
 )
 
 
-def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = False) -> MCPServer:
-    """`scope_fixed`: the project scope was given explicitly, so the client's roots don't move it."""
-    mcp: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version=_version())
+def build_server(
+    store: Store, *, name: str = "compactor", scope_fixed: bool = False, **server_options: Any
+) -> MCPServer:
+    """`scope_fixed`: the project scope was given explicitly, so the client's roots don't move it.
+    `server_options` go to MCPServer (the HTTP transport's token verifier and auth settings)."""
+    mcp: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version=_version(), **server_options)
 
-    seen_sessions: set[int] = set()
+    # Weak: over HTTP sessions come and go, and a new one must not inherit a dead one's id().
+    seen_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+    # Over HTTP many clients share this Store: each session's project scope (from its roots)
+    # is set on the Store before each of its calls, which run one at a time on the event loop.
+    base_scope = store.scope
+    session_scopes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+    def session_of(ctx: Context | None) -> Any:
+        try:
+            return ctx.session if ctx is not None else None
+        except (AttributeError, RuntimeError, ValueError):
+            return None
 
     async def prepare(ctx: Context | None) -> None:
         """Once per client session: the client's budget default and its project root."""
@@ -79,9 +96,9 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
             params = session.client_params
         except (AttributeError, RuntimeError, ValueError):
             return
-        if id(session) in seen_sessions:
+        if session in seen_sessions:
             return
-        seen_sessions.add(id(session))
+        seen_sessions.add(session)
         store.adopt_client_budget(params.client_info.name if params is not None else None)
         if scope_fixed or params is None or params.capabilities.roots is None:
             return
@@ -95,11 +112,14 @@ def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = F
         for root in roots.roots:
             scope = scope_from_root_uri(str(root.uri))
             if scope:
-                store.scope = scope
+                store.scope = session_scopes[session] = scope
                 return
 
     async def run(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
         await prepare(ctx)
+        session = session_of(ctx)
+        if len(seen_sessions) > 1 and session is not None:  # several clients (HTTP): this one's scope
+            store.scope = session_scopes.get(session, base_scope)
         try:
             return fn()
         except CompactorError as exc:
@@ -125,6 +145,19 @@ def _version() -> str:
     return __version__
 
 
+async def snapshots(store: Store, interval: float) -> None:
+    """Snapshot in the background every `interval` seconds while there is something new (both
+    transports run it)."""
+    while True:
+        await anyio.sleep(interval)
+        if store.dirty:
+            try:
+                await store.snapshot_async()
+            except Exception:
+                log.exception("background snapshot failed; the journal still holds every change")
+            settle_heap(collect=True)
+
+
 async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S, scope_fixed: bool = False) -> None:
     """Run the stdio server until stdin closes or SIGTERM/SIGINT, snapshotting in the background
     and once more on the way out."""
@@ -132,14 +165,7 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
     settle_heap(collect=False)
 
     async def snapshot_loop() -> None:
-        while True:
-            await anyio.sleep(snapshot_interval)
-            if store.dirty:
-                try:
-                    await store.snapshot_async()
-                except Exception:
-                    log.exception("background snapshot failed; the journal still holds every change")
-                settle_heap(collect=True)
+        await snapshots(store, snapshot_interval)
 
     async def on_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -36,8 +36,9 @@ def register(kit: ToolKit) -> None:
                 if c["active"] or c["archived"]
             )
             p = current.persistence
+            where = f"state dir {p['state_dir']}" if "state_dir" in p else f"database {p.get('database')}"
             persist = (
-                f"state dir {p['state_dir']}, journal {p['journal_bytes']:,} bytes, last snapshot "
+                f"{where}, journal {p['journal_bytes']:,} bytes, last snapshot "
                 f"{'never' if not p.get('last_snapshot_at') else p['last_snapshot_at']}"
                 if p.get("enabled")
                 else "in memory only (no --state-dir)"

@@ -17,11 +17,11 @@ from typing import Any
 
 from .. import bounds
 from .. import constants as C
+from ..backend import DirBackend, Persistence
 from ..classify import auto_tags, detect_type, merge_tags, parse_tags
 from ..condense import unfamiliar_terms, with_footer
 from ..errors import InvalidArgumentError, PersistenceError
 from ..models import CompactReport, Item, Op, Settings
-from ..persist import StateDir
 from ..runtime import PROCESS, Runtime
 from ..tokens import TokenCounter, default_counter
 from .compact import _Compaction, _item_bytes
@@ -55,6 +55,8 @@ class Store(_Recall, _Compaction, _Ledger):
         *,
         budget: int | None = None,
         state_dir: Path | str | None = None,
+        database: str | None = None,
+        backend: Persistence | None = None,
         counter: TokenCounter | None = None,
         clock: Callable[[], float] = time.time,
         scope: str = GLOBAL_SCOPE,
@@ -72,16 +74,25 @@ class Store(_Recall, _Compaction, _Ledger):
         self.counter = counter or default_counter()
         self.settings = Settings(token_budget=C.BUDGET_DEFAULT)
         self._s = _State()
-        self._dir: StateDir | None = None
+        self._dir: Persistence | None = None
         self._dirty = False
         # Why the last journal write failed; while set, memory is read-only (writes are refused,
         # never acknowledged unsaved) and every write first tries the disk again.
         self._degraded: str | None = None
         self._ledger_mem: list[dict[str, Any]] = []
         self.load_warnings: list[str] = []
-        if state_dir is not None:
-            self._dir = StateDir(Path(state_dir))
-            self._dir.open()
+        if state_dir is not None and database is not None:
+            raise InvalidArgumentError("Give a state dir or a database, not both.")
+        if database is not None:
+            from ..postgres import PgBackend  # psycopg is an optional extra: imported when asked for
+
+            backend = PgBackend.connect(database)
+        elif state_dir is not None:
+            dir_backend = DirBackend(Path(state_dir))
+            dir_backend.open()
+            backend = dir_backend
+        if backend is not None:
+            self._dir = backend
             with self._dir.locked():
                 self._reload()
                 self._init_budget(budget)
@@ -548,11 +559,7 @@ class Store(_Recall, _Compaction, _Ledger):
             persistence: dict[str, Any] = {"enabled": self._dir is not None}
             if self._dir is not None:
                 persistence.update(
-                    state_dir=str(self._dir.path),
-                    last_snapshot_at=self._dir.last_snapshot_at,
-                    last_snapshot_seconds=self._dir.last_snapshot_seconds,
-                    journal_bytes=self._dir.journal_size(),
-                    generation=self._dir.gen,
+                    **self._dir.describe(),
                     dirty=self._dirty,
                     state="read-only" if self._degraded is not None else "saving",
                     degraded=self._degraded is not None,

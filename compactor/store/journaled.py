@@ -1,6 +1,6 @@
-"""Memory backed by the state dir: load and replay, catching up with other processes (`_sync`),
-transactions that journal their ops or undo them (`_Txn`), read-only mode while the disk
-refuses writes, and snapshots.
+"""Memory backed by a `Persistence` (a state dir or PostgreSQL; this module does not know which):
+load and replay, catching up with other processes (`_sync`), transactions that journal their
+ops or undo them (`_Txn`), read-only mode while the store refuses writes, and snapshots.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
-from .. import indexfile
+from ..backend import Persistence
 from ..errors import PersistenceError
+from ..indexfile import IndexFileError
 from ..models import Item, Op, Settings
-from ..persist import ItemRecords, StateDir, snapshot_chunks
+from ..persist import ItemRecords
 from ..runtime import Runtime
 from .state import _State, _StateOps
 
@@ -80,8 +81,7 @@ class _ReadGuard:
         sd = self._store._dir
         if sd is None or not sd.is_open:  # closed: memory as it was last seen
             return
-        # Exclusive, not shared: catching up mutates memory and a reload re-reads the journal.
-        self._cm = sd.locked(exclusive=True)
+        self._cm = sd.reading()
         self._cm.__enter__()
         self._store._sync()
 
@@ -91,9 +91,9 @@ class _ReadGuard:
 
 
 class _Journaled(_StateOps):
-    """Memory kept in step with the state dir."""
+    """Memory kept in step with its persistence (state dir or database)."""
 
-    _dir: StateDir | None
+    _dir: Persistence | None
     _dirty: bool
     # Why the last journal write failed; while set, memory is read-only.
     _degraded: str | None
@@ -102,7 +102,7 @@ class _Journaled(_StateOps):
     runtime: Runtime
 
     def _reload(self) -> None:
-        """(Re)build memory from the state dir. Call under the lock."""
+        """(Re)build memory from the persistence. Call under the lock."""
         with self.runtime.bulk_work():  # hundreds of thousands of new objects, none of them cyclic garbage
             self._load_state()
 
@@ -163,8 +163,8 @@ class _Journaled(_StateOps):
             snap.pop("index")
             return
         try:
-            snap["index"] = {**snap["index"], **indexfile.read(self._dir.path, ref)}
-        except indexfile.IndexFileError as exc:
+            snap["index"] = {**snap["index"], **self._dir.load_index(ref)}
+        except IndexFileError as exc:
             log.warning("saved index unusable (%s); rebuilding it from the items", exc)
             snap.pop("index")
 
@@ -244,7 +244,7 @@ class _Journaled(_StateOps):
 
     @property
     def degraded(self) -> str | None:
-        """Why the state dir is not being written, or None when all is saved."""
+        """Why memory is not being saved, or None when all is saved."""
         return self._degraded
 
     def _locked(self) -> Any:
@@ -280,27 +280,27 @@ class _Journaled(_StateOps):
         header = self._snapshot_header(gen + 1, gen, offset)
         # Synchronous snapshots (shutdown, forget, recovery) hold the lock anyway, so they also
         # save the index: the next start then loads it instead of re-tokenising everything.
-        header["index"], header["index_file"] = self._write_index_file(gen + 1)
+        header["index"], ref = self._saved_index(gen + 1)
+        if ref is not None:
+            header["index_file"] = ref
         header["dedup"] = self._s.dedup.to_state()
-        self._dir.write_snapshot(snapshot_chunks(header, list(items.values())))
-        self._dir.rotate(gen + 1, offset)
-        self._dir.remove_temp_files()
-        indexfile.remove_others(self._dir.path, header["index_file"]["name"])
+        self._dir.snapshot_now(header, list(items.values()))
+        self._dir.keep_only_index(ref["name"] if ref is not None else None)
         self._dirty = False
 
-    def _write_index_file(self, gen: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The search index's arrays into their own file (compactor.indexfile), written and
-        fsynced before the snapshot that names it; returns (the rest of the index state, for
-        the snapshot's header; the file's reference)."""
+    def _saved_index(self, gen: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The search index's state for the snapshot's header, and the reference of the file
+        its arrays went to when the backend keeps them apart (compactor.indexfile beside a
+        state dir's snapshot: memory-mapped at the next start); None when it does not."""
         assert self._dir is not None
         state = self._s.index.to_state(binary=True)
         arrays = {key: value for key, value in state.items() if isinstance(value, memoryview)}
         try:
-            ref = indexfile.write(self._dir.path, gen, arrays)
+            ref = self._dir.save_index(gen, arrays)
         except OSError as exc:
-            raise PersistenceError(
-                f"Could not write the index file in {self._dir.path}: {exc.strerror or exc}"
-            ) from exc
+            raise PersistenceError(f"Could not write the index file: {exc.strerror or exc}") from exc
+        if ref is None:
+            return self._s.index.to_state(), None
         return {key: value for key, value in state.items() if key not in arrays}, ref
 
     def rebuild_and_snapshot(self) -> None:
@@ -348,22 +348,20 @@ class _Journaled(_StateOps):
                 # Someone else rotated meanwhile (forget, another process): ours is stale.
                 self._discard_tmp()
                 return
-            old_snapshot = None
+            cleanup = None
             try:
-                old_snapshot = sd.install_snapshot_tmp()
-                sd.rotate(gen + 1, offset)
-                sd.remove_dead_temp_files()
-                indexfile.remove_others(sd.path, None)  # this snapshot names none
+                cleanup = sd.install_pending_snapshot(gen, offset)
+                sd.keep_only_index(None)  # this snapshot names none
             except (PersistenceError, OSError) as exc:
                 log.warning("snapshot not installed: %s", exc)
                 self._dirty = True
-        if old_snapshot is not None:
-            await anyio.to_thread.run_sync(sd.drop_old_snapshot, old_snapshot)
+        if cleanup is not None:
+            await anyio.to_thread.run_sync(cleanup)
 
     def _write_snapshot_tmp(self, header: dict[str, Any], items: list[Item]) -> bool:
         assert self._dir is not None
         try:
-            self._dir.write_snapshot_tmp(snapshot_chunks(header, items))
+            self._dir.write_pending_snapshot(header, items)
             return True
         except (PersistenceError, OSError) as exc:
             log.warning("snapshot failed: %s", exc)
@@ -371,7 +369,7 @@ class _Journaled(_StateOps):
 
     def _discard_tmp(self) -> None:
         assert self._dir is not None
-        self._dir.discard_snapshot_tmp()
+        self._dir.discard_pending_snapshot()
 
     def close(self) -> None:
         if self._dir is not None:

@@ -1,0 +1,137 @@
+"""The streamable HTTP transport: the same tools, resources and prompt as on stdio, served by the
+SDK's streamable HTTP app under uvicorn, behind a bearer token checked by the SDK's own auth hooks
+(`TokenVerifier`, which its middleware turns into 401 for a missing or wrong token).
+
+TLS is not done here: put a reverse proxy in front (README, "Team memory"). The token is compared
+in constant time and never logged, nor kept in what the auth middleware records.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from pydantic import AnyHttpUrl
+
+from .. import constants as C
+from ..errors import InvalidArgumentError
+from ..store import Store
+from .server import build_server, snapshots
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server on this machine (a name other than localhost
+    counts as reachable from elsewhere: it may resolve to anything)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def load_token(token_file: Path | None) -> str | None:
+    """The bearer token from `token_file`, else from env COMPACTOR_TOKEN, else None. Raises
+    InvalidArgumentError (never quoting the token) for an unreadable file or a short token."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read --token-file {token_file}: {exc.strerror or exc}") from exc
+        source = f"--token-file {token_file}"
+    else:
+        token = os.environ.get("COMPACTOR_TOKEN", "").strip()
+        source = "COMPACTOR_TOKEN"
+        if not token:
+            return None
+    if len(token) < C.TOKEN_MIN_CHARS or any(c.isspace() for c in token):
+        raise InvalidArgumentError(
+            f"the token in {source} is shorter than {C.TOKEN_MIN_CHARS} characters or contains spaces; make "
+            "one with `openssl rand -hex 32`"
+        )
+    return token
+
+
+class StaticTokenVerifier:
+    """The SDK's TokenVerifier for one shared secret."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if not hmac.compare_digest(token.encode(), self._token):
+            return None
+        # `token` is recorded by the auth middleware for the request: keep the secret out of it.
+        return AccessToken(token="(bearer)", client_id="compactor", scopes=[])
+
+    def __repr__(self) -> str:
+        return "StaticTokenVerifier(token=***)"
+
+
+def http_app(store: Store, *, host: str, port: int, token: str | None, scope_fixed: bool = False) -> Any:
+    """The Starlette app serving MCP at /mcp; with a token every request must carry it.
+    Raises InvalidArgumentError for a non-loopback `host` without a token."""
+    if token is None and not is_loopback(host):
+        raise InvalidArgumentError(
+            f"refusing to serve on {host} without a token: anyone who can reach it could read and change "
+            "memory. Pass --token-file FILE or set COMPACTOR_TOKEN (make one with `openssl rand -hex 32`), "
+            "or bind 127.0.0.1"
+        )
+    options: dict[str, Any] = {}
+    if token is not None:
+        options["token_verifier"] = StaticTokenVerifier(token)
+        # No OAuth server and no protected-resource metadata: a static token is the whole story.
+        options["auth"] = AuthSettings(issuer_url=AnyHttpUrl(f"http://{host}:{port}"), resource_server_url=None)
+    mcp = build_server(store, scope_fixed=scope_fixed, **options)
+    # JSON replies to POSTs rather than a one-event SSE stream each: the SDK's floor is ~2 ms a
+    # call instead of ~8.5 (bench/team.py). Requests to the client (roots) use the GET stream.
+    return mcp.streamable_http_app(streamable_http_path=C.HTTP_PATH, host=host, json_response=True)
+
+
+async def serve_http(
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    snapshot_interval: float = C.SNAPSHOT_INTERVAL_S,
+    scope_fixed: bool = False,
+) -> None:
+    """Serve until SIGTERM/SIGINT (uvicorn handles them), snapshotting in the background and
+    once more on the way out."""
+    import uvicorn
+
+    app = http_app(store, host=host, port=port, token=token, scope_fixed=scope_fixed)
+    # No access log: request lines are noise here, and nothing about a request is worth keeping.
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again under
+        # the handler that was there before it: let that one do nothing, so the final snapshot
+        # below runs and the exit is clean.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
+    try:
+        async with anyio.create_task_group() as tg:
+            if store.persistent:
+                tg.start_soon(snapshots, store, snapshot_interval)
+            await server.serve()
+            tg.cancel_scope.cancel()
+    finally:
+        if store.persistent and store.dirty:
+            try:
+                store.snapshot()
+            except Exception:
+                log.exception("final snapshot failed; the journal still holds every change")
+        store.close()
