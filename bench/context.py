@@ -32,7 +32,7 @@ def model_view(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 async def measure_context() -> dict[str, Any]:
-    from compactor.server import build_server
+    from compactor.mcp import build_server
     from compactor.store import Store
 
     server = build_server(Store())

@@ -1,6 +1,6 @@
 """compactor: lossless working memory for LLM agents, served over MCP stdio.
 
-The domain core is `Store`; the MCP server (`compactor.server`) and the CLI
+The domain core is `Store`; the MCP server (`compactor.mcp`) and the CLI
 (`compactor.cli`) are thin adapters over it.
 """
 

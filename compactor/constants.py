@@ -27,6 +27,20 @@ MAX_ITEMS_MAX: Final = 10_000_000
 ARCHIVE_TOKENS_MIN: Final = 1_000
 ARCHIVE_TOKENS_MAX: Final = 10_000_000_000
 TREE_DEPTH_MAX: Final = 10
+TARGET_USAGE_MIN: Final = 0.0  # compact(target_usage): a share of the budget
+TARGET_USAGE_MAX: Final = 1.0
+# An id is 3 to 64 characters of a-z, 0-9, '-' and '_' (a tool accepts any 1 to 64 and answers
+# "no item" for the rest); an export cursor is no longer than an id.
+ID_MIN_CHARS: Final = 3
+ID_MAX_CHARS: Final = 64
+# A scope is a project's path or name: far past any real path, short of a pasted document.
+SCOPE_MAX_CHARS: Final = 4_096
+# Search text: a query is words, not a document; recall's query only picks the task group.
+QUERY_MAX_CHARS: Final = 10_000
+RECALL_QUERY_MAX_CHARS: Final = 2_000
+# `compactor --snapshot-interval`: from busy-test fast to once a day.
+SNAPSHOT_INTERVAL_MIN_S: Final = 0.05
+SNAPSHOT_INTERVAL_MAX_S: Final = 86_400
 
 # Auto-compaction starts above 90% and stops at 80%: the 10-point gap keeps a burst of stores
 # from compacting on every single call (hysteresis), as in the reference.

@@ -21,7 +21,7 @@ from mcp_types import Implementation
 
 from compactor import cli
 from compactor import constants as C
-from compactor.server import build_server
+from compactor.mcp import build_server
 from compactor.store import Store
 from tests.conftest import FakeClock
 from tests.stdio_client import StdioServer
@@ -115,6 +115,7 @@ async def test_plain_query_finds_archived_items_over_the_in_memory_client() -> N
         assert archived in r["text"]
 
 
+@pytest.mark.slow
 def test_plain_query_finds_archived_items_over_stdio() -> None:
     with StdioServer() as srv:
 

@@ -344,6 +344,7 @@ def test_smoke_run_against_the_dev_stub(tmp_path: Path) -> None:
     assert "x floor" in run.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("client", ["raw", "sdk"])
 def test_both_clients_report_the_same_reply(client: str, tmp_path: Path) -> None:
     import anyio

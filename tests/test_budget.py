@@ -148,6 +148,7 @@ async def test_pinned_items_alone_over_budget_are_reported(store: Store):
         assert (await call(c, "get", id=ok["id"]))["content"] == "unpinned"
 
 
+@pytest.mark.slow
 def test_bulk_store_within_budget_over_stdio():
     with StdioServer("--budget", "5000") as srv:
         res = srv.ok("bulk_store", items=[{"content": words(i, 60)} for i in range(600)])

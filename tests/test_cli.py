@@ -12,7 +12,7 @@ import pytest
 
 from compactor import cli
 from compactor import constants as C
-from compactor.commands.common import Out
+from compactor.cli.common import Out
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock, server_command, server_env
 from tests.stdio_client import StdioServer
@@ -262,6 +262,7 @@ def test_cli_beside_a_running_server(state_dir):
         assert status["active_items"] == 2 and status["pinned_items"] == 1
 
 
+@pytest.mark.slow
 def test_no_subcommand_still_runs_the_server(state_dir):
     with StdioServer("--budget", "5000", "--state-dir", str(state_dir)) as srv:
         assert srv.ok("status")["token_budget"] == 5000

@@ -1,4 +1,4 @@
-"""docs/cli.md is generated from the argparse parsers (python -m compactor.commands.docs) and
+"""docs/cli.md is generated from the argparse parsers (python -m compactor.cli.docs) and
 kept in step with them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ DOC = ROOT / "docs" / "cli.md"
 def test_docs_cli_md_is_what_the_generator_writes_from_the_parsers():
     generated_with = DOC.read_text(encoding="utf-8").split("Python ", 1)[1].split(".", 2)
     run = subprocess.run(
-        [sys.executable, "-m", "compactor.commands.docs", "--check"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "compactor.cli.docs", "--check"], cwd=ROOT, capture_output=True, text=True
     )
     if (generated_with[0], generated_with[1]) == (str(sys.version_info.major), str(sys.version_info.minor)):
         assert run.returncode == 0, run.stderr
@@ -34,7 +34,7 @@ def test_docs_cli_md_documents_every_command_and_option():
 
 
 def test_docs_cli_md_check_fails_on_a_stale_file(tmp_path, monkeypatch):
-    from compactor.commands import docs
+    from compactor.cli import docs
 
     stale = tmp_path / "cli.md"
     stale.write_text("old\n", encoding="utf-8")

@@ -15,7 +15,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from compactor.server import build_server
+from compactor.mcp import build_server
 from compactor.store import Store
 from tests.stdio_client import StdioServer
 

@@ -324,6 +324,7 @@ def test_topics_skip_patterns_only_where_they_cannot_match():
         assert [want[t] for t in got] == sorted(want.values(), reverse=True)
 
 
+@pytest.mark.slow
 def test_topics_order_does_not_depend_on_the_hash_seed(tmp_path: Path):
     """Ties in count are broken by first appearance, not by set order (which follows the
     per-process string hash seed), so the same children give the same footer in any process."""

@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, server_env
 
 
@@ -35,6 +37,7 @@ def instruction(dockerfile: str, name: str) -> list[str] | None:
     return found
 
 
+@pytest.mark.slow
 def test_dockerfile_entrypoint_exits_on_stdin_eof(tmp_path):
     dockerfile = (ROOT / "Dockerfile").read_text()
     entrypoint = instruction(dockerfile, "ENTRYPOINT")
@@ -78,6 +81,7 @@ def test_base_image_is_pinned_to_a_patch_release():
     assert "To update it" in dockerfile
 
 
+@pytest.mark.slow
 def test_a_bind_mount_the_image_user_cannot_write_stops_with_what_to_do(request):
     """`-v $PWD/data:/data` gives the container a directory owned by the host user; the image
     runs as uid 10001. The entrypoint must say to pass --user, not fail on the first write."""

@@ -146,6 +146,7 @@ def test_a_write_that_cannot_be_saved_is_refused_until_the_disk_recovers(
     assert set(again.ids()) == {first, after}
 
 
+@pytest.mark.slow
 def test_disk_full_over_stdio_is_a_tool_error_and_nothing_unsaved_is_acknowledged(tmp_path: Path):
     """A real server whose journal writes fail while a flag file exists (a sitecustomize shim):
     each refused store is isError with no id; after kill -9, exactly the acknowledged ones are back."""
@@ -242,6 +243,7 @@ def test_a_deleted_journal_is_an_error_not_a_fresh_start(state_dir: Path):
     assert "acknowledged writes" in _doctor_errors(state_dir)
 
 
+@pytest.mark.slow
 def test_a_server_on_a_damaged_journal_refuses_to_start(state_dir: Path):
     _amounts(state_dir, 5)
     journal = state_dir / "journal.jsonl"
@@ -300,6 +302,7 @@ def test_a_background_snapshot_removes_dead_writers_temp_files(state_dir: Path):
 
 
 # --- 6. symlinks -------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["lock", "journal.jsonl", "snapshot.json"])
 def test_a_symlink_in_the_state_dir_is_refused_and_not_followed(tmp_path: Path, name: str):
     state = tmp_path / "state"

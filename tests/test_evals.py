@@ -257,6 +257,7 @@ def _cut(name: str, hit: list[bool], recency: list[bool], tokens: int) -> CutRes
     return CutResult(name, 60, 6, 10, [1], 1, tokens, tokens, 1.0, {}, pending, hit, recency)
 
 
+@pytest.mark.slow
 def test_resume_over_stdio_restarts_on_the_same_state_dir(tmp_path: Path) -> None:
     # Few events: the restarted server's recall shows every one (the newest view of each), so every
     # later revisit is covered; a server that kept nothing across the restart would cover none.

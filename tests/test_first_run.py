@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
+
 from compactor.store import Store
 from tests.conftest import server_command, server_env
 
@@ -20,6 +22,7 @@ def cli(*argv: str, env: dict[str, str] | None = None, stdin: str = "") -> subpr
     return subprocess.run(server_command(*argv), input=stdin, capture_output=True, text=True, env=run_env, timeout=120)
 
 
+@pytest.mark.slow
 def test_status_on_a_new_or_missing_state_dir_is_an_empty_memory(tmp_path):
     fresh = tmp_path / "fresh"
     fresh.mkdir()
@@ -44,6 +47,7 @@ def test_doctor_on_a_fresh_mkdir_is_healthy_or_at_most_warns(tmp_path):
     assert list(fresh.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_state_dir_that_is_a_file_says_so(tmp_path):
     afile = tmp_path / "notes.txt"
     afile.write_text("hello")
@@ -60,6 +64,7 @@ def test_a_state_dir_that_is_a_file_says_so(tmp_path):
     assert afile.read_text() == "hello"
 
 
+@pytest.mark.slow
 def test_every_error_has_one_shape(tmp_path):
     state = tmp_path / "state"
     s = Store(state_dir=state)

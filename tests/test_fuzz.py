@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from compactor import constants as C
-from compactor.server import build_server
+from compactor.mcp import build_server
 from compactor.store import Store, StoreInput
 
 # Every tool and its arguments. The test fails if the server's list differs, so a new tool or

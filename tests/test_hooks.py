@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,6 +83,7 @@ def test_pre_compact_stores_a_digest_of_each_kind(tmp_path, state_dir):
     assert again["stored"] == [] and sorted(again["already_present"]) == sorted(report["stored"])
 
 
+@pytest.mark.slow
 def test_session_start_prints_hook_json_with_recall_and_the_session_digest(tmp_path, state_dir):
     path = sample(SID).write(tmp_path / "t.jsonl")
     assert hook("pre-compact", pre_compact_payload(path), state_dir).returncode == 0
@@ -146,6 +148,7 @@ def test_pre_compact_without_a_transcript_fails_cleanly(state_dir, tmp_path):
     assert res.returncode == 1 and "does not exist" in res.stderr
 
 
+@pytest.mark.slow
 def test_pre_compact_beside_a_running_server(tmp_path, state_dir):
     path = sample(SID).write(tmp_path / "t.jsonl")
     project = tmp_path / "shop"
@@ -195,6 +198,7 @@ line = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(line, max_size=12))
 def test_digest_survives_any_lines(lines):
@@ -228,6 +232,7 @@ def test_pre_compact_ends_within_the_budget(tmp_path, state_dir):
         s.close()
 
 
+@pytest.mark.slow
 def test_one_session_start_entry_answers_every_source_of_the_readme_matcher(tmp_path, state_dir):
     """README: one SessionStart matcher `startup|resume|clear|compact`; each source gets recall,
     and only compact and resume add what pre-compact saved from the session."""

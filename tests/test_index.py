@@ -324,6 +324,7 @@ def _ranked(index, query, order):
     return sorted(scores.items(), key=lambda kv: (-kv[1][0], -order.index(kv[0])))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     _OPS,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,6 +51,7 @@ _SEP = st.sampled_from([" ", "  ", "\t", ", ", ": ", "(", "'", ""])
 _LINE = st.lists(st.tuples(_WORD, _SEP), min_size=1, max_size=60).map(lambda ws: "".join(w + p for w, p in ws))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(first=_LINE, rest=_LINE, summary=st.one_of(st.none(), _LINE))
 def test_every_indexed_term_is_in_the_item(first: str, rest: str, summary: str | None) -> None:

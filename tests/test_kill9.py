@@ -312,6 +312,7 @@ def test_kill9_rounds_lose_nothing_acknowledged(tmp_path: Path, zygote: Zygote):
     )
 
 
+@pytest.mark.slow
 def test_zygote_children_are_real_servers(tmp_path: Path, zygote: Zygote):
     """The harness itself: a forked child serves, persists, and dies to SIGKILL like the command."""
     d = tmp_path / "state"
@@ -331,6 +332,7 @@ class _Killed(BaseException):
     """Stands for SIGKILL at one precise instruction: nothing after it runs."""
 
 
+@pytest.mark.slow
 def test_a_drop_is_never_silent_even_if_the_process_dies_mid_call(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
     """Limits never delete (issue 13): with tight limits no call even reaches the forget
     ledger, so there is no window between a drop and its entry to die in. A kill at the

@@ -213,6 +213,7 @@ LosslessMachine.TestCase.settings = settings(
 test_lossless_system = pytest.mark.slow(LosslessMachine.TestCase)
 
 
+@pytest.mark.slow
 def test_the_machine_sees_a_lost_item() -> None:
     """The property can fail: an item deleted behind the store's back is caught."""
     machine = LosslessMachine()

@@ -26,7 +26,7 @@ import pytest
 from mcp import Client
 
 from compactor import doctor
-from compactor.server import build_server
+from compactor.mcp import build_server
 from compactor.store import Store
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

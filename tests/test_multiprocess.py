@@ -289,7 +289,7 @@ def test_compact_reply_survives_a_concurrent_forget(state_dir: Path):
     import anyio
     from mcp import Client
 
-    from compactor.server import build_server
+    from compactor.mcp import build_server
 
     a = Store(state_dir=state_dir, budget=1_000)
     b = Store(state_dir=state_dir)

@@ -71,6 +71,7 @@ def _count_ids(state: Path) -> list[str]:
     return [it["id"] for it in json.loads(res.stdout)["items"] if not it.get("depth")]
 
 
+@pytest.mark.slow
 def test_import_export_and_doctor_show_progress_on_a_terminal(tmp_path: Path) -> None:
     src = _export_file(tmp_path / "big.json", 3_000)
     state = tmp_path / "state"
@@ -93,6 +94,7 @@ def test_import_export_and_doctor_show_progress_on_a_terminal(tmp_path: Path) ->
     assert "compactor doctor: checking the index" in err
 
 
+@pytest.mark.slow
 def test_no_progress_when_stderr_is_a_pipe(tmp_path: Path) -> None:
     src = _export_file(tmp_path / "big.json", 3_000)
     state = tmp_path / "state"
@@ -104,6 +106,7 @@ def test_no_progress_when_stderr_is_a_pipe(tmp_path: Path) -> None:
         assert "\r" not in res.stderr and " of " not in res.stderr and "replaying" not in res.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_import_says_what_was_stored_and_rerun_finishes(tmp_path: Path) -> None:
     src = _export_file(tmp_path / "big.json", 20_000)
     state = tmp_path / "state"
@@ -187,7 +190,7 @@ def test_mcp_markdown_export_keeps_content_fenced() -> None:
     import anyio
     from mcp import Client
 
-    from compactor.server import build_server
+    from compactor.mcp import build_server
     from compactor.store import Store
 
     store = Store()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from compactor import constants as C
 from tests.recall_layout import groups_of
 from tests.stdio_client import StdioServer
 
 
+@pytest.mark.slow
 def test_recall_layout_over_stdio() -> None:
     with StdioServer() as srv:
         srv.ok("store", content="Always run the linter before committing.", pinned=True)

@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 
 from bench.secret_shapes import SHAPES
-from compactor.server import build_server
+from compactor.mcp import build_server
 from compactor.store import Store
 from tests.stdio_client import StdioServer
 
@@ -79,6 +79,7 @@ async def test_sdk_client_never_sees_or_saves_the_secrets(state_dir: Path) -> No
         _assert_nowhere(str(f), f.read_bytes())
 
 
+@pytest.mark.slow
 def test_stdio_server_never_returns_or_saves_the_secrets(state_dir: Path) -> None:
     with StdioServer("--state-dir", str(state_dir)) as srv:
         result = srv.call("store", **ARGS)

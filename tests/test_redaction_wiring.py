@@ -47,6 +47,7 @@ def test_no_redact_keeps_text(store: Store):
     assert AWS in res.item.content and res.redacted == {}
 
 
+@pytest.mark.slow
 def test_stdio_reply_reports_redaction_and_flag_turns_it_off(state_dir: Path):
     with StdioServer("--state-dir", str(state_dir)) as srv:
         result = srv.call("store", content=f"creds {AWS}")

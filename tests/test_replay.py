@@ -273,6 +273,7 @@ def _http_trajectory(name: str, noise: int, decoy: bool = False) -> list[Event]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("budget", "tier"), [(1_000_000, "active"), (60, "archived")])
 def test_replay_over_stdio_against_the_stub(tmp_path: Path, budget: int, tier: str) -> None:
     events = _http_trajectory("t", noise=6)
@@ -284,6 +285,7 @@ def test_replay_over_stdio_against_the_stub(tmp_path: Path, budget: int, tier: s
     assert [(c.seq, c.ok, c.tier) for c in run.checks] == [(2, True, tier)]
 
 
+@pytest.mark.slow
 def test_a_reused_server_is_emptied_between_trajectories(tmp_path: Path) -> None:
     # A server that kept the first trajectory's decoy would rank it above the second one's answer.
     first, second = _http_trajectory("a", noise=0, decoy=True), _http_trajectory("b", noise=0)
@@ -292,6 +294,7 @@ def test_a_reused_server_is_emptied_between_trajectories(tmp_path: Path) -> None
     assert ranks == [("a", None, [2]), ("b", None, [1])]
 
 
+@pytest.mark.slow
 def test_items_the_server_made_itself_are_emptied_too(tmp_path: Path) -> None:
     # Under a tight budget the stub adds digest items nobody stored; the reset must find them.
     trajs = [_http_trajectory(name, noise=6) for name in ("a", "b", "c")]

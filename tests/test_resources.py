@@ -8,7 +8,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import Implementation
 
-from compactor.server import build_server
+from compactor.mcp import build_server
 from compactor.store import Store
 
 pytestmark = pytest.mark.anyio

@@ -10,8 +10,8 @@ from mcp import Client
 from mcp_types import Implementation, ListRootsResult, Root
 
 from compactor.errors import InvalidArgumentError
+from compactor.mcp import build_server
 from compactor.scope import project_scope, scope_from_root_uri
-from compactor.server import build_server
 from compactor.store import Store
 from tests.stdio_client import StdioServer
 
@@ -91,6 +91,7 @@ def test_scope_from_client_roots(tmp_path: Path):
     assert store.scope == str(proj)
 
 
+@pytest.mark.slow
 def test_stdio_servers_in_two_projects(tmp_path: Path, state_dir: Path):
     for name in ("one", "two"):
         (tmp_path / name / ".git").mkdir(parents=True)

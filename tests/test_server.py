@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 from mcp_types import Implementation
 
-from compactor.server import INSTRUCTIONS, build_server
+from compactor.mcp import INSTRUCTIONS, build_server
 from compactor.store import Store
 
 pytestmark = pytest.mark.anyio
@@ -326,7 +326,7 @@ def test_serve_moves_the_loaded_store_out_of_the_collectors_view(monkeypatch: py
     """A full gc pass over a 100k-item store was a ~190 ms pause inside some call."""
     import gc
 
-    from compactor import server as server_module
+    from compactor.mcp import server as server_module
 
     store = Store()
     store.store("an item loaded before serving")
@@ -351,7 +351,7 @@ def test_settling_the_heap_after_a_snapshot_does_not_freeze_cyclic_garbage() -> 
     import gc
     import weakref
 
-    from compactor.server import settle_heap
+    from compactor.runtime import settle_heap
 
     class Node:
         pass
@@ -379,7 +379,7 @@ def test_settling_the_heap_after_a_snapshot_does_not_freeze_cyclic_garbage() -> 
 def test_query_records_are_exactly_the_scored_item_model_dumped() -> None:
     """The query tool builds its structured items as dicts (no pydantic round trip); they must
     be what ScoredItem would give, for every kind of hit."""
-    from compactor import schemas as S
+    from compactor.mcp import schemas as S
     from compactor.models import Item
 
     base = {

@@ -6,10 +6,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import server_command, server_env
 from tests.stdio_client import StdioServer
 
 
+@pytest.mark.slow
 def test_kill9_loses_no_acknowledged_store(state_dir: Path):
     srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600")
     ids = {}
@@ -32,6 +35,7 @@ def test_kill9_loses_no_acknowledged_store(state_dir: Path):
         assert q["items"][0]["id"] in ids and ids[q["items"][0]["id"]] == 7
 
 
+@pytest.mark.slow
 def test_exits_cleanly_on_stdin_eof_and_snapshots(state_dir: Path):
     srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600")
     srv.ok("store", content="saved at exit")
@@ -43,6 +47,7 @@ def test_exits_cleanly_on_stdin_eof_and_snapshots(state_dir: Path):
     assert (state_dir / "journal.jsonl").stat().st_size < 40
 
 
+@pytest.mark.slow
 def test_sigterm_snapshots_and_exits(state_dir: Path):
     srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600")
     srv.ok("store", content="saved on sigterm")
@@ -52,6 +57,7 @@ def test_sigterm_snapshots_and_exits(state_dir: Path):
     assert b"saved on sigterm" in (state_dir / "snapshot.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_background_snapshot_runs_on_interval(state_dir: Path):
     import time
 
@@ -72,6 +78,7 @@ def test_in_memory_without_state_dir():
         assert srv.ok("status")["persistence"]["enabled"] is False
 
 
+@pytest.mark.slow
 def test_corrupt_state_stops_startup_with_a_message(state_dir: Path):
     state_dir.mkdir(mode=0o700)
     (state_dir / "snapshot.json").write_bytes(b"garbage")

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 from mcp.server.mcpserver import MCPServer
 
-from compactor import stdio_runtime
+from compactor.mcp import stdio_runtime
 
 PKG = Path(__file__).resolve().parent.parent / "compactor"
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from compactor import cli
+from compactor.mcp import build_server
 from compactor.memory_md import INDEX_MARKER
-from compactor.server import build_server
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 

@@ -39,7 +39,7 @@ def _child(conn: int, argv: list[str]) -> None:
 
 def serve(ctrl: socket.socket) -> None:
     import compactor.cli
-    import compactor.server
+    import compactor.mcp
     import compactor.store
     from compactor.tokens import default_counter
 

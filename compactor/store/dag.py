@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import bounds, scoring
 from .. import constants as C
-from .. import scoring
 from ..condense import extractive_text, gist, group_coherent, lineage_id
 from ..errors import InvalidArgumentError
 from ..models import Item, Op, Tier
@@ -264,8 +264,10 @@ class _Dag(_Journaled):
 
     def expand(self, item_id: str, offset: int = 0, limit: int = 20) -> tuple[Item, list[Item], int]:
         """A summary's children, paged: (node, children page, total children)."""
-        if offset < 0 or not 1 <= limit <= C.LIST_LIMIT_MAX:
-            raise InvalidArgumentError(f"offset must be >= 0 and limit from 1 to {C.LIST_LIMIT_MAX}.")
+        if offset < 0:
+            raise InvalidArgumentError(bounds.must_be("offset", bounds.integer(0), offset))
+        if not 1 <= limit <= C.LIST_LIMIT_MAX:
+            raise InvalidArgumentError(bounds.must_be("limit", bounds.integer(1, C.LIST_LIMIT_MAX), limit))
         with self._read():
             node = self._get(item_id)
             if not node.depth:
@@ -300,7 +302,7 @@ class _Dag(_Journaled):
     def tree(self, root: str | None = None, max_depth: int = 2, max_chars: int = C.MAX_OUTPUT_CHARS) -> str:
         """A bounded text rendering of the DAG (from `root`, or from every active root)."""
         if not 1 <= max_depth <= C.TREE_DEPTH_MAX:
-            raise InvalidArgumentError(f"max_depth must be from 1 to {C.TREE_DEPTH_MAX}.")
+            raise InvalidArgumentError(bounds.must_be("max_depth", bounds.integer(1, C.TREE_DEPTH_MAX), max_depth))
         with self._read():
             starts = [self._get(root)] if root else self.roots()
             lines: list[str] = []

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import bounds
 from .. import constants as C
 from ..classify import auto_tags, detect_type, merge_tags, parse_tags
 from ..condense import unfamiliar_terms, with_footer
@@ -38,6 +39,11 @@ def _without_source(item: Item, source: str) -> dict[str, Any]:
     still = {tag for tag, _ in kept}
     gone = {tag for tag, src in item.tags_from if src == source} - still
     return {"tags": [t for t in item.tags if t not in gone], "tags_from": kept}
+
+
+def _out_of_bounds(name: str, allowed: str, value: object) -> InvalidArgumentError:
+    """A configure setting past its bounds; null (None) leaves a setting as it is."""
+    return InvalidArgumentError(bounds.must_be(name, bounds.or_null(allowed), value))
 
 
 class Store(_Recall, _Compaction, _Ledger):
@@ -244,8 +250,12 @@ class Store(_Recall, _Compaction, _Ledger):
             return result
 
     def compact(self, target_usage: float = C.MANUAL_COMPACT_TARGET) -> CompactReport:
-        if not isinstance(target_usage, (int, float)) or not 0.0 <= float(target_usage) <= 1.0:
-            raise InvalidArgumentError(f"target_usage must be between 0.0 and 1.0, got {target_usage!r}.")
+        if (
+            not isinstance(target_usage, (int, float))
+            or not C.TARGET_USAGE_MIN <= float(target_usage) <= C.TARGET_USAGE_MAX
+        ):
+            allowed = bounds.finite(C.TARGET_USAGE_MIN, C.TARGET_USAGE_MAX)
+            raise InvalidArgumentError(bounds.must_be("target_usage", allowed, target_usage))
         with self._locked():
             self._sync()
             target = int(float(target_usage) * self.settings.token_budget)
@@ -311,7 +321,7 @@ class Store(_Recall, _Compaction, _Ledger):
                     if old.depth:
                         changes["quality"] = "extractive"
             if importance is not None:
-                changes["importance"] = _check_importance(importance)
+                changes["importance"] = _check_importance(importance, optional=True)
             if tags is not None or content is not None:
                 try:
                     user = parse_tags(self._redact_tags(tags)) if tags is not None else self._user_tags(old)
@@ -451,9 +461,7 @@ class Store(_Recall, _Compaction, _Ledger):
         changes: dict[str, Any] = {}
         if token_budget is not None:
             if isinstance(token_budget, bool) or not C.BUDGET_MIN <= token_budget <= C.BUDGET_MAX:
-                raise InvalidArgumentError(
-                    f"token_budget must be an integer from {C.BUDGET_MIN:,} to {C.BUDGET_MAX:,}."
-                )
+                raise _out_of_bounds("token_budget", bounds.integer(C.BUDGET_MIN, C.BUDGET_MAX), token_budget)
             changes["token_budget"] = int(token_budget)
             changes["budget_source"] = "configure"
         if auto_compact is not None:
@@ -461,28 +469,25 @@ class Store(_Recall, _Compaction, _Ledger):
         if auto_compact_threshold is not None:
             t = float(auto_compact_threshold)
             if not C.THRESHOLD_MIN <= t <= C.THRESHOLD_MAX:
-                raise InvalidArgumentError(
-                    f"auto_compact_threshold must be between {C.THRESHOLD_MIN} and {C.THRESHOLD_MAX}."
-                )
+                allowed = bounds.finite(C.THRESHOLD_MIN, C.THRESHOLD_MAX)
+                raise _out_of_bounds("auto_compact_threshold", allowed, auto_compact_threshold)
             changes["auto_compact_threshold"] = t
         if recall_tokens is not None:
             if isinstance(recall_tokens, bool) or not C.RECALL_TOKENS_MIN <= recall_tokens <= C.RECALL_TOKENS_MAX:
-                raise InvalidArgumentError(
-                    f"recall_tokens must be from {C.RECALL_TOKENS_MIN} to {C.RECALL_TOKENS_MAX:,}."
-                )
+                allowed = bounds.integer(C.RECALL_TOKENS_MIN, C.RECALL_TOKENS_MAX)
+                raise _out_of_bounds("recall_tokens", allowed, recall_tokens)
             changes["recall_tokens"] = int(recall_tokens)
         if max_items is not None:
             if isinstance(max_items, bool) or not C.MAX_ITEMS_MIN <= max_items <= C.MAX_ITEMS_MAX:
-                raise InvalidArgumentError(f"max_items must be from {C.MAX_ITEMS_MIN} to {C.MAX_ITEMS_MAX:,}.")
+                raise _out_of_bounds("max_items", bounds.integer(C.MAX_ITEMS_MIN, C.MAX_ITEMS_MAX), max_items)
             changes["max_items"] = int(max_items)
         if max_archive_tokens is not None:
             if (
                 isinstance(max_archive_tokens, bool)
                 or not C.ARCHIVE_TOKENS_MIN <= max_archive_tokens <= C.ARCHIVE_TOKENS_MAX
             ):
-                raise InvalidArgumentError(
-                    f"max_archive_tokens must be from {C.ARCHIVE_TOKENS_MIN:,} to {C.ARCHIVE_TOKENS_MAX:,}."
-                )
+                allowed = bounds.integer(C.ARCHIVE_TOKENS_MIN, C.ARCHIVE_TOKENS_MAX)
+                raise _out_of_bounds("max_archive_tokens", allowed, max_archive_tokens)
             changes["max_archive_tokens"] = int(max_archive_tokens)
         with self._locked():
             self._sync()
@@ -519,7 +524,7 @@ class Store(_Recall, _Compaction, _Ledger):
         """Search active and archived items (`include_archived=False`: the active tier only);
         archived hits rank under equally relevant active ones by at most 1/ARCHIVED_RANK_FACTOR."""
         if not 1 <= limit <= C.QUERY_LIMIT_MAX:
-            raise InvalidArgumentError(f"limit must be from 1 to {C.QUERY_LIMIT_MAX}.")
+            raise InvalidArgumentError(bounds.must_be("limit", bounds.integer(1, C.QUERY_LIMIT_MAX), limit))
         try:
             tag_list = parse_tags(tags)
         except ValueError as exc:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from .. import bounds
 from .. import constants as C
 from ..classify import auto_tags, detect_type, merge_tags, parse_tags
 from ..errors import InvalidArgumentError
@@ -17,7 +18,8 @@ from ..models import CONTENT_TYPES, ContentType, Item
 from ..redact import redact
 from .state import ALL_SCOPES, _StateOps
 
-_VALID_ID = re.compile(r"[a-z0-9][a-z0-9_-]{2,63}")
+_VALID_ID = re.compile(rf"[a-z0-9][a-z0-9_-]{{{C.ID_MIN_CHARS - 1},{C.ID_MAX_CHARS - 1}}}")
+_ID_RULE = f"{C.ID_MIN_CHARS}-{C.ID_MAX_CHARS} characters of a-z, 0-9, '-' or '_'"
 
 
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read aloud and retyped
@@ -54,10 +56,12 @@ def _utf8_size(text: str, field: str) -> int:
         ) from exc
 
 
-def _check_importance(value: int) -> int:
+def _check_importance(value: int, *, optional: bool = False) -> int:
+    """`optional`: the caller may leave it out (update), so the sentence says null is allowed."""
     if isinstance(value, bool) or not isinstance(value, int) or not C.IMPORTANCE_MIN <= value <= C.IMPORTANCE_MAX:
+        allowed = bounds.integer(C.IMPORTANCE_MIN, C.IMPORTANCE_MAX)
         raise InvalidArgumentError(
-            f"importance must be an integer from {C.IMPORTANCE_MIN} to {C.IMPORTANCE_MAX}, got {value!r}."
+            bounds.must_be("importance", bounds.or_null(allowed) if optional else allowed, value)
         )
     return value
 
@@ -92,7 +96,7 @@ class _Inputs(_StateOps):
         tags = merge_tags(user_tags, auto_tags(content, ctype))[: C.MAX_TAGS]
         if inp.item_id is not None:
             if not _VALID_ID.fullmatch(inp.item_id):
-                raise InvalidArgumentError("an explicit id must be 3-64 characters of a-z, 0-9, '-' or '_'.")
+                raise InvalidArgumentError(f"an explicit id must be {_ID_RULE}.")
             item_id = inp.item_id
         else:
             item_id = _new_id()
@@ -170,9 +174,8 @@ class _Inputs(_StateOps):
             return None
         _utf8_size(summary, "summary")
         if len(summary) > C.MAX_SUMMARY_CHARS:
-            raise InvalidArgumentError(
-                f"summary is {len(summary):,} characters; keep it under {C.MAX_SUMMARY_CHARS:,}."
-            )
+            allowed = bounds.or_null(bounds.string(hi=C.MAX_SUMMARY_CHARS))
+            raise InvalidArgumentError(bounds.must_be("summary", allowed, summary))
         return summary
 
     def _build_record(self, rec: dict[str, Any], now: float) -> Item:
@@ -187,7 +190,7 @@ class _Inputs(_StateOps):
             raise InvalidArgumentError(f"content is {size:,} bytes; the limit is {C.MAX_CONTENT_BYTES:,}.")
         item_id = rec.get("id")
         if not isinstance(item_id, str) or not _VALID_ID.fullmatch(item_id):
-            raise InvalidArgumentError("id must be 3-64 characters of a-z, 0-9, '-' or '_'.")
+            raise InvalidArgumentError(f"id must be {_ID_RULE}.")
         summary = self._check_summary(rec.get("summary"))
         content, summary = self._redact(content, summary)
         ctype = rec.get("content_type")
@@ -293,7 +296,7 @@ class _Inputs(_StateOps):
     @staticmethod
     def _check_scope(scope: str) -> str:
         scope = scope.strip()
-        if not scope or len(scope) > 4096 or any(ch in scope for ch in "\n\r\x00"):
+        if not scope or len(scope) > C.SCOPE_MAX_CHARS or any(ch in scope for ch in "\n\r\x00"):
             raise InvalidArgumentError("scope must be a non-empty single-line name (or 'global', or 'all' to read).")
         if scope == ALL_SCOPES:
             raise InvalidArgumentError("'all' is for reading; store into a project scope or 'global'.")

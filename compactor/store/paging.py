@@ -6,7 +6,9 @@ import base64
 import bisect
 import heapq
 from collections.abc import Iterator
+from typing import get_args
 
+from .. import bounds
 from .. import constants as C
 from ..errors import InvalidArgumentError
 from ..models import Item
@@ -14,6 +16,8 @@ from .inputs import _Inputs
 from .journaled import _Journaled
 from .records import ExportPage, Page
 from .state import ALL_SCOPES, GLOBAL_SCOPE, TierFilter, scope_key
+
+TIERS = get_args(TierFilter)  # what a tier filter may be, in the order sentences name them
 
 
 class _Paging(_Inputs, _Journaled):
@@ -34,9 +38,9 @@ class _Paging(_Inputs, _Journaled):
         self, offset: int = 0, limit: int = 20, tier: TierFilter = "active", scope: str | None = None
     ) -> Page:
         if offset < 0:
-            raise InvalidArgumentError("offset must be 0 or more.")
+            raise InvalidArgumentError(bounds.must_be("offset", bounds.integer(0), offset))
         if not 1 <= limit <= C.LIST_LIMIT_MAX:
-            raise InvalidArgumentError(f"limit must be from 1 to {C.LIST_LIMIT_MAX}.")
+            raise InvalidArgumentError(bounds.must_be("limit", bounds.integer(1, C.LIST_LIMIT_MAX), limit))
         with self._read():
             seqs = self._seqs(tier, self._scopes(scope))
             total = len(seqs)
@@ -50,7 +54,7 @@ class _Paging(_Inputs, _Journaled):
         if tier == "all":
             return list(heapq.merge(self._visible_seqs("active", scopes), self._visible_seqs("archived", scopes)))
         if tier not in ("active", "archived"):
-            raise InvalidArgumentError("tier must be one of: active, archived, all.")
+            raise InvalidArgumentError(bounds.must_be("tier", bounds.one_of(TIERS), tier))
         return self._visible_seqs(tier, scopes)
 
     def _visible_seqs(self, tier: str, scopes: frozenset[str] | None) -> list[int]:
@@ -79,7 +83,7 @@ class _Paging(_Inputs, _Journaled):
                 return 0
             tiers = ("active", "archived") if tier == "all" else (tier,)
             if any(t not in ("active", "archived") for t in tiers):
-                raise InvalidArgumentError("tier must be one of: active, archived, all.")
+                raise InvalidArgumentError(bounds.must_be("tier", bounds.one_of(TIERS), tier))
             seen = sum(len(self._s.scope_order.get(sc, {}).get(t, [])) for sc in scopes for t in tiers)
             return sum(len(self._s.order[t]) for t in tiers) - seen
 

@@ -10,8 +10,8 @@ import re
 from collections.abc import Collection
 from operator import itemgetter
 
+from .. import bounds, scoring
 from .. import constants as C
-from .. import scoring
 from ..condense import depth_instruction, gist
 from ..errors import InvalidArgumentError
 from ..models import Item
@@ -58,7 +58,7 @@ class _Recall(_Paging, _Search, _Dag):
         cap (so a small limit cannot leave the cap half used); the cap bounds the whole. Ids in `exclude` are
         left out (the caller shows them otherwise)."""
         if not 1 <= limit <= C.LIST_LIMIT_MAX:
-            raise InvalidArgumentError(f"limit must be from 1 to {C.LIST_LIMIT_MAX}.")
+            raise InvalidArgumentError(bounds.must_be("limit", bounds.integer(1, C.LIST_LIMIT_MAX), limit))
         with self._read():
             s = self._s
             now = self._clock()

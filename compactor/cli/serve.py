@@ -1,5 +1,5 @@
-"""Command line. `compactor [--budget N] [--state-dir DIR] ...` runs the stdio MCP server;
-`compactor COMMAND ...` runs one of the human subcommands (compactor/commands/)."""
+"""`compactor [--budget N] [--state-dir DIR] ...` without a command: the server's parser, its
+start-up checks, and running the stdio MCP server."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__
-from . import constants as C
-from .errors import CompactorError, StateCorruptError
+from .. import __version__
+from .. import constants as C
+from ..errors import CompactorError, StateCorruptError
 
 log = logging.getLogger("compactor")
 
@@ -32,8 +32,10 @@ def _interval(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0.05 <= value <= 86_400:
-        raise argparse.ArgumentTypeError("must be from 0.05 to 86400 seconds")
+    if not C.SNAPSHOT_INTERVAL_MIN_S <= value <= C.SNAPSHOT_INTERVAL_MAX_S:
+        raise argparse.ArgumentTypeError(
+            f"must be from {C.SNAPSHOT_INTERVAL_MIN_S} to {C.SNAPSHOT_INTERVAL_MAX_S} seconds"
+        )
     return value
 
 
@@ -114,9 +116,9 @@ def run_server(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
     import anyio
 
-    from .scope import project_scope
-    from .server import serve
-    from .store import Store
+    from ..mcp import serve
+    from ..scope import project_scope
+    from ..store import Store
 
     if args.state_dir is not None:
         problem = state_dir_problem(Path(args.state_dir))
@@ -140,35 +142,3 @@ def run_server(argv: Sequence[str]) -> int:
         return 1
     anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval, scope_fixed=bool(args.scope)))
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from . import commands
-
-    p = serve_parser()
-    p.epilog = "Without a command, compactor runs the MCP server on stdio. `compactor COMMAND --help` for more."
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    commands.register(sub)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    args, extra = parser.parse_known_args(args_list)
-    if args.command is None:
-        return run_server(args_list)
-    if extra and args.command != "doctor":
-        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        sub = action.choices[args.command]
-        sub.error(f"unrecognized arguments: {' '.join(extra)}")
-    # A person reads this: a warning is a message like any other, not a log line.
-    name = args.command if args.command != "hook" else f"hook {getattr(args, 'hook_event', '')}".strip()
-    logging.basicConfig(stream=sys.stderr, level=args.log_level, format=f"compactor {name}: %(message)s")
-    from .commands import dispatch
-
-    return dispatch(args, extra)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .models import CompactReport, Item
-from .render import item_preview
+from ..models import CompactReport, Item
+from ..render import item_preview
 
 
 class Budget(BaseModel):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +20,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, ValidationError
 
-from . import constants as C
+from .. import bounds
+from .. import constants as C
 
 log = logging.getLogger(__name__)
 
@@ -198,13 +198,13 @@ def error_sentences(
         elif err["type"] == "recursion_loop":
             sentences.append(f"{prefix}{name} is nested too deeply; it must be {allowed}.")
         else:
-            sentences.append(f"{prefix}{name} must be {allowed}, got {describe_value(value)}.")
+            sentences.append(prefix + bounds.must_be(name, allowed, value))
     return sentences
 
 
 def describe_schema(schema: Mapping[str, Any]) -> str:
     """What a JSON schema allows, in words: 'an integer from 1 to 10', 'true, false or null'."""
-    return _join_or(_alternatives(schema))
+    return bounds.either(_alternatives(schema))
 
 
 def _alternatives(schema: Mapping[str, Any]) -> list[str]:
@@ -214,14 +214,14 @@ def _alternatives(schema: Mapping[str, Any]) -> list[str]:
             out.extend(a for a in _alternatives(sub) if a not in out)
         return out
     if "enum" in schema:
-        return ["one of " + ", ".join(repr(v) for v in schema["enum"])]
+        return [bounds.one_of(schema["enum"])]
     kind = schema.get("type")
     if kind == "integer":
-        return ["an integer" + _bounds(schema)]
+        return [bounds.integer(schema.get("minimum"), schema.get("maximum"))]
     if kind == "number":
-        return ["a finite number" + _bounds(schema)]
+        return [bounds.finite(schema.get("minimum"), schema.get("maximum"))]
     if kind == "string":
-        return ["a string" + _lengths(schema)]
+        return [bounds.string(schema.get("minLength"), schema.get("maxLength"))]
     if kind == "boolean":
         return ["true", "false"]
     if kind == "null":
@@ -233,55 +233,3 @@ def _alternatives(schema: Mapping[str, Any]) -> list[str]:
     if kind == "object":
         return ["an object"]
     return ["a valid value"]
-
-
-def _num(v: Any) -> str:
-    return f"{v:,}" if isinstance(v, int) else repr(v)
-
-
-def _bounds(schema: Mapping[str, Any]) -> str:
-    lo, hi = schema.get("minimum"), schema.get("maximum")
-    if lo is not None and hi is not None:
-        return f" from {_num(lo)} to {_num(hi)}"
-    if lo is not None:
-        return f" of at least {_num(lo)}"
-    if hi is not None:
-        return f" of at most {_num(hi)}"
-    return ""
-
-
-def _lengths(schema: Mapping[str, Any]) -> str:
-    lo, hi = schema.get("minLength"), schema.get("maxLength")
-    if lo and hi is not None:
-        return f" of {lo:,} to {hi:,} characters"
-    if hi is not None:
-        return f" of at most {hi:,} characters"
-    if lo:
-        return f" of at least {lo:,} characters"
-    return ""
-
-
-def _join_or(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
-
-
-def describe_value(value: Any) -> str:
-    """What was sent, briefly and without echoing much of it back."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    if isinstance(value, int | float):
-        text = repr(value)
-        return f"the number {text}" if len(text) <= C.ARG_ECHO_CHARS else f"a number of {len(text):,} digits"
-    if isinstance(value, str):
-        if len(value) <= C.ARG_ECHO_CHARS:
-            return f"the string {value!r}"
-        return f"a string of {len(value):,} characters"
-    if isinstance(value, list | tuple):
-        return f"a list of {len(value):,} item{'s' if len(value) != 1 else ''}"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a value of type {type(value).__name__}"

@@ -32,7 +32,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from . import constants as C
+from .. import constants as C
 
 
 def lowlevel_server(mcp: MCPServer) -> Any:

@@ -1,5 +1,5 @@
-"""The human CLI's subcommands. Each module registers its parsers; `dispatch` runs one and
-turns errors into exit codes: 0 ok, 1 error, 2 usage."""
+"""The CLI's subcommand registry and dispatch. Each module registers its parsers; `dispatch`
+runs one and turns errors into exit codes: 0 ok, 1 error, 2 usage."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from pydantic import Field
 
-from .errors import CompactorError, NotFoundError
-from .report import item_report, status_report
-from .store import Store
+from ..errors import CompactorError, NotFoundError
+from ..report import item_report, status_report
+from ..store import Store
 
 RECALL_PROMPT = """\
 Here is my working memory from compactor: pinned items, then the most valuable memories. Use

@@ -1,0 +1,175 @@
+"""The MCP server's factory: make the MCPServer, prepare each client session (its budget default
+and its project root), wrap every tool call (domain errors become tool errors), and register
+the tool groups, the resources and the tool contract. `serve` runs it on stdio. No domain logic
+lives here or in the tool modules: each tool calls one Store method.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import warnings
+from collections.abc import Callable
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult
+
+from .. import constants as C
+from ..errors import CompactorError
+from ..runtime import settle_heap
+from ..scope import scope_from_root_uri
+from ..store import Store
+from . import contract, resources, tools_budget, tools_dag, tools_memory, tools_read
+from .kit import ToolKit
+from .stdio_runtime import run_stdio as _run_stdio
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = """\
+compactor is your working memory across sessions, kept within a token budget. Compaction never
+loses anything: `get(id)` always returns the original.
+1. Call `recall` first in every session (with `query` when you know the task).
+2. `store` what you will want again: decisions and why, errors and fixes, key code, conclusions.
+   Give long content a one-line `summary`.
+3. `query` before re-reading a file, re-running a command or debugging a familiar error.
+4. When a reply says the budget is high, call `compact`, then `update(id, summary=...)` for the
+   items it lists.
+5. `pin` what must never fade; `forget` only what must go for good.
+"""
+
+# The order of tools/list: the order a model meets them in, the workflow of INSTRUCTIONS.
+TOOL_ORDER = (
+    "recall",
+    "store",
+    "bulk_store",
+    "query",
+    "get",
+    "status",
+    "compact",
+    "update",
+    "pin",
+    "unpin",
+    "restore",
+    "forget",
+    "expand",
+    "dissolve",
+    "tree",
+    "list",
+    "export",
+    "configure",
+)
+
+
+def build_server(store: Store, *, name: str = "compactor", scope_fixed: bool = False) -> MCPServer:
+    """`scope_fixed`: the project scope was given explicitly, so the client's roots don't move it."""
+    mcp: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version=_version())
+
+    seen_sessions: set[int] = set()
+
+    async def prepare(ctx: Context | None) -> None:
+        """Once per client session: the client's budget default and its project root."""
+        if ctx is None:
+            return
+        try:
+            session = ctx.session
+            params = session.client_params
+        except (AttributeError, RuntimeError, ValueError):
+            return
+        if id(session) in seen_sessions:
+            return
+        seen_sessions.add(id(session))
+        store.adopt_client_budget(params.client_info.name if params is not None else None)
+        if scope_fixed or params is None or params.capabilities.roots is None:
+            return
+        try:
+            with anyio.fail_after(C.ROOTS_TIMEOUT_S), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                roots = await session.list_roots()
+        except Exception as exc:  # a client that advertises roots but cannot answer keeps the default
+            log.info("could not list the client's roots: %r", exc)
+            return
+        for root in roots.roots:
+            scope = scope_from_root_uri(str(root.uri))
+            if scope:
+                store.scope = scope
+                return
+
+    async def run(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
+        await prepare(ctx)
+        try:
+            return fn()
+        except CompactorError as exc:
+            raise ToolError(str(exc)) from exc
+
+    kit = ToolKit(store, run)
+    for group in (tools_read, tools_memory, tools_dag, tools_budget):
+        group.register(kit)
+    if set(kit.tools) != set(TOOL_ORDER):
+        raise RuntimeError(f"tools defined and TOOL_ORDER differ: {sorted(set(kit.tools) ^ set(TOOL_ORDER))}")
+    for tool_name in TOOL_ORDER:
+        tool = kit.tools[tool_name]
+        mcp.add_tool(tool.fn, name=tool_name, annotations=tool.annotations, description=tool.description)
+
+    resources.register(mcp, store)
+    contract.install(mcp)
+    return mcp
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_S, scope_fixed: bool = False) -> None:
+    """Run the stdio server until stdin closes or SIGTERM/SIGINT, snapshotting in the background
+    and once more on the way out."""
+    mcp = build_server(store, scope_fixed=scope_fixed)
+    settle_heap(collect=False)
+
+    async def snapshot_loop() -> None:
+        while True:
+            await anyio.sleep(snapshot_interval)
+            if store.dirty:
+                try:
+                    await store.snapshot_async()
+                except Exception:
+                    log.exception("background snapshot failed; the journal still holds every change")
+                settle_heap(collect=True)
+
+    async def on_signal() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for sig in signals:
+                log.info("received %s, shutting down", signal.Signals(sig).name)
+                final_snapshot()
+                # The stdin reader is a worker thread blocked in read(2) that no cancellation
+                # can interrupt; every acknowledged call is already fsynced, so leave now.
+                sys.stdout.flush()
+                os._exit(0)
+
+    def final_snapshot() -> None:
+        if store.persistent and store.dirty:
+            # A client that closed our stdin sends SIGTERM after a grace period (2 s in the
+            # SDK); dying mid-write would lose nothing (the journal has it all) but would throw
+            # away the saved index and make the next start rebuild it. Finish first.
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_IGN)
+            try:
+                store.snapshot()
+            except Exception:
+                log.exception("final snapshot failed; the journal still holds every change")
+        store.close()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            if store.persistent:
+                tg.start_soon(snapshot_loop)
+            tg.start_soon(on_signal)
+            await _run_stdio(mcp)
+            tg.cancel_scope.cancel()
+    finally:
+        final_snapshot()

@@ -1,0 +1,54 @@
+"""One violation, one sentence: a value past a bound is worded the same whether the tool
+contract refuses it (reading the bound from the tool's schema) or the Store does (reading it
+from constants.py), because both say it through compactor.bounds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from compactor.errors import InvalidArgumentError
+from compactor.mcp import build_server
+from compactor.store import Store
+
+# (tool, arguments, the same call on the Store)
+CASES: list[tuple[str, dict[str, Any], Callable[[Store], object]]] = [
+    ("store", {"content": "abc", "importance": 11}, lambda s: s.store("abc", importance=11)),
+    ("update", {"id": "x", "importance": 0}, lambda s: s.update(s.store("abc").item.id, importance=0)),
+    ("store", {"content": "abc", "summary": "s" * 20_001}, lambda s: s.store("abc", summary="s" * 20_001)),
+    ("compact", {"target_usage": 1.5}, lambda s: s.compact(1.5)),
+    ("configure", {"token_budget": 5}, lambda s: s.configure(token_budget=5)),
+    ("configure", {"auto_compact_threshold": 0.1}, lambda s: s.configure(auto_compact_threshold=0.1)),
+    ("configure", {"recall_tokens": 5}, lambda s: s.configure(recall_tokens=5)),
+    ("configure", {"max_items": 5}, lambda s: s.configure(max_items=5)),
+    ("configure", {"max_archive_tokens": 5}, lambda s: s.configure(max_archive_tokens=5)),
+    ("list", {"limit": 0}, lambda s: s.list_items(limit=0)),
+    ("list", {"offset": -1}, lambda s: s.list_items(offset=-1)),
+    ("list", {"tier": "bogus"}, lambda s: s.list_items(tier="bogus")),  # type: ignore[arg-type]
+    ("query", {"query": "a", "limit": 101}, lambda s: s.query("a", limit=101)),
+    ("recall", {"limit": 0}, lambda s: s.recall(limit=0)),
+    ("expand", {"id": "x", "offset": -1}, lambda s: s.expand("x", offset=-1)),
+    ("expand", {"id": "x", "limit": 0}, lambda s: s.expand("x", limit=0)),
+    ("tree", {"max_depth": 11}, lambda s: s.tree(max_depth=11)),
+]
+
+
+@pytest.mark.parametrize(("tool", "args", "direct"), CASES, ids=[f"{t}-{'-'.join(a)}" for t, a, _ in CASES])
+def test_the_contract_and_the_store_word_a_violation_the_same(
+    tool: str, args: dict[str, Any], direct: Callable[[Store], object]
+):
+    async def refused_by_the_tool() -> str:
+        async with Client(build_server(Store())) as c:
+            result = await c.call_tool(tool, args)
+        assert result.is_error
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert text.startswith(f"{tool}: ")
+        return text.removeprefix(f"{tool}: ")
+
+    with pytest.raises(InvalidArgumentError) as refused:
+        direct(Store())
+    assert anyio.run(refused_by_the_tool) == str(refused.value)
