@@ -146,6 +146,14 @@ class Tally:
     killed_mid_call: int = 0
     dropped: int = 0
     lost: list[str] = field(default_factory=list)
+    # How long the calls of rounds that ran to the end took: the kill window follows them, so
+    # kills keep landing inside calls on a machine of any speed.
+    busy_seconds: list[float] = field(default_factory=list)
+
+    def kill_window(self) -> float:
+        # 1.5x the recent mean: the rounds that ran to the end are the shorter ones.
+        recent = self.busy_seconds[-15:]
+        return max(0.05, 1.5 * sum(recent) / len(recent)) if recent else 0.35
 
 
 def words(rng: random.Random, n: int) -> str:
@@ -159,7 +167,8 @@ def play_round(zygote: Zygote, d: Path, rnd: int, rng: random.Random, model: Mod
     if rng.random() < 0.3:
         args += ["--budget", "2000"]  # auto-compaction on most writes
     srv = ForkedServer(zygote, *args)
-    killer = threading.Timer(rng.uniform(0.0, 0.35), srv.kill_now)
+    killer = threading.Timer(rng.uniform(0.0, tally.kill_window()), srv.kill_now)
+    started = time.monotonic()
     killer.start()
     counter = iter(range(10**9))
     try:
@@ -203,6 +212,7 @@ def play_round(zygote: Zygote, d: Path, rnd: int, rng: random.Random, model: Mod
             else:
                 srv.ok("compact", target_usage=rng.choice([0.0, 0.2, 0.5]))
             tally.acked_calls += 1
+        tally.busy_seconds.append(time.monotonic() - started)
         time.sleep(rng.uniform(0.0, 0.15))  # idle: a background snapshot may be running
     except (EOFError, ConnectionResetError, BrokenPipeError, TimeoutError):
         tally.killed_mid_call += 1
