@@ -578,6 +578,12 @@ def _replay(
             f"`compactor doctor --repair --state-dir {dir_}` cuts the journal before the first such line (that "
             "line and everything after it are lost) and moves the whole journal aside first. " + _bug_fix(dir_),
         )
+    _item_facts(store, report)
+    return store
+
+
+def _item_facts(store: Store, report: DoctorReport) -> dict[str, Item]:
+    """Count the loaded items into the report's facts; returns them by id."""
     items = {it.id: it for it in store.iter_items()}
     active = sum(1 for it in items.values() if it.tier == "active")
     report.facts["items"] = {
@@ -588,7 +594,7 @@ def _replay(
         "tokens_used": store.tokens_used,
         "token_budget": store.budget,
     }
-    return store
+    return items
 
 
 # --- index -------------------------------------------------------------------------------------
@@ -849,16 +855,7 @@ def check_database(url: str, step: Callable[[str], None] = _no_step) -> DoctorRe
             "bytes": persistence.get("journal_bytes", 0),
         }
         step(f"checking the index and lineage of {len(store.ids()):,} items…")
-        items = {it.id: it for it in store.iter_items()}
-        active = sum(1 for it in items.values() if it.tier == "active")
-        report.facts["items"] = {
-            "total": len(items),
-            "active": active,
-            "archived": len(items) - active,
-            "summaries": sum(1 for it in items.values() if it.depth),
-            "tokens_used": store.tokens_used,
-            "token_budget": store.budget,
-        }
+        items = _item_facts(store, report)
         _check_index(Path(where), store, None, report)
         _check_lineage(Path(where), items, report)
     finally:

@@ -5,6 +5,7 @@ ops or undo them (`_Txn`), read-only mode while the store refuses writes, and sn
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 from collections.abc import Iterator, Sequence
@@ -299,8 +300,8 @@ class _Journaled(_StateOps):
             ref = self._dir.save_index(gen, arrays)
         except OSError as exc:
             raise PersistenceError(f"Could not write the index file: {exc.strerror or exc}") from exc
-        if ref is None:
-            return self._s.index.to_state(), None
+        if ref is None:  # kept inside the snapshot: the same arrays as base64 text
+            return {key: base64.b64encode(v).decode("ascii") if key in arrays else v for key, v in state.items()}, None
         return {key: value for key, value in state.items() if key not in arrays}, ref
 
     def rebuild_and_snapshot(self) -> None:
