@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from .. import constants as C
-from .. import memory_md
 from ..models import Item
 from ..outfile import write_private
 from ..render import fence, preview
@@ -137,6 +136,8 @@ def cmd_export(args: argparse.Namespace, out: Out) -> int:
     elif args.format == "markdown":
         _write(_markdown(items), args.output, args.force)
     else:
+        from .. import memory_md  # YAML and all: only this format needs it, not every start of the server
+
         result = memory_md.export_memory_dir(items, args.output, args.min_importance, force=args.force)
         out.line(f"Wrote {len(result.files)} memory files and {args.output / memory_md.INDEX_NAME}.")
         if result.left_out:
@@ -199,6 +200,8 @@ def read_inputs(path: Path) -> tuple[str, list[dict[str, Any]] | None, list[Stor
     if path.is_file():
         _refuse_markdown_export(path)
     if path.is_dir() or path.suffix.lower() in (".md", ".markdown"):
+        from .. import memory_md
+
         entries = memory_md.read_memory_path(path)
         kind = "memory dir" if path.is_dir() else path.name
         return kind, None, [memory_md.to_store_input(e) for e in entries]
