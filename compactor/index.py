@@ -140,13 +140,71 @@ def _in_place(value: Saved, swap: bool) -> array[int] | memoryview:
     return _unb64(value, "I", swap)
 
 
-def _split(flat: array[int], lens: array[int]) -> list[array[int]]:
-    out: list[array[int]] = []
-    start = 0
-    for n in lens:
-        out.append(flat[start : start + n])
-        start += n
-    return out
+class _DocTerms:
+    """Doc -> its sorted distinct term ids (None once removed). A loaded index keeps them all
+    in ONE flat array, read through zero-copy slices (of the memory-mapped index file when it
+    was loaded from one); a document gets an array of its own when it is added or re-tagged.
+    An array object per document cost ~230 bytes and a Python loop over all of them at every
+    start."""
+
+    __slots__ = ("_flat", "_frozen", "_n", "_own", "_starts", "_tail")
+
+    def __init__(self, flat: array[int] | memoryview | None = None, lens: Sequence[int] = ()) -> None:
+        self._flat: array[int] | memoryview = flat if flat is not None else array("I")
+        starts = array("Q", [0])
+        starts.extend(accumulate(lens))
+        if starts[-1] != len(self._flat):
+            raise ValueError("index state is inconsistent: document term lengths do not add up")
+        self._starts = starts
+        self._frozen = memoryview(self._flat)
+        self._n = len(starts) - 1  # documents held in the flat array
+        self._own: dict[int, array[int] | None] = {}  # flat documents changed since
+        self._tail: list[array[int] | None] = []  # documents added since
+
+    def __len__(self) -> int:
+        return self._n + len(self._tail)
+
+    def __getitem__(self, d: int) -> array[int] | memoryview | None:
+        if d >= self._n:
+            return self._tail[d - self._n]
+        if d in self._own:
+            return self._own[d]
+        return self._frozen[self._starts[d] : self._starts[d + 1]]
+
+    def __setitem__(self, d: int, terms: array[int] | None) -> None:
+        if d >= self._n:
+            self._tail[d - self._n] = terms
+        elif d >= 0:
+            self._own[d] = terms
+        else:
+            raise IndexError(d)
+
+    def append(self, terms: array[int]) -> None:
+        self._tail.append(terms)
+
+    def writable(self, d: int) -> array[int] | None:
+        """The document's terms as an array of its own, to change in place."""
+        terms = self[d]
+        if terms is None or isinstance(terms, array):
+            return terms
+        own: array[int] = array("I")
+        own.frombytes(terms.cast("B"))
+        self[d] = own
+        return own
+
+    def __iter__(self) -> Iterator[array[int] | memoryview | None]:
+        return (self[d] for d in range(len(self)))
+
+    def flat(self) -> tuple[bytes | memoryview, array[int]]:
+        """(every document's terms concatenated, each document's count), a removed one empty."""
+        if not self._own and not self._tail:
+            import numpy as np
+
+            lens: array[int] = array("Q")
+            lens.frombytes(np.diff(np.frombuffer(self._starts, dtype=np.uint64)).tobytes())
+            return memoryview(self._flat).cast("B"), lens
+        docs = [t if t is not None else array("I") for t in self]
+        return b"".join(t.tobytes() for t in docs), array("Q", map(len, docs))
 
 
 class _Postings:
@@ -292,7 +350,7 @@ class BM25Index:
         self._tags = _Field(C.TAG_B)
         self._ids: dict[str, int] = {}
         self._ext: list[str | None] = []  # doc -> external id, None once removed
-        self._doc_terms: list[array[int] | None] = []  # doc -> sorted distinct term ids
+        self._doc_terms = _DocTerms()  # doc -> sorted distinct term ids
         self._dl: array[float] = array("d")  # doc -> content length in tokens, _DEAD once removed
         self._total_len = 0  # sum of live content lengths
         # The terms of the document added last: the store asks for them right after adding it
@@ -436,7 +494,7 @@ class BM25Index:
         new = Counter(t for tag in tags for t in tokenize(tag))
         if old == new:
             return
-        doc_terms = self._doc_terms[d]
+        doc_terms = self._doc_terms.writable(d)
         assert doc_terms is not None
         post, df = self._post, self._df
         changed = sorted(old.keys() | new.keys())
@@ -485,7 +543,12 @@ class BM25Index:
         for field in (self._summary, self._tags):
             field.lens = array("I", [field.lens[d] for d in new_of])
         self._ext = [self._ext[d] for d in new_of]
-        self._doc_terms = [self._doc_terms[d] for d in new_of]
+        renumbered_terms = _DocTerms()
+        for d in new_of:
+            terms = self._doc_terms[d]
+            assert terms is not None
+            renumbered_terms.append(array("I", terms))
+        self._doc_terms = renumbered_terms
         self._dl = array("d", [self._dl[d] for d in new_of])
         self._ids = {e: d for d, e in enumerate(self._ext) if e is not None}
 
@@ -633,7 +696,7 @@ class BM25Index:
         """
         import numpy as np
 
-        doc_terms = [t if t is not None else array("I") for t in self._doc_terms]
+        doc_terms, doc_terms_lens = self._doc_terms.flat()
         self._post.settle()
         vocab = self._vocab.to_state(np.frombuffer(self._df, dtype=np.uint32) > 0)
         return {
@@ -647,8 +710,8 @@ class BM25Index:
             "summary_lens": _enc(self._summary.lens, binary),
             "tag_lens": _enc(self._tags.lens, binary),
             "ext": list(self._ext),
-            "doc_terms_lens": _enc(array("Q", map(len, doc_terms)), binary),
-            "doc_terms": _enc(memoryview(b"".join(t.tobytes() for t in doc_terms)), binary),
+            "doc_terms_lens": _enc(doc_terms_lens, binary),
+            "doc_terms": _enc(memoryview(doc_terms), binary),
             "dl": _enc(self._dl, binary),
         }
 
@@ -673,12 +736,15 @@ class BM25Index:
         self._dl = _unb64(state["dl"], "d", swap)
         self._summary.lens = _unb64(state["summary_lens"], "I", swap)
         self._tags.lens = _unb64(state["tag_lens"], "I", swap)
-        doc_terms = _split(_unb64(state["doc_terms"], "I", swap), _unb64(state["doc_terms_lens"], "Q", swap))
+        doc_terms = _DocTerms(_in_place(state["doc_terms"], swap), _unb64(state["doc_terms_lens"], "Q", swap))
         if not len(self._vocab) == len(self._df) == len(self._post):
             raise ValueError("index state is inconsistent: term tables differ in length")
         if not len(self._ext) == len(self._dl) == len(doc_terms) == len(self._summary.lens) == len(self._tags.lens):
             raise ValueError("index state is inconsistent: document tables differ in length")
-        self._doc_terms = [t if e is not None else None for t, e in zip(doc_terms, self._ext, strict=True)]
+        for d, e in enumerate(self._ext):
+            if e is None:
+                doc_terms[d] = None
+        self._doc_terms = doc_terms
         self._free_terms = self._vocab.free_ids()
         self._ids = {e: d for d, e in enumerate(self._ext) if e is not None}
         self._total_len = sum(int(x) for x in self._dl if x >= 0)
