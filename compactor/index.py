@@ -207,6 +207,18 @@ class _DocTerms:
         return b"".join(t.tobytes() for t in docs), array("Q", map(len, docs))
 
 
+# The saved index's arrays that only spare a start the work of deriving them from the others.
+DERIVED_ARRAYS: Final = ("vocab_starts", "vocab_order", "vocab_sorted", "post_starts")
+
+
+def _in_place64(value: Saved) -> array[int] | memoryview:
+    """uint64s read where they lie, or a copy."""
+    raw = _raw(value)
+    if isinstance(raw, memoryview) and raw.nbytes % 8 == 0:
+        return raw.cast("B").cast("Q")
+    return _unb64(value, "Q", False)
+
+
 class _Postings:
     """Term id -> sorted postings. A loaded index keeps every term's postings in ONE flat array
     (read through zero-copy memoryview slices); a term gets an array of its own the first time
@@ -215,11 +227,17 @@ class _Postings:
 
     __slots__ = ("_flat", "_frozen", "_n", "_own", "_own_from", "_starts")
 
-    def __init__(self, flat: array[int] | memoryview | None = None, lens: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        flat: array[int] | memoryview | None = None,
+        lens: Sequence[int] = (),
+        starts: array[int] | memoryview | None = None,
+    ) -> None:
         self._flat: array[int] | memoryview = flat if flat is not None else array("I")
-        starts = array("Q", [0])
-        starts.extend(accumulate(lens))  # ~2M terms at 100k items: a Python loop took ~0.5 s
-        if starts[-1] != len(self._flat):
+        if starts is None:
+            starts = array("Q", [0])
+            starts.extend(accumulate(lens))  # ~2M terms at 100k items: a Python loop took ~0.5 s
+        if not len(starts) or starts[0] != 0 or starts[-1] != len(self._flat):
             raise ValueError("index state is inconsistent: postings lengths do not add up")
         self._starts = starts
         self._frozen = memoryview(self._flat)
@@ -271,6 +289,13 @@ class _Postings:
         if self._own:
             raise RuntimeError("settle() first")
         return self._flat
+
+    @property
+    def starts(self) -> array[int] | memoryview:
+        """Where each term's postings start in `flat`, and its end (after `settle`)."""
+        if self._own:
+            raise RuntimeError("settle() first")
+        return self._starts
 
     def settled_lens(self) -> array[int]:
         """Each term's number of postings (after `settle`)."""
@@ -705,6 +730,7 @@ class BM25Index:
             **{f"vocab_{key}": _enc(value, binary) for key, value in vocab.items()},
             "df": _enc(self._df, binary),
             "post_lens": _enc(self._post.settled_lens(), binary),
+            "post_starts": _enc(self._post.starts, binary),
             "post": _enc(self._post.flat, binary),
             "spill": [[tid, d, *tfs] for tid, m in self._spill.items() for d, tfs in m.items()],
             "summary_lens": _enc(self._summary.lens, binary),
@@ -722,14 +748,21 @@ class BM25Index:
             raise ValueError(f"unknown index state format {state.get('format')!r}")
         swap = state["byteorder"] != sys.byteorder
         self = cls()
+        # Arrays derived from the others, saved so that a start need not compute them; a state
+        # without them (PostgreSQL's, an older file, another byte order) computes them.
+        derived = not swap and all(key in state for key in DERIVED_ARRAYS)
         self._vocab = Vocab.from_state(
             _raw(state["vocab_blob"]),
             _in_place(state["vocab_lens"], swap),
             _in_place(state["vocab_hashes"], swap),
             C.VOCAB_HOT_TERMS,
+            (_raw(state["vocab_starts"]), _raw(state["vocab_order"]), _raw(state["vocab_sorted"])) if derived else None,
         )
         self._df = _unb64(state["df"], "I", swap)
-        self._post = _Postings(_in_place(state["post"], swap), _unb64(state["post_lens"], "Q", swap))
+        if derived:
+            self._post = _Postings(_in_place(state["post"], swap), starts=_in_place64(state["post_starts"]))
+        else:
+            self._post = _Postings(_in_place(state["post"], swap), _unb64(state["post_lens"], "Q", swap))
         for tid, d, tf, s_tf, t_tf in state["spill"]:
             self._spill.setdefault(int(tid), {})[int(d)] = (int(tf), int(s_tf), int(t_tf))
         self._ext = list(state["ext"])

@@ -261,22 +261,49 @@ class Vocab:
         the terms' UTF-8, each term's length and CRC-32, by id. A released term's bytes are
         not in it: a forgotten item's words leave the saved index with it."""
         self.settle(live)
-        return {"blob": memoryview(self._blob), "lens": self._lens.data, "hashes": self._hashes.data}
+        return {
+            "blob": memoryview(self._blob),
+            "lens": self._lens.data,
+            "hashes": self._hashes.data,
+            # Derived from the three above; saved so that a start reads them in place (shared
+            # between processes) instead of computing them: a sort of every term among them.
+            "starts": self._starts.data,
+            "order": self._order.data,
+            "sorted": self._sorted.data,
+        }
 
     @classmethod
     def from_state(
-        cls, blob: Buffer, lens: Buffer | array[int], hashes: Buffer | array[int], hot_terms: int = 16_384
+        cls,
+        blob: Buffer,
+        lens: Buffer | array[int],
+        hashes: Buffer | array[int],
+        hot_terms: int = 16_384,
+        derived: tuple[Buffer, Buffer, Buffer] | None = None,
     ) -> Vocab:
-        """Inverse of `to_state` (uint32 arrays in this machine's byte order), read in place:
-        a memory-mapped file's pages are shared, not copied. Nothing per term in Python but a
-        sort. ValueError if the arrays do not fit together."""
+        """Inverse of `to_state` (arrays in this machine's byte order), read in place: a
+        memory-mapped file's pages are shared, not copied. `derived` is the saved (starts,
+        order, sorted); without it they are computed (a sort of every term, in numpy).
+        ValueError if the arrays do not fit together."""
         self = cls(hot_terms)
         lens_arr: U32 = np.frombuffer(lens, dtype=np.uint32)
         hashes_arr: U32 = np.frombuffer(hashes, dtype=np.uint32)
         if len(lens_arr) != len(hashes_arr) or int(lens_arr.sum(dtype=np.uint64)) != memoryview(blob).nbytes:
             raise ValueError("vocabulary state is inconsistent: lengths do not add up")
         self._blob, self._hashes = blob, hashes_arr
-        self._set_lens(lens_arr)
         self._n = len(lens_arr)
-        self._index_hashes(lens_arr > 0)
+        if derived is None:
+            self._set_lens(lens_arr)
+            self._index_hashes(lens_arr > 0)
+            return self
+        starts: U64 = np.frombuffer(derived[0], dtype=np.uint64)
+        order: U32 = np.frombuffer(derived[1], dtype=np.uint32)
+        sorted_: U32 = np.frombuffer(derived[2], dtype=np.uint32)
+        if len(starts) != len(lens_arr) or len(order) != len(sorted_) or len(order) > len(lens_arr):
+            raise ValueError("vocabulary state is inconsistent: derived arrays differ in length")
+        if len(order) and int(order.max()) >= len(lens_arr):
+            raise ValueError("vocabulary state is inconsistent: a term id out of range")
+        self._lens, self._starts = lens_arr, starts
+        self._starts_at, self._lens_at = starts.data, lens_arr.data
+        self._order, self._sorted = order, sorted_
         return self

@@ -304,6 +304,33 @@ def test_state_survives_json_and_refuses_other_formats():
         BM25Index.from_state({**index.to_state(), "format": 99})
 
 
+def test_saved_derived_arrays_load_as_computing_them_would():
+    """The vocabulary's starts and hash order and the postings' starts are saved so that a start
+    reads them in place; without them (PostgreSQL's state, an older file) they are computed."""
+    index = BM25Index()
+    for k in range(50):
+        index.add(f"d{k}", f"alpha beta{k} gamma{k % 7} KeyError query.py", summary=f"s{k % 3}", tags=[f"t{k % 5}"])
+    index.remove("d3")
+    state = index.to_state(binary=True)
+    assert all(key in state for key in index_module.DERIVED_ARRAYS)
+    read = BM25Index.from_state(state)
+    computed = BM25Index.from_state({k: v for k, v in state.items() if k not in index_module.DERIVED_ARRAYS})
+    for a, b in ((read._vocab, computed._vocab),):
+        assert list(a._starts) == list(b._starts)
+        assert list(a._order) == list(b._order)
+        assert list(a._sorted) == list(b._sorted)
+    assert list(read._post.starts) == list(computed._post.starts)
+    for q in ("alpha", "gamma3 KeyError", "beta17 s1 t2"):
+        assert read.search(q) == computed.search(q) == index.search(q)
+    read.add("new", "alpha beta17 fresh")
+    computed.add("new", "alpha beta17 fresh")
+    assert read.search("alpha fresh") == computed.search("alpha fresh")
+    with pytest.raises(ValueError, match="inconsistent"):
+        BM25Index.from_state({**state, "vocab_order": state["vocab_order"][:4]})
+    with pytest.raises(ValueError, match="inconsistent"):
+        BM25Index.from_state({**state, "post_starts": state["post_starts"][:8]})
+
+
 # --- incremental == rebuilt ----------------------------------------------------------------
 
 _WORDS = ["alpha", "beta", "gamma", "delta", "KeyError", "query.py", "max_items", "spam"]

@@ -17,6 +17,7 @@ import anyio.to_thread
 from .. import constants as C
 from ..backend import Persistence
 from ..errors import PersistenceError
+from ..index import DERIVED_ARRAYS
 from ..indexfile import IndexFileError
 from ..models import Item, Op, Settings
 from ..persist import ItemRecords
@@ -300,8 +301,12 @@ class _Journaled(_StateOps):
             ref = self._dir.save_index(gen, arrays)
         except OSError as exc:
             raise PersistenceError(f"Could not write the index file: {exc.strerror or exc}") from exc
-        if ref is None:  # kept inside the snapshot: the same arrays as base64 text
-            return {key: base64.b64encode(v).decode("ascii") if key in arrays else v for key, v in state.items()}, None
+        if ref is None:  # kept inside the snapshot: the same arrays as base64 text, less what a load can derive
+            return {
+                key: base64.b64encode(v).decode("ascii") if key in arrays else v
+                for key, v in state.items()
+                if key not in DERIVED_ARRAYS
+            }, None
         return {key: value for key, value in state.items() if key not in arrays}, ref
 
     def rebuild_and_snapshot(self) -> None:
