@@ -215,6 +215,9 @@ SNAPSHOT_CHUNK_ITEMS: Final = 100
 SNAPSHOT_SWITCH_INTERVAL_S: Final = 0.0005
 # A snapshot being written is flushed to disk every this many bytes (see persist._write_fsynced).
 SNAPSHOT_SYNC_BYTES: Final = 4 << 20
+# The index file is checksummed at load this many bytes at a time, each chunk's pages dropped
+# from the process once read (a multiple of the page size): the check leaves no trace in RSS.
+INDEX_FILE_CHECK_CHUNK: Final = 4 << 20
 
 # --- summary DAG --------------------------------------------------------------------------
 # 20 archived items to a d1 node and 5 nodes to the next depth, up to depth 4: 20 * 5**3 =
