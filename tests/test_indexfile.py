@@ -109,3 +109,33 @@ def test_write_and_read_round_trip_and_refuse_a_wrong_reference(tmp_path: Path):
             indexfile.read(tmp_path, bad)
     indexfile.remove_others(tmp_path, None)
     assert not list(tmp_path.glob("index.*"))
+
+
+def test_the_checksum_is_checked_a_chunk_at_a_time_over_the_whole_file(tmp_path: Path):
+    """The load checks the file in chunks, dropping each chunk's pages from the process once
+    read: the arrays are still read intact afterwards, and a changed byte in any chunk, the
+    last included, still makes the file unusable."""
+    from unittest.mock import patch
+
+    from compactor import constants as C
+
+    d = tmp_path / "state"
+    _fill(d)
+    ref = _header(d)["index_file"]
+    whole = indexfile.read(d, ref)
+    with patch.object(C, "INDEX_FILE_CHECK_CHUNK", mmap_page()):
+        chunked = indexfile.read(d, ref)
+        assert {k: bytes(v) for k, v in chunked.items()} == {k: bytes(v) for k, v in whole.items()}
+        path = d / ref["name"]
+        raw = bytearray(path.read_bytes())
+        assert len(raw) > 2 * mmap_page()
+        raw[-3] ^= 0x01
+        path.write_bytes(bytes(raw))
+        with pytest.raises(indexfile.IndexFileError, match="checksum"):
+            indexfile.read(d, ref)
+
+
+def mmap_page() -> int:
+    import mmap
+
+    return mmap.PAGESIZE
