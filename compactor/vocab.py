@@ -39,18 +39,30 @@ def _crc(data: bytes) -> int:
 GATHER_CHUNK = 1 << 18
 
 
-def gather(src: npt.NDArray[Any], starts: npt.NDArray[Any], lens: npt.NDArray[Any]) -> npt.NDArray[Any]:
+def gather(
+    src: npt.NDArray[Any], starts: npt.NDArray[Any], lens: npt.NDArray[Any], more: npt.NDArray[Any] | None = None
+) -> npt.NDArray[Any]:
     """The segments src[starts[i] : starts[i] + lens[i]], concatenated, without a Python loop
-    per segment, in chunks of the output so that temporaries stay small."""
+    per segment, in chunks of the output so that temporaries stay small. With `more`, a start
+    past the end of `src` reads from `more` instead, as if it followed `src`: the caller need
+    not copy the two into one array first."""
     lens64 = lens.astype(np.int64)
     ends = np.cumsum(lens64)
     total = int(ends[-1]) if len(ends) else 0
     out = np.empty(total, dtype=src.dtype)
     shift = starts.astype(np.int64) - (ends - lens64)  # source minus destination, per segment
+    edge = len(src)
     for lo in range(0, total, GATHER_CHUNK):
         pos = np.arange(lo, min(lo + GATHER_CHUNK, total), dtype=np.int64)
         seg = np.searchsorted(ends, pos, side="right")
-        out[lo : lo + len(pos)] = src[pos + shift[seg]]
+        at = pos + shift[seg]
+        if more is None:
+            out[lo : lo + len(pos)] = src[at]
+            continue
+        chunk = out[lo : lo + len(pos)]
+        first = at < edge
+        chunk[first] = src[at[first]]
+        chunk[~first] = more[at[~first] - edge]
     return out
 
 
@@ -230,9 +242,8 @@ class Vocab:
         src_starts[:old] = self._starts
         src_starts[ids] = len(self._blob) + np.cumsum(extra_lens, dtype=np.uint64) - extra_lens
         lens[~live] = 0
-        self._blob = gather(
-            np.concatenate([np.frombuffer(self._blob, dtype=np.uint8), extra]), src_starts, lens
-        ).tobytes()
+        # Kept as the gathered array itself: a bytes copy of it doubled the settle's peak.
+        self._blob = gather(np.frombuffer(self._blob, dtype=np.uint8), src_starts, lens, extra).data
         self._set_lens(lens)
         self._hashes = hashes
         self._index_hashes(live)
