@@ -331,10 +331,9 @@ class _Postings:
         extra = np.frombuffer(b"".join(map(array.tobytes, own.values())), dtype=np.uint32)
         lens[own_ids] = own_lens
         src[own_ids] = len(frozen) + np.cumsum(own_lens) - own_lens
-        merged = gather(np.concatenate([frozen, extra]), src, lens)
-        flat: array[int] = array("I")
-        flat.frombytes(merged.data.cast("B"))
-        del merged
+        # Gathered from both without joining them first, and kept as gathered: each copy was
+        # one more postings-sized temporary at the settle's peak.
+        flat = gather(frozen, src, lens, extra).data.cast("B").cast("I")
         new_starts = array("Q", [0])
         new_starts.frombytes(np.cumsum(lens).astype(np.uint64).data.cast("B"))
         self._flat, self._starts = flat, new_starts
