@@ -67,3 +67,32 @@ def test_from_record_reads_json_lists_and_ignores_unknown_or_missing_fields() ->
     # An older record without the newer fields gets their defaults.
     older = {k: v for k, v in record.items() if k not in ("scope", "children_tier")}
     assert Item.from_record(older).scope == ""
+
+
+def test_from_record_of_a_full_record_sets_every_field_as_keyword_construction_does() -> None:
+    """The positional reader compiled from the field list puts every value in its own field."""
+    import orjson
+
+    from compactor.models import TUPLE_FIELDS, pairs
+
+    values: dict[str, object] = {}
+    for n, name in enumerate(Item.__dataclass_fields__):
+        if name in TUPLE_FIELDS:
+            values[name] = (f"{name}-a", f"{name}-b") if name != "file_lines" else (n, n + 1)
+        elif name == "tags_from":
+            values[name] = (("t", "src1"), ("u", "src2"))
+        elif name in ("seq", "importance", "access_count", "content_tokens", "summary_tokens", "depth"):
+            values[name] = n
+        elif name in ("created_at", "last_accessed_at"):
+            values[name] = n + 0.5
+        elif name == "pinned":
+            values[name] = True
+        else:
+            values[name] = f"value of {name}"
+    expected = Item(**values)  # type: ignore[arg-type]
+    record = orjson.loads(orjson.dumps(expected.to_record()))
+    got = Item.from_record(record)
+    assert got == expected
+    assert got.to_record() == expected.to_record()
+    assert all(isinstance(getattr(got, name), tuple) for name in (*TUPLE_FIELDS, "tags_from"))
+    assert got.tags_from == pairs(values["tags_from"])
