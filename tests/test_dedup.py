@@ -102,3 +102,41 @@ def test_a_restarted_store_notices_a_near_duplicate_of_a_loaded_item(tmp_path):
     again = Store(state_dir=tmp_path)
     copy = again.store(text + "for refunds").item
     assert again.get(copy.id).dup_of == original
+
+
+def _restarted_with_a_near_duplicate(tmp_path):
+    from compactor.store import Store
+
+    text = "retry the payment webhook with exponential backoff when stripe returns 429 " * 4
+    first = Store(state_dir=tmp_path)
+    original = first.store(text + "for invoices").item.id
+    for i in range(5):
+        first.store(f"unrelated note {i} about kubernetes ingress timeouts and nginx {i}")
+    first.snapshot()
+    saved = first._s.dedup.to_state()
+    first.close()
+    return Store(state_dir=tmp_path), text, original, saved
+
+
+def test_a_start_that_only_reads_builds_no_buckets_and_saves_them_as_read(tmp_path):
+    """The buckets are only needed by writes and compaction: a start keeps them as saved until
+    then, and a snapshot written meanwhile carries them unchanged."""
+    again, _text, _original, saved = _restarted_with_a_near_duplicate(tmp_path)
+    with patch.object(DedupIndex, "from_state", side_effect=AssertionError("built at start")):
+        assert again.query("payment webhook backoff")
+        again.snapshot()
+    again.close()
+    from compactor.store import Store
+
+    reopened = Store(state_dir=tmp_path)
+    assert reopened._s.dedup.to_state() == saved
+    assert reopened.check_derived() == []
+
+
+def test_saved_buckets_unusable_at_the_first_write_are_rebuilt_from_the_index(tmp_path, caplog):
+    again, text, original, _saved = _restarted_with_a_near_duplicate(tmp_path)
+    with patch.object(DedupIndex, "from_state", side_effect=ValueError("inconsistent lengths")):
+        copy = again.store(text + "for refunds").item
+    assert "near-duplicate buckets unusable" in caplog.text
+    assert again.get(copy.id).dup_of == original
+    assert again.check_derived() == []

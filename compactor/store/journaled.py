@@ -22,7 +22,7 @@ from ..indexfile import IndexFileError
 from ..models import Item, Op, Settings
 from ..persist import ItemRecords
 from ..runtime import Runtime
-from .state import _State, _StateOps
+from .state import _State, _StateOps, dedup_state
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ class _Journaled(_StateOps):
         header["index"], ref = self._saved_index(gen + 1)
         if ref is not None:
             header["index_file"] = ref
-        header["dedup"] = self._s.dedup.to_state()
+        header["dedup"] = dedup_state(self._s)
         self._dir.snapshot_now(header, list(items.values()))
         self._dir.keep_only_index(ref["name"] if ref is not None else None)
         self._dirty = False

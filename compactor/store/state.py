@@ -48,7 +48,10 @@ class _State:
     scope_order: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     by_tag: dict[str, set[str]] = field(default_factory=dict)
     index: BM25Index = field(default_factory=BM25Index)
-    dedup: DedupIndex = field(default_factory=DedupIndex)
+    # Built from the saved state at the first use, not at start: only writes and compaction
+    # need near-duplicate buckets, so a start that answers queries does without them.
+    _dedup: DedupIndex | None = field(default_factory=DedupIndex)
+    _dedup_saved: dict[str, Any] | None = None
     views: ViewIndex = field(default_factory=ViewIndex)  # file views by the paths they show
     dup_hints: set[str] = field(default_factory=set)  # active items with a near-duplicate noted
     uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
@@ -60,6 +63,31 @@ class _State:
     type_counts: dict[str, dict[str, int]] = field(
         default_factory=lambda: {t: {"active": 0, "archived": 0} for t in CONTENT_TYPES}
     )
+
+    @property
+    def dedup(self) -> DedupIndex:
+        if self._dedup is None:
+            saved, self._dedup_saved = self._dedup_saved, None
+            try:
+                self._dedup = DedupIndex.from_state(saved or {})
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("saved near-duplicate buckets unusable (%s); rebuilding them from the index", exc)
+                self._dedup = DedupIndex()
+                for item in self.items.values():
+                    if item.tier == "active" and not item.depth:
+                        self._dedup.add(item.id, self.index.terms(item.id))
+        return self._dedup
+
+    @dedup.setter
+    def dedup(self, value: DedupIndex) -> None:
+        self._dedup, self._dedup_saved = value, None
+
+
+def dedup_state(s: _State) -> dict[str, Any]:
+    """The buckets as a snapshot saves them: the saved state as read while it is unchanged."""
+    if s._dedup is None and s._dedup_saved is not None:
+        return s._dedup_saved
+    return s.dedup.to_state()
 
 
 # Patch fields that change nothing derived but the active token total (see Store._swap_light).
@@ -257,10 +285,15 @@ class _StateOps:
 
     @staticmethod
     def _order(s: _State, item: Item) -> None:
-        bisect.insort(s.order[item.tier], item.seq)
+        seq = item.seq
         per = s.scope_order.setdefault(scope_key(item.scope), {"active": [], "archived": []})
-        bisect.insort(per[item.tier], item.seq)
-        s.by_seq[item.seq] = item.id
+        for seqs in (s.order[item.tier], per[item.tier]):
+            # A snapshot lists items in seq order and new items take the next seq: most land last.
+            if not seqs or seqs[-1] < seq:
+                seqs.append(seq)
+            else:
+                bisect.insort(seqs, seq)
+        s.by_seq[seq] = item.id
 
     @staticmethod
     def _unorder(s: _State, item: Item) -> None:
@@ -288,7 +321,9 @@ class _StateOps:
             return False
         try:
             state.index = BM25Index.from_state(index_state)
-            state.dedup = DedupIndex.from_state(dedup_state)
+            if dedup_state.get("format") != 1 or not isinstance(dedup_state.get("ids"), list):
+                raise ValueError("unknown dedup state format")
+            state._dedup, state._dedup_saved = None, dedup_state
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("saved index unusable (%s); rebuilding it from the items", exc)
             state.index, state.dedup = BM25Index(), DedupIndex()
