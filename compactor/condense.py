@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 
 from . import constants as C
 from .dedup import jaccard
@@ -38,19 +39,29 @@ def lineage_id(children: Iterable[str]) -> str:
     return f"s{digest}"
 
 
-def group_coherent(items: Sequence[Item], chunk_size: int, terms: Callable[[str], frozenset[str]]) -> list[list[Item]]:
+def _jaccard(a: AbstractSet[Hashable], b: AbstractSet[Hashable]) -> float:
+    if not a and not b:
+        return 1.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def group_coherent(
+    items: Sequence[Item], chunk_size: int, terms: Callable[[str], AbstractSet[Hashable]]
+) -> list[list[Item]]:
     """Split time-ordered items into groups of at most `chunk_size` neighbours, cutting early
-    where a neighbour shares neither a tag nor enough words with the one before it."""
+    where a neighbour shares neither a tag nor enough words with the one before it. `terms`
+    gives an item's words, or any stand-ins for them one to one (the index's term ids)."""
     groups: list[list[Item]] = []
     current: list[Item] = []
     prev_tags: frozenset[str] = frozenset()
-    prev_terms: frozenset[str] = frozenset()
+    prev_terms: AbstractSet[Hashable] = frozenset()
     min_size = max(2, chunk_size // 2)
     for item in items:
         item_terms = terms(item.id)
         tags = frozenset(item.tags) - C.TYPE_TAGS
         # Mostly the same tags as the previous item, or enough shared words: same thread of work.
-        coherent = (jaccard(tags, prev_tags) >= C.CONDENSE_TAG_JACCARD if tags or prev_tags else False) or jaccard(
+        coherent = (jaccard(tags, prev_tags) >= C.CONDENSE_TAG_JACCARD if tags or prev_tags else False) or _jaccard(
             item_terms, prev_terms
         ) >= C.CONDENSE_COHERENCE_JACCARD
         if current and (len(current) >= chunk_size or (not coherent and len(current) >= min_size)):
