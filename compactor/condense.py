@@ -99,10 +99,17 @@ def topics(children: Sequence[Item], limit: int = C.FOOTER_TOPICS) -> list[str]:
     for child in children:
         text = child.content if not child.depth else child.content.split(FOOTER_PREFIX)[-1]
         text = text[: C.TOPIC_SCAN_CHARS] + " " + (child.summary or "")
-        matches = (_PATH if "/" in text else _PATH_NO_SLASH).findall(text)
+        words = text.split()
+        # No match spans whitespace, and what each pattern looks at around a match is one
+        # character, whitespace or a space alike: scanning only the words that can hold a
+        # match, joined by spaces, finds the same matches in the same order (half the cost).
+        # A path needs "/" or "."; an identifier "_" or a capital; a call "()".
+        pathish = " ".join([w for w in words if "/" in w or "." in w])
+        matches = (_PATH if "/" in pathish else _PATH_NO_SLASH).findall(pathish)
         if any(word in text for word in _ERROR_WORDS):  # _ERROR cannot match otherwise
             matches += _ERROR.findall(text)
-        matches += (_IDENT if "()" in text else _IDENT_NO_CALL).findall(text)
+        identish = " ".join([w for w in words if "_" in w or not w.islower() or "()" in w])
+        matches += (_IDENT if "()" in identish else _IDENT_NO_CALL).findall(identish)
         # A dict, not a set: ties in count go to the topic seen first, and a set's order
         # would follow the per-process string hash seed.
         found = dict.fromkeys(m.strip(".,:;()'\"`") for m in matches)
