@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
@@ -94,8 +93,9 @@ def gist(item: Item, chars: int = 110) -> str:
 
 def topics(children: Sequence[Item], limit: int = C.FOOTER_TOPICS) -> list[str]:
     """Real topics from the children, most frequent first: paths, error names, identifiers, tags."""
-    counts: Counter[str] = Counter()
-    first_seen: dict[str, int] = {}
+    # In the order first seen: the sort below is stable, so ties in count go to the topic
+    # seen first (a set's order would follow the per-process string hash seed).
+    counts: dict[str, int] = {}
     for child in children:
         text = child.content if not child.depth else child.content.split(FOOTER_PREFIX)[-1]
         text = text[: C.TOPIC_SCAN_CHARS] + " " + (child.summary or "")
@@ -110,16 +110,12 @@ def topics(children: Sequence[Item], limit: int = C.FOOTER_TOPICS) -> list[str]:
             matches += _ERROR.findall(text)
         identish = " ".join([w for w in words if "_" in w or not w.islower() or "()" in w])
         matches += (_IDENT if "()" in identish else _IDENT_NO_CALL).findall(identish)
-        # A dict, not a set: ties in count go to the topic seen first, and a set's order
-        # would follow the per-process string hash seed.
-        found = dict.fromkeys(m.strip(".,:;()'\"`") for m in matches)
-        found.update(dict.fromkeys(f"#{t}" for t in child.tags if t not in C.TYPE_TAGS))
+        found = dict.fromkeys([m.strip(".,:;()'\"`") for m in matches])
+        found.update(dict.fromkeys([f"#{t}" for t in child.tags if t not in C.TYPE_TAGS]))
         for topic in found:
             if 3 <= len(topic) <= 80:
-                counts[topic] += 1
-                first_seen.setdefault(topic, len(first_seen))
-    ranked = sorted(counts, key=lambda t: (-counts[t], first_seen[t]))
-    return ranked[:limit]
+                counts[topic] = counts.get(topic, 0) + 1
+    return sorted(counts, key=lambda t: -counts[t])[:limit]
 
 
 def footer(children: Sequence[Item]) -> str:
