@@ -54,18 +54,29 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
         return value
 
     def lowest_first(items: Iterable[Item]) -> list[Item]:
-        # Deterministic: lowest retention first, then oldest first.
-        return sorted(items, key=lambda it: (score_of(it), it.seq))
+        # Deterministic: lowest retention first, then oldest first (seq is unique, so no two
+        # keys tie and the items themselves are never compared).
+        now, get = inp.now, score.get
+        keyed = []
+        for it in items:
+            value = get(it.id)
+            if value is None:
+                value = score[it.id] = retention(it, now)
+            keyed.append((value, it.seq, it))
+        keyed.sort()
+        return [it for _, _, it in keyed]
 
     # 1. Summary promotion: an item the agent already summarised costs only its summary.
     if used > inp.target_tokens:
+        protected = inp.protected
         promotable = [
             it
             for it in by_id.values()
-            if _movable(it, inp.protected)
+            if it.summary
             and it.view == "content"
-            and it.summary
             and it.summary_tokens < it.content_tokens
+            and not it.pinned
+            and it.id not in protected
         ]
         for it in lowest_first(promotable):
             if used <= inp.target_tokens:
@@ -130,8 +141,11 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
         return used + inp.reserve(len(losers) + len(report.archived)) > inp.target_tokens
 
     if over():
+        protected = inp.protected
         evictable = [
-            it for it in by_id.values() if _movable(it, inp.protected) and it.id not in losers and not it.depth
+            it
+            for it in by_id.values()
+            if not it.depth and not it.pinned and it.id not in protected and it.id not in losers
         ]
         for it in lowest_first(evictable):
             if not over():

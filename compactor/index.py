@@ -588,6 +588,13 @@ class BM25Index:
         name = self._vocab.name
         return frozenset(name(t) for t in tids)
 
+    def term_ids(self, doc_id: str) -> frozenset[int]:
+        """`terms` as ids, without naming them: enough to compare documents of this index (an id
+        stands for one term while both are live), and far cheaper; KeyError when absent."""
+        tids = self._doc_terms[self._ids[doc_id]]
+        assert tids is not None
+        return frozenset(tids)
+
     def search(
         self, query: str, limit: int = 10, accept: Callable[[str], bool] | None = None, *, with_matched: bool = True
     ) -> list[IndexHit]:

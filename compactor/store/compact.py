@@ -220,6 +220,9 @@ class _Compaction(_Dag):
     def _needs_summary(self, active: list[Item]) -> list[str]:
         """The largest unsummarised items that were active when compaction started: a summary
         lets phase 1 keep them visible next time instead of archiving them."""
-        cands = [it for it in active if not it.summary and not it.pinned and not it.depth]
-        biggest = heapq.nlargest(C.NEEDS_SUMMARY_LIMIT, cands, key=lambda it: (it.content_tokens, it.seq))
-        return [it.id for it in biggest if it.content_tokens > 40]
+        # Keys built inline rather than by a key function per item; seq is unique, so ids
+        # never decide the order.
+        keyed = [
+            (it.content_tokens, it.seq, it.id) for it in active if not it.summary and not it.pinned and not it.depth
+        ]
+        return [item_id for tokens, _, item_id in heapq.nlargest(C.NEEDS_SUMMARY_LIMIT, keyed) if tokens > 40]

@@ -83,7 +83,7 @@ class _Dag(_Journaled):
             pending = sorted(level_items, key=lambda it: it.seq)
             if depth == 0:
                 pending = self._extend_latest_node(txn, scope, pending, made, protected)
-                groups = group_coherent(pending, C.CHUNK_SIZE, s.index.terms)
+                groups = group_coherent(pending, C.CHUNK_SIZE, s.index.term_ids)
             else:
                 full = len(pending) - len(pending) % C.FANOUT
                 groups = [pending[i : i + C.FANOUT] for i in range(0, full, C.FANOUT)]

@@ -33,16 +33,22 @@ class _Txn:
     def __init__(self, store: _Journaled) -> None:
         self._store = store
         self.ops: list[Op] = []
-        self._undo: list[tuple[str, Any]] = []
+        # What each op replaced, as two lists rather than one of pairs: a compaction applies
+        # thousands of ops, and each pair would be one more object for the cyclic collector.
+        self._undo_keys: list[str] = []
+        self._undo_prev: list[Any] = []
 
     def apply(self, ops: list[Op]) -> None:
         store = self._store
+        keys, prev, items = self._undo_keys, self._undo_prev, store._s.items
         for op in ops:
             if op["op"] == "config":
-                self._undo.append(("\x00config", store.settings.to_record()))
+                keys.append("\x00config")
+                prev.append(store.settings.to_record())
             else:
                 item_id = op["id"] if "id" in op else op["item"]["id"]
-                self._undo.append((item_id, store._s.items.get(item_id)))
+                keys.append(item_id)
+                prev.append(items.get(item_id))
             store._apply(op)
             self.ops.append(op)
 
@@ -51,7 +57,7 @@ class _Txn:
 
     def rollback(self) -> None:
         store = self._store
-        for key, prev in reversed(self._undo):
+        for key, prev in zip(reversed(self._undo_keys), reversed(self._undo_prev), strict=True):
             if key == "\x00config":
                 store._apply({"op": "config", "set": prev})
                 continue
@@ -60,7 +66,8 @@ class _Txn:
                 store._drop(store._s, current)
             if prev is not None:
                 store._put(store._s, prev)
-        self._undo.clear()
+        self._undo_keys.clear()
+        self._undo_prev.clear()
         self.ops.clear()
 
 

@@ -59,6 +59,7 @@ class _State:
     active_nodes: set[str] = field(default_factory=set)  # active summary nodes: condensing scans them, not every item
     archived_tokens: int = 0
     used: int = 0
+    pinned_used: int = 0  # the active tokens of `pinned`: every write's reply states it
     next_seq: int = 1
     type_counts: dict[str, dict[str, int]] = field(
         default_factory=lambda: {t: {"active": 0, "archived": 0} for t in CONTENT_TYPES}
@@ -179,6 +180,9 @@ class _StateOps:
         used = sum(it.view_tokens for it in s.items.values() if it.tier == "active")
         if s.used != used:
             problems.append(f"tokens used is {s.used:,} but the active items add up to {used:,}")
+        pinned = sum(it.view_tokens for it in s.items.values() if it.tier == "active" and it.pinned)
+        if s.pinned_used != pinned:
+            problems.append(f"pinned tokens are {s.pinned_used:,} but the pinned active items add up to {pinned:,}")
         for tier in ("active", "archived"):
             n = sum(1 for it in s.items.values() if it.tier == tier)
             if len(s.order[tier]) != n:
@@ -230,6 +234,8 @@ class _StateOps:
         s = self._s
         if old.tier == "active":
             s.used += new.view_tokens - old.view_tokens
+            if old.pinned:
+                s.pinned_used += new.view_tokens - old.view_tokens
         s.items[new.id] = new
 
     def _swap(self, old: Item, new: Item) -> None:
@@ -240,10 +246,14 @@ class _StateOps:
             self._order(s, new)
         if old.tier == "active":
             s.used -= old.view_tokens
+            if old.pinned:
+                s.pinned_used -= old.view_tokens
         else:
             s.archived_tokens -= old.content_tokens
         if new.tier == "active":
             s.used += new.view_tokens
+            if new.pinned:
+                s.pinned_used += new.view_tokens
         else:
             s.archived_tokens += new.content_tokens
         if old.content_type != new.content_type or old.tier != new.tier:
@@ -360,6 +370,7 @@ class _StateOps:
                 s.dup_hints.add(item.id)
             if item.pinned:
                 s.pinned.add(item.id)
+                s.pinned_used += item.view_tokens
             if item.depth:
                 s.active_nodes.add(item.id)
         s.type_counts[item.content_type][item.tier] += 1
@@ -390,6 +401,8 @@ class _StateOps:
             s.archived_tokens -= item.content_tokens
         if item.tier == "active":
             s.used -= item.view_tokens
+            if item.pinned:
+                s.pinned_used -= item.view_tokens
         s.type_counts[item.content_type][item.tier] -= 1
 
     @property
@@ -404,8 +417,7 @@ class _StateOps:
     def pinned_tokens(self) -> int:
         """Active tokens of pinned items: compaction never moves them, so past the budget
         only unpinning (or a larger budget) brings usage back within it."""
-        s = self._s
-        return sum(s.items[i].view_tokens for i in s.pinned)
+        return self._s.pinned_used
 
     def __len__(self) -> int:
         return len(self._s.items)
