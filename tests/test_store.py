@@ -298,3 +298,34 @@ def test_compaction_runs_without_cyclic_gc_and_restores_it(store: Store, monkeyp
     with pytest.raises(RuntimeError):
         store.compact(0.1)
     assert gc.isenabled()
+
+
+def test_a_bulk_store_indexes_its_items_as_storing_them_one_by_one_would(tmp_path):
+    """bulk_store indexes a call's items in one batch; the index and near-duplicate buckets
+    must come out as storing them one at a time gives, in memory and after a reload."""
+    words = ["alpha", "beta", "KeyError", "query.py", "max_items", "parseHTTPResponse", "gamma", "delta"]
+    rng = random.Random(7)
+    inputs = [
+        StoreInput(
+            " ".join(rng.choice(words) for _ in range(rng.randint(3, 40)))
+            + f" item{n}"
+            + " spam" * rng.choice([0, 200]),
+            summary=rng.choice([None, "alpha summary", "query.py failed"]),
+            tags=rng.choice([None, "beta", ["x-tag", "gamma"]]),
+            item_id=f"item-{n:03d}",
+        )
+        for n in range(60)
+    ]
+    inputs.append(StoreInput(inputs[0].content + " again", item_id="near-dup-000"))
+    batched, single = Store(state_dir=tmp_path / "b"), Store(state_dir=tmp_path / "s")
+    for st in (batched, single):
+        st.configure(auto_compact=False)
+    batched.bulk_store(inputs)
+    for inp in inputs:
+        single.bulk_store([inp])
+    assert batched.check_derived() == [] and single.check_derived() == []
+    assert batched._s.index.to_state() == single._s.index.to_state()
+    assert batched._s.dedup.to_state() == single._s.dedup.to_state()
+    assert batched._s.items["near-dup-000"].dup_of == "item-000"
+    reopened = Store(state_dir=tmp_path / "b")
+    assert reopened.check_derived() == []

@@ -36,14 +36,26 @@ class _Txn:
 
     def apply(self, ops: list[Op]) -> None:
         store = self._store
+        if len(ops) > 1:
+            # Undo as of before the batch: rolled back in reverse, an id touched twice still
+            # ends as it was, and a batch of new items is indexed at once (`_apply_many`).
+            for op in ops:
+                self._note_undo(op)
+            self.ops.extend(ops)
+            store._apply_many(ops)
+            return
         for op in ops:
-            if op["op"] == "config":
-                self._undo.append(("\x00config", store.settings.to_record()))
-            else:
-                item_id = op["id"] if "id" in op else op["item"]["id"]
-                self._undo.append((item_id, store._s.items.get(item_id)))
+            self._note_undo(op)
             store._apply(op)
             self.ops.append(op)
+
+    def _note_undo(self, op: Op) -> None:
+        store = self._store
+        if op["op"] == "config":
+            self._undo.append(("\x00config", store.settings.to_record()))
+        else:
+            item_id = op["id"] if "id" in op else op["item"]["id"]
+            self._undo.append((item_id, store._s.items.get(item_id)))
 
     def commit(self, sync: bool = True) -> None:
         self._store._persist_ops(self.ops, sync)
