@@ -10,7 +10,6 @@ shares a bucket with probability >= 1 - 0.3**K. Candidates are then checked exac
 from __future__ import annotations
 
 import base64
-import heapq
 import sys
 import zlib
 from array import array
@@ -120,13 +119,14 @@ _STOP = frozenset(
 
 def _hashed(words: Iterable[str]) -> dict[str, int]:
     """Each distinct word's hash: crc32, stable across processes (unlike hash()) and fast in C."""
-    crc32 = zlib.crc32
-    return {w: crc32(w.encode("utf-8", "surrogatepass")) for w in set(words)}
+    distinct = set(words)
+    return dict(zip(distinct, map(zlib.crc32, [w.encode("utf-8", "surrogatepass") for w in distinct]), strict=True))
 
 
 def _sketch_of(hashed: dict[str, int], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
     """The k smallest hashes of the words that say something (3+ letters, not a stop word)."""
-    return tuple(heapq.nsmallest(k, {h for w, h in hashed.items() if len(w) >= 3 and w not in _STOP}))
+    # sorted() of a set of ~100 ints is a C sort, cheaper than heapq's Python-level selection.
+    return tuple(sorted({h for w, h in hashed.items() if len(w) >= 3 and w not in _STOP})[:k])
 
 
 def sketch(words: Iterable[str], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
@@ -161,7 +161,7 @@ class DedupIndex:
         keys = _sketch_of(hashed)
         self._keys[item_id] = keys
         hashes = set(hashed.values())
-        self._sigs[item_id] = array("I", heapq.nsmallest(C.DEDUP_SIGNATURE, hashes))
+        self._sigs[item_id] = array("I", sorted(hashes)[: C.DEDUP_SIGNATURE])
         self._sizes[item_id] = len(hashes)
         for key in keys:
             self._file(key, item_id)
