@@ -150,6 +150,7 @@ class DedupIndex:
         self._keys: dict[str, tuple[int, ...]] = {}
         self._sigs: dict[str, array[int]] = {}
         self._sizes: dict[str, int] = {}
+        self._sig_set: tuple[str, frozenset[int]] | None = None  # see similarity()
 
     def __contains__(self, item_id: str) -> bool:
         return item_id in self._keys
@@ -157,6 +158,7 @@ class DedupIndex:
     def add(self, item_id: str, words: Iterable[str]) -> None:
         if item_id in self._keys:
             self.remove(item_id)
+        self._sig_set = None
         hashed = _hashed(words)  # once for both the sketch and the signature
         keys = _sketch_of(hashed)
         self._keys[item_id] = keys
@@ -184,12 +186,16 @@ class DedupIndex:
             # |A and B| / |A or B| <= min / max: sets this different in size cannot be near-duplicates.
             return 0.0 if na or nb else 1.0
         sa, sb = self._sigs[a], self._sigs[b]
-        set_a, set_b = set(sa), set(sb)
-        both = set_a & set_b
+        cached = self._sig_set
+        if cached is None or cached[0] != a:
+            # A caller checks one item against each of its candidates: its set is made once.
+            cached = self._sig_set = (a, frozenset(sa))
+        set_a = cached[1]
+        both = set_a.intersection(sb)
         if na <= len(sa) and nb <= len(sb):
             return len(both) / (na + nb - len(both))
-        union = sorted(set_a | set_b)[: C.DEDUP_SIGNATURE]
-        return sum(1 for h in union if h in both) / len(union)
+        union = sorted(set_a.union(sb))[: C.DEDUP_SIGNATURE]
+        return len(both.intersection(union)) / len(union)
 
     def to_state(self) -> dict[str, Any]:
         """Flat arrays (base64 of native bytes): one decode on load, not one per item."""
@@ -261,6 +267,7 @@ class DedupIndex:
         return self
 
     def remove(self, item_id: str) -> None:
+        self._sig_set = None
         self._sigs.pop(item_id, None)
         self._sizes.pop(item_id, None)
         keys = self._keys.pop(item_id, ())
