@@ -1,6 +1,8 @@
+import base64
 import contextlib
 import math
 import random
+from array import array
 from collections import Counter
 from unittest.mock import patch
 
@@ -482,9 +484,18 @@ def test_add_many_leaves_the_index_exactly_as_adding_one_by_one(steps, settle_mi
                 single.add(doc_id, *doc)
                 live.add(doc_id)
             assert [frozenset(t) for t in terms] == [single.terms(doc_id) for doc_id, _ in fresh]
-        assert batched.to_state() == single.to_state()
+        assert _comparable(batched.to_state()) == _comparable(single.to_state())
         for q in _QUERIES:
             assert batched.search(q, 5) == single.search(q, 5)
+
+
+def _comparable(state):
+    """A saved state with the CRC-32 of freed term ids cleared: a freed id keeps the hash it
+    had if it was settled before being freed, so that slot depends on when settles ran."""
+    lens = array("I", base64.b64decode(state["vocab_lens"]))
+    hashes = array("I", base64.b64decode(state["vocab_hashes"]))
+    cleared = array("I", [h if n else 0 for n, h in zip(lens, hashes, strict=True)])
+    return {**state, "vocab_hashes": cleared.tobytes()}
 
 
 def test_add_many_refuses_a_present_or_repeated_id_and_then_adds_nothing():
