@@ -47,10 +47,18 @@ def gather(src: npt.NDArray[Any], starts: npt.NDArray[Any], lens: npt.NDArray[An
     total = int(ends[-1]) if len(ends) else 0
     out = np.empty(total, dtype=src.dtype)
     shift = starts.astype(np.int64) - (ends - lens64)  # source minus destination, per segment
-    for lo in range(0, total, GATHER_CHUNK):
-        pos = np.arange(lo, min(lo + GATHER_CHUNK, total), dtype=np.int64)
-        seg = np.searchsorted(ends, pos, side="right")
-        out[lo : lo + len(pos)] = src[pos + shift[seg]]
+    # Whole segments at a time, about GATHER_CHUNK elements (or one longer segment): each
+    # element's shift comes from np.repeat, not from a search of `ends` per element.
+    first, count = 0, len(lens64)
+    while first < count:
+        lo = int(ends[first] - lens64[first])
+        stop = max(int(np.searchsorted(ends, lo + GATHER_CHUNK, side="right")), first + 1)
+        hi = int(ends[stop - 1])
+        if hi > lo:
+            where = np.arange(lo, hi, dtype=np.int64)
+            where += np.repeat(shift[first:stop], lens64[first:stop])
+            out[lo:hi] = src[where]
+        first = stop
     return out
 
 
