@@ -329,3 +329,41 @@ def test_a_bulk_store_indexes_its_items_as_storing_them_one_by_one_would(tmp_pat
     assert batched._s.items["near-dup-000"].dup_of == "item-000"
     reopened = Store(state_dir=tmp_path / "b")
     assert reopened.check_derived() == []
+
+
+def test_a_rolled_back_call_with_batched_puts_leaves_memory_as_it_was(tmp_path):
+    """Puts of new items are applied as a batch between other ops; undoing the call (here a
+    failed journal write) must still restore every item and derived structure."""
+    from compactor.errors import PersistenceError
+
+    store = Store(state_dir=tmp_path)
+    store.configure(auto_compact=False)
+    old = store.store("alpha beta gamma", tags="keep").item
+    before = {i: it.to_record() for i, it in store._s.items.items()}
+    built = [
+        store._build(StoreInput(f"new item {n} KeyError query.py", item_id=f"new-{n}"), 100 + n, 0.0) for n in range(4)
+    ]
+    ops = [
+        {"op": "put", "item": built[0].to_record()},
+        {"op": "put", "item": built[1].to_record()},
+        {"op": "patch", "id": "new-0", "set": {"importance": 9}},
+        {"op": "del", "id": old.id},
+        {"op": "put", "item": built[2].to_record()},
+        {"op": "put", "item": built[3].to_record()},
+        {"op": "put", "item": old.to_record()},
+    ]
+
+    def fail(*_args, **_kwargs):
+        raise PersistenceError("disk full")
+
+    def call() -> None:
+        with store._txn() as txn:
+            txn.apply(ops)
+            assert {"new-0", "new-3", old.id} <= set(store._s.items)
+
+    store._dir.append = fail
+    with pytest.raises(PersistenceError):
+        call()
+    assert {i: it.to_record() for i, it in store._s.items.items()} == before
+    assert store.check_derived() == []
+    assert store.query("KeyError") == []

@@ -36,18 +36,28 @@ class _Txn:
 
     def apply(self, ops: list[Op]) -> None:
         store = self._store
-        if len(ops) > 1:
-            # Undo as of before the batch: rolled back in reverse, an id touched twice still
-            # ends as it was, and a batch of new items is indexed at once (`_apply_many`).
-            for op in ops:
-                self._note_undo(op)
-            self.ops.extend(ops)
-            store._apply_many(ops)
-            return
+        items = store._s.items
+        run: list[Op] = []  # consecutive puts of new items, indexed together (`_put_new`)
+        run_ids: set[str] = set()
         for op in ops:
+            if op["op"] == "put" and (item_id := op["item"]["id"]) not in items and item_id not in run_ids:
+                run.append(op)
+                run_ids.add(item_id)
+                continue
+            self._apply_new(run)
+            run, run_ids = [], set()
             self._note_undo(op)
             store._apply(op)
             self.ops.append(op)
+        self._apply_new(run)
+
+    def _apply_new(self, run: list[Op]) -> None:
+        """Puts of items not present: the undo of each is to remove it, whenever it is noted."""
+        if not run:
+            return
+        self._undo.extend((op["item"]["id"], None) for op in run)
+        self.ops.extend(run)
+        self._store._put_new(run)
 
     def _note_undo(self, op: Op) -> None:
         store = self._store

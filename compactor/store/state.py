@@ -196,28 +196,15 @@ class _StateOps:
         else:
             raise ValueError(f"unknown journal op {kind!r}")
 
-    def _apply_many(self, ops: Sequence[Op]) -> None:
-        """`_apply` of each op in order, with the same result; a run of puts of new items is
-        indexed in one batch (`BM25Index.add_many`), which costs much less than one by one."""
-        run: dict[str, Item] = {}
-        for op in ops:
-            if op["op"] == "put":
-                item = Item.from_record(op["item"])
-                if item.id not in self._s.items and item.id not in run:
-                    run[item.id] = item
-                    continue
-            self._put_many(list(run.values()))
-            run = {}
-            self._apply(op)
-        self._put_many(list(run.values()))
-
-    def _put_many(self, items: list[Item]) -> None:
-        """`_put` of new items (distinct ids, none stored), their index entries made at once."""
+    def _put_new(self, ops: Sequence[Op]) -> None:
+        """`_apply` of puts of new items (distinct ids, none stored), with the same result, but
+        a run of them is indexed in one batch (`BM25Index.add_many`), at a fraction of the cost."""
+        items = [Item.from_record(op["item"]) for op in ops]
+        s = self._s
         if len(items) < 2:
             for item in items:
-                self._put(self._s, item)
+                self._put(s, item)
             return
-        s = self._s
         # Indexed first: add_many checks every id before it changes anything.
         terms = s.index.add_many([(item.id, *index_fields(item)) for item in items])
         for item, words in zip(items, terms, strict=True):
