@@ -460,11 +460,12 @@ _BATCH_OPS = st.lists(
 
 
 @settings(max_examples=120, deadline=None)
-@given(_BATCH_OPS, st.sampled_from([0, C.INDEX_SETTLE_MIN]), st.booleans())
-def test_add_many_leaves_the_index_exactly_as_adding_one_by_one(steps, settle_min, reload_halfway):
+@given(_BATCH_OPS, st.sampled_from([0, C.INDEX_SETTLE_MIN]), st.booleans(), st.sampled_from([12, 1 << 24]))
+def test_add_many_leaves_the_index_exactly_as_adding_one_by_one(steps, settle_min, reload_halfway, doc_limit):
     """Same term ids (freed ones reused in the same order), postings, spilled frequencies,
-    field lengths and per-document terms: the saved states are equal, and so are searches."""
-    with patch.object(C, "INDEX_SETTLE_MIN", settle_min):
+    field lengths and per-document terms: the saved states are equal, and so are searches.
+    A doc limit of 12 makes both renumber their documents."""
+    with patch.object(C, "INDEX_SETTLE_MIN", settle_min), patch.object(index_module, "_DOC_LIMIT", doc_limit):
         batched, single = BM25Index(), BM25Index()
         live: set[str] = set()
         for step, (op, docs) in enumerate(steps):
