@@ -367,3 +367,20 @@ def test_a_rolled_back_call_with_batched_puts_leaves_memory_as_it_was(tmp_path):
     assert {i: it.to_record() for i, it in store._s.items.items()} == before
     assert store.check_derived() == []
     assert store.query("KeyError") == []
+
+
+def test_bulk_store_and_import_count_every_item_s_tokens(tmp_path):
+    """Token counts are taken after all of a call's items are built; each must still be the
+    count of its own (redacted) content and summary."""
+    store = Store(state_dir=tmp_path)
+    store.configure(auto_compact=False)
+    inputs = [
+        StoreInput(f"item {n} " + "word " * n, summary=None if n % 2 else f"summary {n} of it") for n in range(1, 12)
+    ]
+    res = store.bulk_store(inputs)
+    records = [dict(it.to_record(), id=f"copy-{n}") for n, it in enumerate(res.items)]
+    imported = store.import_records(records).items
+    assert len(imported) == len(res.items)
+    for item in [*res.items, *imported]:
+        assert item.content_tokens == store.counter.count(item.content) > 0
+        assert item.summary_tokens == store.counter.count(item.summary)
