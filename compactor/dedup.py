@@ -10,7 +10,6 @@ shares a bucket with probability >= 1 - 0.3**K. Candidates are then checked exac
 from __future__ import annotations
 
 import base64
-import heapq
 import sys
 import zlib
 from array import array
@@ -120,13 +119,14 @@ _STOP = frozenset(
 
 def _hashed(words: Iterable[str]) -> dict[str, int]:
     """Each distinct word's hash: crc32, stable across processes (unlike hash()) and fast in C."""
-    crc32 = zlib.crc32
-    return {w: crc32(w.encode("utf-8", "surrogatepass")) for w in set(words)}
+    distinct = set(words)
+    return dict(zip(distinct, map(zlib.crc32, [w.encode("utf-8", "surrogatepass") for w in distinct]), strict=True))
 
 
 def _sketch_of(hashed: dict[str, int], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
     """The k smallest hashes of the words that say something (3+ letters, not a stop word)."""
-    return tuple(heapq.nsmallest(k, {h for w, h in hashed.items() if len(w) >= 3 and w not in _STOP}))
+    # sorted() of a set of ~100 ints is a C sort, cheaper than heapq's Python-level selection.
+    return tuple(sorted({h for w, h in hashed.items() if len(w) >= 3 and w not in _STOP})[:k])
 
 
 def sketch(words: Iterable[str], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
@@ -150,6 +150,7 @@ class DedupIndex:
         self._keys: dict[str, tuple[int, ...]] = {}
         self._sigs: dict[str, array[int]] = {}
         self._sizes: dict[str, int] = {}
+        self._sig_set: tuple[str, frozenset[int]] | None = None  # see similarity()
 
     def __contains__(self, item_id: str) -> bool:
         return item_id in self._keys
@@ -157,11 +158,12 @@ class DedupIndex:
     def add(self, item_id: str, words: Iterable[str]) -> None:
         if item_id in self._keys:
             self.remove(item_id)
+        self._sig_set = None
         hashed = _hashed(words)  # once for both the sketch and the signature
         keys = _sketch_of(hashed)
         self._keys[item_id] = keys
         hashes = set(hashed.values())
-        self._sigs[item_id] = array("I", heapq.nsmallest(C.DEDUP_SIGNATURE, hashes))
+        self._sigs[item_id] = array("I", sorted(hashes)[: C.DEDUP_SIGNATURE])
         self._sizes[item_id] = len(hashes)
         for key in keys:
             self._file(key, item_id)
@@ -184,12 +186,16 @@ class DedupIndex:
             # |A and B| / |A or B| <= min / max: sets this different in size cannot be near-duplicates.
             return 0.0 if na or nb else 1.0
         sa, sb = self._sigs[a], self._sigs[b]
-        set_a, set_b = set(sa), set(sb)
-        both = set_a & set_b
+        cached = self._sig_set
+        if cached is None or cached[0] != a:
+            # A caller checks one item against each of its candidates: its set is made once.
+            cached = self._sig_set = (a, frozenset(sa))
+        set_a = cached[1]
+        both = set_a.intersection(sb)
         if na <= len(sa) and nb <= len(sb):
             return len(both) / (na + nb - len(both))
-        union = sorted(set_a | set_b)[: C.DEDUP_SIGNATURE]
-        return sum(1 for h in union if h in both) / len(union)
+        union = sorted(set_a.union(sb))[: C.DEDUP_SIGNATURE]
+        return len(both.intersection(union)) / len(union)
 
     def to_state(self) -> dict[str, Any]:
         """Flat arrays (base64 of native bytes): one decode on load, not one per item."""
@@ -261,6 +267,7 @@ class DedupIndex:
         return self
 
     def remove(self, item_id: str) -> None:
+        self._sig_set = None
         self._sigs.pop(item_id, None)
         self._sizes.pop(item_id, None)
         keys = self._keys.pop(item_id, ())

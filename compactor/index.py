@@ -47,7 +47,7 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from itertools import accumulate
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
@@ -276,6 +276,22 @@ class _Postings:
             raise IndexError(tid)
         self._own[tid] = postings
 
+    def extend_each(self, tids: Sequence[int], entries: memoryview, bounds: Sequence[int]) -> None:
+        """`writable(tids[i])` extended by the uint32s in bytes bounds[i]:bounds[i + 1] of
+        `entries`, for each i, in one loop."""
+        own, own_from, frozen, starts = self._own, self._own_from, self._frozen, self._starts
+        for i, tid in enumerate(tids):
+            arr = own.get(tid)
+            if arr is None:
+                arr = own[tid] = array("I")
+                if tid < own_from:
+                    arr.frombytes(frozen[starts[tid] : starts[tid + 1]].cast("B"))
+            arr.frombytes(entries[bounds[i] : bounds[i + 1]])
+
+    def grow(self, n: int) -> None:
+        """Add n terms with no postings yet (`writable` makes their arrays)."""
+        self._n += n
+
     def append(self, postings: array[int]) -> None:
         self._own[self._n] = postings
         self._n += 1
@@ -437,6 +453,117 @@ class BM25Index:
         if self._vocab.unsettled > max(C.INDEX_SETTLE_MIN, self._vocab.settled // C.INDEX_SETTLE_SHARE):
             self.settle()
 
+    def add_many(self, docs: Sequence[tuple[str, str, str | None, Sequence[str]]]) -> list[Collection[str]]:
+        """`add` of each (doc_id, content, summary, tags) in order, with the same result (term
+        ids, postings, frequencies), but the vocabulary is asked once for the distinct terms of
+        the whole batch and each term's postings are appended in one step. Returns each
+        document's distinct terms. Nothing is added if an id is present or repeated."""
+        seen: set[str] = set()
+        for doc_id, *_ in docs:
+            if doc_id in self._ids or doc_id in seen:
+                raise ValueError(f"document {doc_id!r} is already indexed")
+            seen.add(doc_id)
+        if not docs:
+            return []
+        if len(self._ext) + len(docs) > _DOC_LIMIT:  # renumbering is `add`'s business
+            out: list[Collection[str]] = []
+            for doc in docs:
+                self.add(*doc)
+                assert self._last is not None
+                out.append(self._last[1])
+            return out
+        parsed: list[tuple[int, int, int, Counter[str], Counter[str] | None, Counter[str] | None]] = []
+        wanted: dict[str, Any] = {}
+        for _, content, summary, tags in docs:
+            body = tokenize(content)
+            in_summary = tokenize(summary) if summary else []
+            in_tags = [t for tag in tags for t in tokenize(tag)]
+            counts = Counter(body)
+            if in_summary or in_tags:
+                s_counts, t_counts = Counter(in_summary), Counter(in_tags)
+                wanted.update(counts)
+                wanted.update(s_counts)
+                wanted.update(t_counts)
+                parsed.append((len(body), len(in_summary), len(in_tags), counts, s_counts, t_counts))
+            else:
+                wanted.update(counts)
+                parsed.append((len(body), 0, 0, counts, None, None))
+        # New terms get ids in order of first appearance, as one `add` after another gives them.
+        names = list(wanted)
+        tid_of = dict(zip(names, self._vocab.lookup(names), strict=True))
+        fresh = [term for term, tid in tid_of.items() if tid < 0]
+        tid_of.update(zip(fresh, self._new_terms(fresh), strict=True))
+        first = len(self._ext)
+        all_tids: array[int] = array("I")
+        all_codes: array[int] = array("I")
+        doc_lens: list[int] = []
+        terms_out: list[Collection[str]] = []
+        get_tid = tid_of.__getitem__
+        for k, (n_body, n_summary, n_tags, counts, maybe_s, maybe_t) in enumerate(parsed):
+            d = first + k
+            if maybe_s is None or maybe_t is None:
+                keys: Collection[str] = counts.keys()
+                tids = list(map(get_tid, keys))
+                codes = list(counts.values())
+                if codes and max(codes) >= _SPILL:
+                    codes = [self._code(tid, d, tf, 0, 0) for tid, tf in zip(tids, codes, strict=True)]
+            else:
+                s_counts, t_counts = maybe_s, maybe_t
+                keys = {**counts, **s_counts, **t_counts}.keys()
+                tids = list(map(get_tid, keys))
+                codes = list(counts.values())
+                codes.extend([0] * (len(tids) - len(codes)))  # the terms in no content come last
+                # Only the few terms of the summary or tags (or a spilling tf) need `_code`;
+                # it runs in term order so the spill dict fills as `add` fills it.
+                at = dict(zip(keys, range(len(tids)), strict=True))
+                todo = {at[term] for term in s_counts.keys() | t_counts.keys()}
+                if max(codes) >= _SPILL:
+                    todo.update(i for i, tf in enumerate(codes) if tf >= _SPILL)
+                names_of = list(keys)
+                for i in sorted(todo):
+                    term = names_of[i]
+                    codes[i] = self._code(tids[i], d, counts[term], s_counts[term], t_counts[term])
+            all_tids.extend(tids)
+            all_codes.extend(codes)
+            doc_lens.append(len(tids))
+            terms_out.append(keys)
+            tids.sort()
+            self._doc_terms.append(array("I", tids))
+            for field, n in ((self._summary, n_summary), (self._tags, n_tags)):
+                field.lens.append(n)
+                field.total += n
+            self._dl.append(float(n_body))
+            self._total_len += n_body
+        self._post_many(first, all_tids, all_codes, doc_lens)
+        for k, (doc_id, *_) in enumerate(docs):
+            self._ids[doc_id] = first + k
+            self._ext.append(doc_id)
+        self._last = (docs[-1][0], terms_out[-1])
+        if self._vocab.unsettled > max(C.INDEX_SETTLE_MIN, self._vocab.settled // C.INDEX_SETTLE_SHARE):
+            self.settle()
+        return terms_out
+
+    def _post_many(self, first: int, tids: array[int], codes: array[int], doc_lens: list[int]) -> None:
+        """Append the postings of documents first, first + 1, ... (`doc_lens[k]` (term id,
+        code) pairs each, in `tids`/`codes`): grouped by term, in document order within each."""
+        import numpy as np
+
+        if not tids:
+            return
+        tid_np = np.frombuffer(tids, dtype=np.uint32)
+        docs = np.repeat(np.arange(first, first + len(doc_lens), dtype=np.uint32), doc_lens)
+        entries = docs << np.uint32(_TF_BITS) | np.frombuffer(codes, dtype=np.uint32)
+        order = np.argsort(tid_np, kind="stable")  # stable: each term's documents stay ascending
+        sorted_tids = tid_np[order]
+        entries = entries[order]
+        starts = np.flatnonzero(np.concatenate(([True], sorted_tids[1:] != sorted_tids[:-1])))
+        bounds = np.append(starts, len(sorted_tids))
+        uniq = sorted_tids[starts]
+        df = np.frombuffer(self._df, dtype=np.uint32)
+        df[uniq] += np.diff(bounds).astype(np.uint32)
+        del df
+        self._post.extend_each(uniq.tolist(), memoryview(entries.tobytes()), (bounds * 4).tolist())
+
     def settle(self) -> None:
         """Merge the terms and postings written since the last settle into the flat arrays
         (see `Vocab` and `_Postings`). Changes no result; done by itself as terms accumulate."""
@@ -470,6 +597,20 @@ class BM25Index:
         self._post[tid] = array("I")
         self._vocab.release(tid)
         self._free_terms.append(tid)
+
+    def _new_terms(self, terms: list[str]) -> list[int]:
+        """`_new_term` of each term in order; the ids past the end are made in one step."""
+        free = self._free_terms
+        tids = [free.pop() for _ in range(min(len(free), len(terms)))]
+        first = len(self._vocab)
+        tids.extend(range(first, first + len(terms) - len(tids)))
+        assign = self._vocab.assign
+        for term, tid in zip(terms, tids, strict=True):
+            assign(term, tid)
+        grown = len(self._vocab) - first
+        self._post.grow(grown)
+        self._df.frombytes(bytes(4 * grown))
+        return tids
 
     def _new_term(self, term: str) -> int:
         if self._free_terms:

@@ -52,17 +52,24 @@ def gather(
     out = np.empty(total, dtype=src.dtype)
     shift = starts.astype(np.int64) - (ends - lens64)  # source minus destination, per segment
     edge = len(src)
-    for lo in range(0, total, GATHER_CHUNK):
-        pos = np.arange(lo, min(lo + GATHER_CHUNK, total), dtype=np.int64)
-        seg = np.searchsorted(ends, pos, side="right")
-        at = pos + shift[seg]
-        if more is None:
-            out[lo : lo + len(pos)] = src[at]
-            continue
-        chunk = out[lo : lo + len(pos)]
-        first = at < edge
-        chunk[first] = src[at[first]]
-        chunk[~first] = more[at[~first] - edge]
+    # Whole segments at a time, about GATHER_CHUNK elements (or one longer segment): each
+    # element's shift comes from np.repeat, not from a search of `ends` per element.
+    first, count = 0, len(lens64)
+    while first < count:
+        lo = int(ends[first] - lens64[first])
+        stop = max(int(np.searchsorted(ends, lo + GATHER_CHUNK, side="right")), first + 1)
+        hi = int(ends[stop - 1])
+        if hi > lo:
+            at = np.arange(lo, hi, dtype=np.int64)
+            at += np.repeat(shift[first:stop], lens64[first:stop])
+            if more is None:
+                out[lo:hi] = src[at]
+            else:
+                chunk = out[lo:hi]
+                old = at < edge
+                chunk[old] = src[at[old]]
+                chunk[~old] = more[at[~old] - edge]
+        first = stop
     return out
 
 

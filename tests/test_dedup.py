@@ -140,3 +140,36 @@ def test_saved_buckets_unusable_at_the_first_write_are_rebuilt_from_the_index(tm
     assert "near-duplicate buckets unusable" in caplog.text
     assert again.get(copy.id).dup_of == original
     assert again.check_derived() == []
+
+
+def _reference_similarity(index: DedupIndex, a: str, b: str) -> float:
+    """similarity() as first written: both signatures made into sets on every call."""
+    na, nb = index._sizes.get(a, 0), index._sizes.get(b, 0)
+    if not na or not nb or min(na, nb) <= C.DEDUP_JACCARD * max(na, nb):
+        return 0.0 if na or nb else 1.0
+    sa, sb = index._sigs[a], index._sigs[b]
+    both = set(sa) & set(sb)
+    if na <= len(sa) and nb <= len(sb):
+        return len(both) / (na + nb - len(both))
+    union = sorted(set(sa) | set(sb))[: C.DEDUP_SIGNATURE]
+    return sum(1 for h in union if h in both) / len(union)
+
+
+_SIM_WORDS = st.lists(st.sampled_from([f"word{i}" for i in range(150)]), min_size=1, max_size=140)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), _SIM_WORDS), min_size=2, max_size=25))
+def test_similarity_is_exact_or_estimated_as_before_through_re_adds(writes):
+    """similarity() keeps the first item's signature set between calls; re-adding or removing
+    that item must not leave a stale one (sets over 64 words take the estimate path)."""
+    index = DedupIndex()
+    for n, (key, words) in enumerate(writes):
+        if n % 5 == 4 and f"i{key}" in index:
+            index.remove(f"i{key}")
+        else:
+            index.add(f"i{key}", words)
+        for a in (f"i{k}" for k in range(5)):
+            for b in (f"i{k}" for k in range(5)):
+                if a in index and b in index:
+                    assert index.similarity(a, b) == _reference_similarity(index, a, b)

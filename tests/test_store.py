@@ -298,3 +298,89 @@ def test_compaction_runs_without_cyclic_gc_and_restores_it(store: Store, monkeyp
     with pytest.raises(RuntimeError):
         store.compact(0.1)
     assert gc.isenabled()
+
+
+def test_a_bulk_store_indexes_its_items_as_storing_them_one_by_one_would(tmp_path):
+    """bulk_store indexes a call's items in one batch; the index and near-duplicate buckets
+    must come out as storing them one at a time gives, in memory and after a reload."""
+    words = ["alpha", "beta", "KeyError", "query.py", "max_items", "parseHTTPResponse", "gamma", "delta"]
+    rng = random.Random(7)
+    inputs = [
+        StoreInput(
+            " ".join(rng.choice(words) for _ in range(rng.randint(3, 40)))
+            + f" item{n}"
+            + " spam" * rng.choice([0, 200]),
+            summary=rng.choice([None, "alpha summary", "query.py failed"]),
+            tags=rng.choice([None, "beta", ["x-tag", "gamma"]]),
+            item_id=f"item-{n:03d}",
+        )
+        for n in range(60)
+    ]
+    inputs.append(StoreInput(inputs[0].content + " again", item_id="near-dup-000"))
+    batched, single = Store(state_dir=tmp_path / "b"), Store(state_dir=tmp_path / "s")
+    for st in (batched, single):
+        st.configure(auto_compact=False)
+    batched.bulk_store(inputs)
+    for inp in inputs:
+        single.bulk_store([inp])
+    assert batched.check_derived() == [] and single.check_derived() == []
+    assert batched._s.index.to_state() == single._s.index.to_state()
+    assert batched._s.dedup.to_state() == single._s.dedup.to_state()
+    assert batched._s.items["near-dup-000"].dup_of == "item-000"
+    reopened = Store(state_dir=tmp_path / "b")
+    assert reopened.check_derived() == []
+
+
+def test_a_rolled_back_call_with_batched_puts_leaves_memory_as_it_was(tmp_path):
+    """Puts of new items are applied as a batch between other ops; undoing the call (here a
+    failed journal write) must still restore every item and derived structure."""
+    from compactor.errors import PersistenceError
+
+    store = Store(state_dir=tmp_path)
+    store.configure(auto_compact=False)
+    old = store.store("alpha beta gamma", tags="keep").item
+    before = {i: it.to_record() for i, it in store._s.items.items()}
+    built = [
+        store._build(StoreInput(f"new item {n} KeyError query.py", item_id=f"new-{n}"), 100 + n, 0.0) for n in range(4)
+    ]
+    ops = [
+        {"op": "put", "item": built[0].to_record()},
+        {"op": "put", "item": built[1].to_record()},
+        {"op": "patch", "id": "new-0", "set": {"importance": 9}},
+        {"op": "del", "id": old.id},
+        {"op": "put", "item": built[2].to_record()},
+        {"op": "put", "item": built[3].to_record()},
+        {"op": "put", "item": old.to_record()},
+    ]
+
+    def fail(*_args, **_kwargs):
+        raise PersistenceError("disk full")
+
+    def call() -> None:
+        with store._txn() as txn:
+            txn.apply(ops)
+            assert {"new-0", "new-3", old.id} <= set(store._s.items)
+
+    store._dir.append = fail
+    with pytest.raises(PersistenceError):
+        call()
+    assert {i: it.to_record() for i, it in store._s.items.items()} == before
+    assert store.check_derived() == []
+    assert store.query("KeyError") == []
+
+
+def test_bulk_store_and_import_count_every_item_s_tokens(tmp_path):
+    """Token counts are taken after all of a call's items are built; each must still be the
+    count of its own (redacted) content and summary."""
+    store = Store(state_dir=tmp_path)
+    store.configure(auto_compact=False)
+    inputs = [
+        StoreInput(f"item {n} " + "word " * n, summary=None if n % 2 else f"summary {n} of it") for n in range(1, 12)
+    ]
+    res = store.bulk_store(inputs)
+    records = [dict(it.to_record(), id=f"copy-{n}") for n, it in enumerate(res.items)]
+    imported = store.import_records(records).items
+    assert len(imported) == len(res.items)
+    for item in [*res.items, *imported]:
+        assert item.content_tokens == store.counter.count(item.content) > 0
+        assert item.summary_tokens == store.counter.count(item.summary)

@@ -113,3 +113,22 @@ def test_any_sequence_behaves_like_a_dict(ops):
             probe = [f"t{i}" for i in range(31)]
             assert v.lookup(probe) == [model.get(t, -1) for t in probe]
             assert all(v.name(tid) == t for t, tid in model.items())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 25)), max_size=40),
+    st.sampled_from([1, 3, 16, vocab_module.GATHER_CHUNK]),
+    st.integers(0, 100),
+)
+def test_gather_concatenates_the_segments_for_any_chunk_size(segments, chunk, edge):
+    src = np.arange(100, dtype=np.uint32) * 7
+    starts = np.array([min(s, 100 - n) if n <= 100 else 0 for s, n in segments], dtype=np.uint64)
+    lens = np.array([n for _, n in segments], dtype=np.uint32)
+    want = [int(x) for s, n in zip(starts.tolist(), lens.tolist(), strict=True) for x in src[s : s + n]]
+    with patch.object(vocab_module, "GATHER_CHUNK", chunk):
+        got = vocab_module.gather(src, starts, lens)
+        # The same segments when src arrives as two arrays, the second read past the first's end.
+        split = vocab_module.gather(src[:edge], starts, lens, src[edge:])
+    assert got.dtype == src.dtype and got.tolist() == want
+    assert split.dtype == src.dtype and split.tolist() == want

@@ -157,13 +157,14 @@ class Store(_Recall, _Compaction, _Ledger):
             skipped: list[str] = []
             for i, rec in enumerate(records):
                 try:
-                    item = self._build_record(rec, now)
+                    item = self._build_record(rec, now, count=False)
                 except InvalidArgumentError as exc:
                     raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was imported.") from exc
                 if item.id in self._s.items or item.id in built:
                     skipped.append(item.id)
                     continue
                 built[item.id] = item
+            self._count_tokens(list(built.values()))
             dropped = self._settle_lineage(built)
             order = list(built.values())
             report: CompactReport | None = None
@@ -217,11 +218,12 @@ class Store(_Recall, _Compaction, _Ledger):
                     skipped.append(inp.item_id)
                     continue
                 try:
-                    built.append(self._build(inp, seq + len(built), now))
+                    built.append(self._build(inp, seq + len(built), now, count=False))
                 except InvalidArgumentError as exc:
                     if len(inputs) == 1:
                         raise
                     raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was stored.") from exc
+            self._count_tokens(built)
             ops: list[Op] = [{"op": "put", "item": item.to_record()} for item in built]
             new_ids = [it.id for it in built]
             report = self._transact(ops, protected=frozenset(new_ids), hint_ids=new_ids) if ops else None

@@ -40,17 +40,39 @@ class _Txn:
 
     def apply(self, ops: list[Op]) -> None:
         store = self._store
-        keys, prev, items = self._undo_keys, self._undo_prev, store._s.items
+        items = store._s.items
+        run: list[Op] = []  # consecutive puts of new items, indexed together (`_put_new`)
+        run_ids: set[str] = set()
         for op in ops:
-            if op["op"] == "config":
-                keys.append("\x00config")
-                prev.append(store.settings.to_record())
-            else:
-                item_id = op["id"] if "id" in op else op["item"]["id"]
-                keys.append(item_id)
-                prev.append(items.get(item_id))
+            if op["op"] == "put" and (item_id := op["item"]["id"]) not in items and item_id not in run_ids:
+                run.append(op)
+                run_ids.add(item_id)
+                continue
+            self._apply_new(run)
+            run, run_ids = [], set()
+            self._note_undo(op)
             store._apply(op)
             self.ops.append(op)
+        self._apply_new(run)
+
+    def _apply_new(self, run: list[Op]) -> None:
+        """Puts of items not present: the undo of each is to remove it, whenever it is noted."""
+        if not run:
+            return
+        self._undo_keys.extend(op["item"]["id"] for op in run)
+        self._undo_prev.extend([None] * len(run))
+        self.ops.extend(run)
+        self._store._put_new(run)
+
+    def _note_undo(self, op: Op) -> None:
+        store = self._store
+        if op["op"] == "config":
+            self._undo_keys.append("\x00config")
+            self._undo_prev.append(store.settings.to_record())
+        else:
+            item_id = op["id"] if "id" in op else op["item"]["id"]
+            self._undo_keys.append(item_id)
+            self._undo_prev.append(store._s.items.get(item_id))
 
     def commit(self, sync: bool = True) -> None:
         self._store._persist_ops(self.ops, sync)

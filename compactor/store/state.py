@@ -228,6 +228,22 @@ class _StateOps:
         else:
             raise ValueError(f"unknown journal op {kind!r}")
 
+    def _put_new(self, ops: Sequence[Op]) -> None:
+        """`_apply` of puts of new items (distinct ids, none stored), with the same result, but
+        a run of them is indexed in one batch (`BM25Index.add_many`), at a fraction of the cost."""
+        items = [Item.from_record(op["item"]) for op in ops]
+        s = self._s
+        if len(items) < 2:
+            for item in items:
+                self._put(s, item)
+            return
+        # Indexed first: add_many checks every id before it changes anything.
+        terms = s.index.add_many([(item.id, *index_fields(item)) for item in items])
+        for item, words in zip(items, terms, strict=True):
+            self._put(s, item, derived=False)
+            if item.tier == "active" and not item.depth:
+                s.dedup.add(item.id, words)
+
     def _swap_light(self, old: Item, new: Item) -> None:
         """`_swap` for a change of view or access time only, which no derived structure but
         the token total depends on: compaction promotes thousands of items to their summary."""
