@@ -43,6 +43,10 @@ class TokenCounter:
             import tiktoken
 
             enc = tiktoken.get_encoding(self._encoding_name)
+            # Counting runs in the native encoder; the Python copy of its 100k ranks (~16 MiB of
+            # RSS) serves only pickling, which nothing here does.
+            if isinstance(getattr(enc, "_mergeable_ranks", None), dict):
+                enc._mergeable_ranks = {}
             self._encode = enc.encode_ordinary
             self._name = f"tiktoken {self._encoding_name}"
         except Exception as exc:  # any failure to load means no exact counter, never a crash
