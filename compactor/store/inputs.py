@@ -8,22 +8,32 @@ import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import bounds
 from .. import constants as C
 from ..classify import auto_tags, detect_type, merge_tags, parse_tags
 from ..errors import InvalidArgumentError
 from ..models import CONTENT_TYPES, ContentType, Item
-from ..redact import redact
 from ..views import detect
 from .state import ALL_SCOPES, _StateOps
+
+if TYPE_CHECKING:
+    from ..redact import Redaction
 
 _VALID_ID = re.compile(rf"[a-z0-9][a-z0-9_-]{{{C.ID_MIN_CHARS - 1},{C.ID_MAX_CHARS - 1}}}")
 _ID_RULE = f"{C.ID_MIN_CHARS}-{C.ID_MAX_CHARS} characters of a-z, 0-9, '-' or '_'"
 
 
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read aloud and retyped
+
+
+def redact(text: str) -> tuple[str, list[Redaction]]:
+    """compactor.redact's, imported at the first write: its ~100 patterns take ~15 ms to compile,
+    which a start that only answers queries need not pay."""
+    from ..redact import redact as scan
+
+    return scan(text)
 
 
 def _new_id() -> str:
