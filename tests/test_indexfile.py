@@ -139,3 +139,35 @@ def mmap_page() -> int:
     import mmap
 
     return mmap.PAGESIZE
+
+
+def test_a_background_snapshot_leaves_the_index_out_so_the_process_saves_it_before_it_ends(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """A background snapshot writes no index (it would stall calls) and the file of the last
+    one goes; a process ending after it, changed or not, must save the index again, or every
+    later start rebuilds it from all the items."""
+    import anyio
+
+    d = tmp_path / "state"
+    _fill(d)
+    store = Store(state_dir=d)
+    assert not store.needs_final_snapshot  # loaded with its index, nothing changed
+    store.store("one more delta note")
+    anyio.run(store.snapshot_async)
+    assert not store.dirty and _index_files(d) == []
+    assert store.needs_final_snapshot
+    store.close()
+
+    with caplog.at_level(logging.WARNING):
+        reopened = Store(state_dir=d)  # rebuilds (no file), and still has it to save
+    assert reopened.needs_final_snapshot
+    reopened.snapshot()
+    assert not reopened.needs_final_snapshot and len(_index_files(d)) == 1
+    reopened.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        again = Store(state_dir=d)
+    assert not [r for r in caplog.records if "index" in r.getMessage()]
+    assert not again.needs_final_snapshot and again.check_derived() == []
+    again.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -70,6 +71,29 @@ def test_background_snapshot_runs_on_interval(state_dir: Path):
                 break
             time.sleep(0.1)
         assert p["last_snapshot_at"] and p["journal_bytes"] < 40
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ending", ["stdin closed", "SIGTERM"])
+def test_a_server_ending_after_a_background_snapshot_saves_the_index_for_the_next_start(state_dir: Path, ending: str):
+    """Background snapshots leave the search index out; the server's end writes it, so the
+    next start maps it instead of re-indexing every item."""
+    import time
+
+    with StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "0.2") as srv:
+        for i in range(20):
+            srv.ok("store", content=f"note {i} about the ledger_{i} service")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not srv.ok("status")["persistence"]["last_snapshot_at"]:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the next interval finds nothing to save: the process is not dirty
+        assert not list(state_dir.glob("index.*.bin"))
+        if ending == "SIGTERM":
+            os.kill(srv.pid, signal.SIGTERM)
+        else:
+            srv.close_stdin()
+        assert srv.wait() == 0
+    assert len(list(state_dir.glob("index.*.bin"))) == 1
 
 
 def test_in_memory_without_state_dir():

@@ -129,7 +129,7 @@ async def serve_http(
             await server.serve()
             tg.cancel_scope.cancel()
     finally:
-        if store.persistent and store.dirty:
+        if store.needs_final_snapshot:
             try:
                 store.snapshot()
             except Exception:

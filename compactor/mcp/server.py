@@ -178,7 +178,7 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
                 os._exit(0)
 
     def final_snapshot() -> None:
-        if store.persistent and store.dirty:
+        if store.needs_final_snapshot:
             # A client that closed our stdin sends SIGTERM after a grace period (2 s in the
             # SDK); dying mid-write would lose nothing (the journal has it all) but would throw
             # away the saved index and make the next start rebuild it. Finish first.

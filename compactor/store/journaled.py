@@ -126,6 +126,7 @@ class _Journaled(_StateOps):
 
     _dir: Persistence | None
     _dirty: bool
+    _index_saved: bool = True
     # Why the last journal write failed; while set, memory is read-only.
     _degraded: str | None
     load_warnings: list[str]
@@ -141,7 +142,7 @@ class _Journaled(_StateOps):
         assert self._dir is not None
         loaded = self._dir.load()
         snap = loaded.snapshot
-        state, settings, _ = self._state_from_snapshot(snap)
+        state, settings, derived = self._state_from_snapshot(snap)
         old_state, old_settings = self._s, self.settings
         self._s, self.settings = state, settings
         try:
@@ -154,6 +155,8 @@ class _Journaled(_StateOps):
         for warning in loaded.warnings:
             log.warning("%s", warning)
         self.load_warnings = loaded.warnings
+        # A snapshot saved with no index (a background one) makes the next start rebuild it.
+        self._index_saved = derived or not self._s.items
 
     def _state_from_snapshot(self, snap: dict[str, Any] | None) -> tuple[_State, Settings, bool]:
         """Memory as a snapshot describes it: (state, settings, whether the index saved with
@@ -295,6 +298,13 @@ class _Journaled(_StateOps):
     def dirty(self) -> bool:
         return self._dirty
 
+    @property
+    def needs_final_snapshot(self) -> bool:
+        """Whether a process ending now should write a snapshot: unsaved changes, or a snapshot
+        on disk without the search index (background snapshots leave it out), which would make
+        the next start rebuild the index from every item."""
+        return self.persistent and (self._dirty or not self._index_saved)
+
     def _snapshot_header(self, gen: int, prev_gen: int, prev_offset: int) -> dict[str, Any]:
         return {
             "schema": C.SCHEMA_VERSION,
@@ -318,6 +328,7 @@ class _Journaled(_StateOps):
         self._dir.snapshot_now(header, list(items.values()))
         self._dir.keep_only_index(ref["name"] if ref is not None else None)
         self._dirty = False
+        self._index_saved = True
 
     def _saved_index(self, gen: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """The search index's state for the snapshot's header, and the reference of the file
@@ -387,6 +398,7 @@ class _Journaled(_StateOps):
             try:
                 cleanup = sd.install_pending_snapshot(gen, offset)
                 sd.keep_only_index(None)  # this snapshot names none
+                self._index_saved = False
             except (PersistenceError, OSError) as exc:
                 log.warning("snapshot not installed: %s", exc)
                 self._dirty = True
