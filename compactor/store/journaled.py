@@ -385,8 +385,9 @@ class _Journaled(_StateOps):
                 return
             cleanup = None
             try:
+                # Also lists the index files this snapshot (which names none) leaves unused:
+                # the cleanup deletes them off the lock.
                 cleanup = sd.install_pending_snapshot(gen, offset)
-                sd.keep_only_index(None)  # this snapshot names none
             except (PersistenceError, OSError) as exc:
                 log.warning("snapshot not installed: %s", exc)
                 self._dirty = True
