@@ -396,8 +396,9 @@ class _Journaled(_StateOps):
                 return
             cleanup = None
             try:
+                # Also lists the index files this snapshot (which names none) leaves unused:
+                # the cleanup deletes them off the lock.
                 cleanup = sd.install_pending_snapshot(gen, offset)
-                sd.keep_only_index(None)  # this snapshot names none
                 self._index_saved = False
             except (PersistenceError, OSError) as exc:
                 log.warning("snapshot not installed: %s", exc)
