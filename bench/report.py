@@ -139,8 +139,69 @@ def render(report: dict[str, Any]) -> str:
     return "\n\n".join([head, *blocks, "\n".join(NOTES)]) + "\n"
 
 
+# The rows README's performance section shows: the goals a user weighs, per size, beside the floor.
+README_ROWS: tuple[tuple[str, str], ...] = (
+    ("store.p50", "store, median (ms)"),
+    ("bulk.items_per_s", "bulk_store (items/s)"),
+    ("query.p50", "query, median (ms)"),
+    ("compact.ms", "compact to 70% of the budget (ms)"),
+    ("cold_start.median_ms", "start to the first answered query (ms)"),
+    ("rss.peak_mib", "peak memory, RSS (MiB)"),
+    ("extra_servers.added_pss_mib", "each further server on the state dir, PSS (MiB)"),
+)
+
+
+def readme_table(report: dict[str, Any]) -> str:
+    """README's performance table from a results JSON: each size's figure and its ratio to the
+    floor, then the floor of the largest size; the import of the corpus below it."""
+    sizes = report["sizes"]
+    head = ["", *[f"{b['size']:,} items" for b in sizes], "floor (no-op)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    kinds = {row.path: row.kind for row in ROWS}
+    for path, label in README_ROWS:
+        kind = kinds[path]
+        cells = [label]
+        for block in sizes:
+            result = next(iter(block["servers"].values()))
+            value = lookup(result, path)
+            paired = lookup(result.get("paired_floor", {}), path)
+            base = paired if paired is not None else lookup(block["floor"], path)
+            r = ratio(value, base, kind)
+            cells.append(fmt_value(value, kind) + ("" if r is None else f" ({fmt_ratio(r)})"))
+        cells.append(fmt_value(lookup(sizes[-1]["floor"], path), kind))
+        lines.append("| " + " | ".join(cells) + " |")
+    imported = report.get("import", {})
+    out = next(iter(imported.get("servers", {}).values()), {})
+    if out.get("seconds") is not None:
+        lines += [
+            "",
+            f"`compactor import` of {imported['items']:,} real agent events: {out['seconds']:.2f} s "
+            f"(the CLI's own start: {out['floor_seconds']:.2f} s).",
+        ]
+    return "\n".join(lines)
+
+
 def write_json(report: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
     tmp.replace(path)
+
+
+# The run README's performance table shows (tests/test_readme.py checks the two agree).
+README_RESULTS = Path(__file__).resolve().parent / "data" / "bench-2026-12-01-large.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.report [RESULTS.json]`: README's performance table from a results file."""
+    import json
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0]) if args else README_RESULTS
+    print(readme_table(json.loads(path.read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
