@@ -86,24 +86,6 @@ def test_a_corrupt_saved_dedup_state_is_refused_at_load():
         DedupIndex.from_state(state)
 
 
-def test_a_restarted_store_notices_a_near_duplicate_of_a_loaded_item(tmp_path):
-    """The buckets come back with a restart: the first store after it finds its near-duplicate
-    among the loaded items."""
-    from compactor.store import Store
-
-    text = "retry the payment webhook with exponential backoff when stripe returns 429 " * 4
-    first = Store(state_dir=tmp_path)
-    original = first.store(text + "for invoices").item.id
-    for i in range(5):
-        first.store(f"unrelated note {i} about kubernetes ingress timeouts and nginx {i}")
-    first.snapshot()
-    first.close()
-
-    again = Store(state_dir=tmp_path)
-    copy = again.store(text + "for refunds").item
-    assert again.get(copy.id).dup_of == original
-
-
 def _restarted_with_a_near_duplicate(tmp_path):
     from compactor.store import Store
 
@@ -116,6 +98,14 @@ def _restarted_with_a_near_duplicate(tmp_path):
     saved = first._s.dedup.to_state()
     first.close()
     return Store(state_dir=tmp_path), text, original, saved
+
+
+def test_a_restarted_store_notices_a_near_duplicate_of_a_loaded_item(tmp_path):
+    """The buckets come back with a restart: the first store after it finds its near-duplicate
+    among the loaded items."""
+    again, text, original, _saved = _restarted_with_a_near_duplicate(tmp_path)
+    copy = again.store(text + "for refunds").item
+    assert again.get(copy.id).dup_of == original
 
 
 def test_a_start_that_only_reads_builds_no_buckets_and_saves_them_as_read(tmp_path):
