@@ -394,14 +394,19 @@ def _shows_output(output: str) -> bool:
     return not (_EXIT_LINE.match(first) or _READ_FAILURE.search(first))
 
 
-def _view_of_command(line: str, output: str, strict: bool) -> FileView | None:
-    """The view a reader command line and its output make, or None."""
-    cmds = _commands(line)
+def _after_cd(cmds: list[list[list[str]]]) -> tuple[str, list[list[list[str]]]]:
+    """The directory leading `cd`s move to (relative to the start), and the commands after them."""
     cwd = ""
     while cmds and cmds[0] and _program(cmds[0][0])[0] == "cd":
         args = _program(cmds[0][0])[1]
         cwd = _clean(args[0], cwd) if args else ""
         cmds = cmds[1:]
+    return cwd, cmds
+
+
+def _view_of_command(line: str, output: str, strict: bool) -> FileView | None:
+    """The view a reader command line and its output make, or None."""
+    cwd, cmds = _after_cd(_commands(line))
     if not cmds or not _shows_output(output):
         return None
     paths: dict[str, None] = {}
@@ -440,12 +445,7 @@ def _view_of_command(line: str, output: str, strict: bool) -> FileView | None:
 def _edit_of_command(line: str, body: str) -> FileView | None:
     """A command stored with its own text that writes a file: a heredoc or echo/printf sent
     whole into it with `>` (the whole file), or `sed -i`/`perl -i` on it (its numeric lines)."""
-    cmds = _commands(line)
-    cwd = ""
-    while cmds and cmds[0] and _program(cmds[0][0])[0] == "cd":
-        args = _program(cmds[0][0])[1]
-        cwd = _clean(args[0], cwd) if args else ""
-        cmds = cmds[1:]
+    cwd, cmds = _after_cd(_commands(line))
     if len(cmds) != 1 or len(cmds[0]) != 1:
         return None
     prog, args = _program(cmds[0][0])
