@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.measure import server_env
 from bench.replay import DEFAULT_IMPORTANCE, IMPORTANCE_BY_KIND
-from bench.revisits import default_corpus
+from bench.revisits import default_corpus, load_events
 from bench.stats import median
 
 RUNS = 3
@@ -28,21 +28,16 @@ TIMEOUT_S = 600
 
 def export_file(corpus: Path, out: Path) -> int:
     """Write the corpus as a compactor JSON export; returns the number of items."""
-    items: list[dict[str, Any]] = []
-    with corpus.open(encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            event = json.loads(line)
-            items.append(
-                {
-                    "id": f"{event['traj']}-{event['seq']}".lower(),
-                    "content": event["content"],
-                    "tags": [event["kind"]],
-                    "importance": IMPORTANCE_BY_KIND.get(event["kind"], DEFAULT_IMPORTANCE),
-                    "scope": "corpus",
-                }
-            )
+    items = [
+        {
+            "id": f"{event.traj}-{event.seq}".lower(),
+            "content": event.content,
+            "tags": [event.kind],
+            "importance": IMPORTANCE_BY_KIND.get(event.kind, DEFAULT_IMPORTANCE),
+            "scope": "corpus",
+        }
+        for event in load_events(corpus)
+    ]
     out.write_text(json.dumps({"items": items}))
     return len(items)
 
