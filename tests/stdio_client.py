@@ -96,6 +96,20 @@ class StdioServer:
         assert not result.get("isError"), result
         return result["structuredContent"]  # type: ignore[no-any-return]
 
+    def export_records(self) -> list[dict[str, Any]]:
+        """Every item as `export` pages them (all tiers), cursor after cursor, in page order."""
+        out: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            args: dict[str, Any] = {"tier": "all"}
+            if cursor:
+                args["cursor"] = cursor
+            page = self.ok("export", **args)
+            out.extend(page["items"])
+            cursor = page["next_cursor"]
+            if not cursor:
+                return out
+
     def close_stdin(self) -> None:
         assert self.proc.stdin is not None
         if not self.proc.stdin.closed:

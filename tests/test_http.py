@@ -321,14 +321,4 @@ async def export_all(c: Client) -> dict[str, str]:
 
 
 def export_stdio(srv: StdioServer) -> dict[str, str]:
-    out: dict[str, str] = {}
-    cursor: str | None = None
-    while True:
-        args: dict[str, Any] = {"tier": "all"}
-        if cursor:
-            args["cursor"] = cursor
-        page = srv.ok("export", **args)
-        out.update({rec["id"]: rec["content"] for rec in page["items"]})
-        cursor = page["next_cursor"]
-        if not cursor:
-            return out
+    return {rec["id"]: rec["content"] for rec in srv.export_records()}

@@ -120,18 +120,10 @@ def list_all(srv: StdioServer) -> list[dict[str, Any]]:
 
 def export_all(srv: StdioServer) -> dict[str, str]:
     out: dict[str, str] = {}
-    cursor: str | None = None
-    while True:
-        args: dict[str, Any] = {"tier": "all"}
-        if cursor:
-            args["cursor"] = cursor
-        page = srv.ok("export", **args)
-        for rec in page["items"]:
-            assert rec["id"] not in out, f"export returned {rec['id']} twice"
-            out[rec["id"]] = rec["content"]
-        cursor = page["next_cursor"]
-        if not cursor:
-            return out
+    for rec in srv.export_records():
+        assert rec["id"] not in out, f"export returned {rec['id']} twice"
+        out[rec["id"]] = rec["content"]
+    return out
 
 
 @pytest.mark.slow  # ~40 s alone, minutes on a loaded 2-core machine
