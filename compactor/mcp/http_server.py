@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import logging
 import os
 import signal
 import threading
@@ -26,8 +25,6 @@ from .. import constants as C
 from ..errors import InvalidArgumentError
 from ..store import Store
 from .server import build_server, snapshots
-
-log = logging.getLogger(__name__)
 
 
 def is_loopback(host: str) -> bool:
@@ -129,9 +126,4 @@ async def serve_http(
             await server.serve()
             tg.cancel_scope.cancel()
     finally:
-        if store.needs_final_snapshot:
-            try:
-                store.snapshot()
-            except Exception:
-                log.exception("final snapshot failed; the journal still holds every change")
-        store.close()
+        store.close_with_snapshot()

@@ -184,11 +184,7 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
             # away the saved index and make the next start rebuild it. Finish first.
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_IGN)
-            try:
-                store.snapshot()
-            except Exception:
-                log.exception("final snapshot failed; the journal still holds every change")
-        store.close()
+        store.close_with_snapshot()
 
     try:
         async with anyio.create_task_group() as tg:

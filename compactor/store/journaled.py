@@ -422,3 +422,13 @@ class _Journaled(_StateOps):
     def close(self) -> None:
         if self._dir is not None:
             self._dir.close()
+
+    def close_with_snapshot(self) -> None:
+        """How a server ends: a final snapshot when one is needed (`needs_final_snapshot`),
+        then close. A failed snapshot loses nothing (the journal has every change): logged."""
+        if self.needs_final_snapshot:
+            try:
+                self.snapshot()
+            except Exception:
+                log.exception("final snapshot failed; the journal still holds every change")
+        self.close()
