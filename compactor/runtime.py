@@ -3,13 +3,15 @@
 The domain core does not set these itself: a Store is handed a `Runtime` (by default
 `PROCESS`, which applies them to this process) and asks it to pause collection around bulk
 work and to hand the GIL back quickly while a background snapshot is written. The server
-settles the heap (`settle_heap`) beside it. A caller embedding the Store in a process that
-sets its own policy passes `Runtime(manage_process=False)`.
+settles the heap (`settle_heap`) beside it, and tunes the C allocator once at its start
+(`tune_allocator`). A caller embedding the Store in a process that sets its own policy passes
+`Runtime(manage_process=False)`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import sys
 from collections.abc import Iterator
@@ -69,3 +71,23 @@ def settle_heap(*, collect: bool) -> None:
     if collect:
         gc.collect()
     gc.freeze()
+
+
+# mallopt's parameter number for the mmap threshold (glibc's malloc.h).
+_M_MMAP_THRESHOLD = -3
+
+
+def tune_allocator() -> bool:
+    """Serve blocks of C.MALLOC_MMAP_THRESHOLD bytes or more with their own mapping, given back
+    to the system when freed. glibc otherwise raises that threshold to the largest block freed
+    so far (up to 32 MiB): after the first index settle, its arrays of several MiB come from the
+    heap, whose freed space the process keeps as RSS. False where there is no glibc mallopt."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, C.MALLOC_MMAP_THRESHOLD))

@@ -139,6 +139,7 @@ def run_server(argv: Sequence[str]) -> int:
     import anyio
 
     from ..mcp import serve
+    from ..runtime import tune_allocator
     from ..scope import project_scope
     from ..store import Store
 
@@ -167,6 +168,7 @@ def run_server(argv: Sequence[str]) -> int:
                 file=sys.stderr,
             )
             return 2
+    tune_allocator()  # before the load: its temporaries are the first large blocks
     try:
         store = Store(
             budget=args.budget,
