@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
@@ -119,14 +120,25 @@ def _full_record_reader() -> Callable[[dict[str, Any]], Item]:
     def value(name: str) -> str:
         if name == "tags_from":
             return "pairs(r['tags_from'])"
+        if name in _INTERNED:
+            return f"tuple(map(intern, r[{name!r}]))" if name in TUPLE_FIELDS else f"intern(r[{name!r}])"
+        if name in _POOLED:
+            return f"pooled(r[{name!r}], r[{name!r}])"
         return f"tuple(r[{name!r}])" if name in TUPLE_FIELDS else f"r[{name!r}]"
 
-    namespace: dict[str, Any] = {"Item": Item, "pairs": pairs}
+    namespace: dict[str, Any] = {"Item": Item, "pairs": pairs, "intern": sys.intern, "pooled": _POOL.setdefault}
     exec("def read(r):\n    return Item(" + ", ".join(map(value, _FIELD_ORDER)) + ")\n", namespace)
     reader: Callable[[dict[str, Any]], Item] = namespace["read"]
     return reader
 
 
+# String fields whose few values repeat across items, shared by one str object each instead of
+# one per item as parsing makes them (~30% of a loaded item's memory: 45 MiB at 100k items).
+# Values from a fixed set in the code (None included) come from a pool; tags and scopes,
+# which a client names, are interned, so they are freed with the last item that holds them.
+_POOLED = frozenset({"content_type", "tier", "view", "children_tier", "file_command"})
+_INTERNED = frozenset({"tags", "scope"})
+_POOL: dict[str | None, str | None] = {}
 _from_full_record = _full_record_reader()
 
 

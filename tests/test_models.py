@@ -96,3 +96,28 @@ def test_from_record_of_a_full_record_sets_every_field_as_keyword_construction_d
     assert got.to_record() == expected.to_record()
     assert all(isinstance(getattr(got, name), tuple) for name in (*TUPLE_FIELDS, "tags_from"))
     assert got.tags_from == pairs(values["tags_from"])
+
+
+@pytest.mark.parametrize("saved_in", ["snapshot", "journal"])
+def test_a_load_shares_the_strings_that_items_repeat(tmp_path, saved_in: str) -> None:
+    """Parsing makes a new str per item for each field; a load keeps one object per value."""
+    from compactor.store import Store, StoreInput
+
+    store = Store(state_dir=tmp_path)
+    store.bulk_store(
+        [
+            StoreInput(f"$ cat src/app{i}.py\nprint({i})", tags=["deploy", f"t{i % 3}"], scope="/work/p")
+            for i in range(12)
+        ]
+    )
+    if saved_in == "snapshot":
+        store.snapshot()
+    store.close()
+    loaded = list(Store(state_dir=tmp_path)._s.items.values())
+    assert len(loaded) == 12
+    for field_name in ("content_type", "tier", "view", "children_tier", "scope", "file_command"):
+        values = [getattr(it, field_name) for it in loaded]
+        assert len({id(v) for v in values}) == len(set(values)), field_name
+    assert loaded[0].file_command == "cat" and loaded[0].scope == "/work/p"
+    tag_objects = {id(tag) for it in loaded for tag in it.tags}
+    assert len(tag_objects) == len({tag for it in loaded for tag in it.tags})
