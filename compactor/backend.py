@@ -30,6 +30,8 @@ class Persistence(Protocol):
     offset: int
     last_snapshot_at: float | None
     last_snapshot_seconds: float | None
+    # Whether `save_index` keeps arrays in a file beside the snapshot (returns a reference).
+    index_in_file: bool
 
     @property
     def is_open(self) -> bool: ...
@@ -113,6 +115,8 @@ class Persistence(Protocol):
 
 class DirBackend(StateDir):
     """A state dir (`persist.StateDir`, unchanged) seen through `Persistence`."""
+
+    index_in_file = True
 
     def reading(self) -> AbstractContextManager[None]:
         # Exclusive, not shared: catching up cuts a dead writer's torn tail and a reload

@@ -197,8 +197,9 @@ class DedupIndex:
         union = sorted(set_a.union(sb))[: C.DEDUP_SIGNATURE]
         return len(both.intersection(union)) / len(union)
 
-    def to_state(self) -> dict[str, Any]:
-        """Flat arrays (base64 of native bytes): one decode on load, not one per item."""
+    def _flat(self) -> tuple[list[str], dict[str, array[int]]]:
+        """The ids, and per id in that order its keys, signature and word count, as flat
+        arrays (with the length of each id's run)."""
         ids = list(self._keys)
         keys = array("I")
         key_lens = array("B")
@@ -210,40 +211,59 @@ class DedupIndex:
             sigs.extend(self._sigs[i])
             sig_lens.append(len(self._sigs[i]))
         sizes = array("I", (self._sizes.get(i, 0) for i in ids))
+        return ids, {"keys": keys, "key_lens": key_lens, "sigs": sigs, "sig_lens": sig_lens, "sizes": sizes}
 
-        def b64(arr: array[int]) -> str:
-            return base64.b64encode(arr.tobytes()).decode("ascii")
-
+    def to_state(self) -> dict[str, Any]:
+        """Flat arrays (base64 of native bytes) in JSON, format 1: one decode on load, not one
+        per item. For a snapshot that keeps everything inside itself."""
+        ids, arrays = self._flat()
         return {
             "format": 1,
             "byteorder": sys.byteorder,
             "ids": ids,
-            "keys": b64(keys),
-            "key_lens": b64(key_lens),
-            "sigs": b64(sigs),
-            "sig_lens": b64(sig_lens),
-            "sizes": b64(sizes),
+            **{key: base64.b64encode(arr.tobytes()).decode("ascii") for key, arr in arrays.items()},
         }
+
+    def to_arrays(self) -> dict[str, memoryview] | None:
+        """The same arrays as raw native bytes, and the ids joined by newlines, for a binary
+        file beside the snapshot (`from_state` reads them back as format 2). None if an id
+        holds a newline."""
+        ids, arrays = self._flat()
+        joined = "\n".join(ids)
+        if joined.count("\n") != max(len(ids) - 1, 0):
+            return None
+        out = {"ids": memoryview(joined.encode("utf-8", "surrogatepass"))}
+        out.update((key, memoryview(arr)) for key, arr in arrays.items())
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> DedupIndex:
-        if state.get("format") != 1:
+        """Inverse of `to_state` (format 1: base64 in JSON) or of `to_arrays` (format 2: the
+        arrays as buffers, e.g. memory-mapped from the index file, with "format": 2 and the
+        "byteorder" they were written in)."""
+        fmt = state.get("format")
+        if fmt not in (1, 2):
             raise ValueError("unknown dedup state format")
         swap = state["byteorder"] != sys.byteorder
 
-        def unb64(text: str, code: str) -> array[int]:
+        def read(key: str, code: str) -> array[int]:
             arr = array(code)
-            arr.frombytes(base64.b64decode(text))
+            value = state[key]
+            arr.frombytes(base64.b64decode(value) if fmt == 1 else memoryview(value).cast("B"))
             if swap and arr.itemsize > 1:
                 arr.byteswap()
             return arr
 
         self = cls()
-        keys, key_lens = unb64(state["keys"], "I"), unb64(state["key_lens"], "B")
-        sigs, sig_lens = unb64(state["sigs"], "I"), unb64(state["sig_lens"], "B")
-        sizes = unb64(state["sizes"], "I")
-        ids = state["ids"]
-        if not len(ids) == len(key_lens) == len(sig_lens) == len(sizes):
+        keys, key_lens = read("keys", "I"), read("key_lens", "B")
+        sigs, sig_lens = read("sigs", "I"), read("sig_lens", "B")
+        sizes = read("sizes", "I")
+        if fmt == 1:
+            ids = state["ids"]
+        else:
+            text = bytes(memoryview(state["ids"]).cast("B")).decode("utf-8", "surrogatepass")
+            ids = text.split("\n") if text else []
+        if not isinstance(ids, list) or not len(ids) == len(key_lens) == len(sig_lens) == len(sizes):
             raise ValueError("dedup state is inconsistent")
         if sum(key_lens) != len(keys) or sum(sig_lens) != len(sigs) or not all(isinstance(i, str) for i in ids):
             raise ValueError("dedup state is inconsistent")
@@ -298,3 +318,20 @@ class DedupIndex:
                 out |= bucket
         out.discard(item_id)
         return out
+
+
+def json_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A saved state of either format as format 1 (JSON only), without building buckets."""
+    if state.get("format") != 2:
+        return state
+    raw = bytes(memoryview(state["ids"]).cast("B")).decode("utf-8", "surrogatepass")
+    return {
+        "format": 1,
+        "byteorder": state["byteorder"],
+        "ids": raw.split("\n") if raw else [],
+        **{key: base64.b64encode(memoryview(state[key]).cast("B")).decode("ascii") for key in ARRAY_KEYS},
+    }
+
+
+# The arrays of a saved state besides its ids (format 2 keeps each as a buffer).
+ARRAY_KEYS = ("keys", "key_lens", "sigs", "sig_lens", "sizes")

@@ -173,6 +173,8 @@ def _import_psycopg() -> Any:
 class PgBackend:
     """Memory kept in a PostgreSQL database (see the module docstring)."""
 
+    index_in_file = False  # the saved index travels inside the snapshot row
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.where = display_url(url)

@@ -1,6 +1,7 @@
 """DedupIndex buckets: whatever the sequence of adds and removes, candidates are exactly the
 items sharing a sketch key (in buckets no larger than DEDUP_MAX_BUCKET), also after a reload."""
 
+import sys
 from unittest.mock import patch
 
 import orjson
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor import constants as C
-from compactor.dedup import DedupIndex, sketch
+from compactor.dedup import DedupIndex, json_state, sketch
 
 _WORDS = [f"word{i:02d}" for i in range(12)]
 _OPS = st.lists(
@@ -46,6 +47,13 @@ def test_candidates_follow_shared_keys_through_adds_removes_and_reload(ops, max_
                 model.pop(item_id, None)
         reloaded = DedupIndex.from_state(orjson.loads(orjson.dumps(index.to_state())))
         assert reloaded._buckets == index._buckets
+        # The binary layout (format 2: buffers, ids joined by newlines) reads back the same, and
+        # converts to the JSON one without building anything.
+        arrays = index.to_arrays()
+        assert arrays is not None
+        binary = {"format": 2, "byteorder": sys.byteorder, **{k: bytes(v) for k, v in arrays.items()}}
+        assert DedupIndex.from_state(binary).to_state() == index.to_state()
+        assert json_state(binary) == index.to_state()
         for item_id in [f"m{k}" for k in range(7)]:
             assert index.candidates(item_id) == _expected(model, item_id)
             assert reloaded.candidates(item_id) == _expected(model, item_id)
@@ -163,3 +171,10 @@ def test_similarity_is_exact_or_estimated_as_before_through_re_adds(writes):
             for b in (f"i{k}" for k in range(5)):
                 if a in index and b in index:
                     assert index.similarity(a, b) == _reference_similarity(index, a, b)
+
+
+def test_an_id_with_a_newline_keeps_the_buckets_in_json():
+    index = DedupIndex()
+    index.add("odd\nid", {"alpha_word", "beta_word"})
+    assert index.to_arrays() is None
+    assert DedupIndex.from_state(index.to_state())._buckets == index._buckets

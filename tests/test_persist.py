@@ -1,5 +1,6 @@
 import os
 import stat
+import sys
 import zlib
 from pathlib import Path
 
@@ -413,3 +414,60 @@ def test_a_saved_index_missing_an_item_is_rebuilt(state_dir: Path):
     s = Store(state_dir=state_dir)
     assert [h.item.id for h in s.query("quokka")] == ["zzextra0001"]
     assert len(s._s.index) == len(ids) + 1
+
+
+# --- near-duplicate buckets saved in the index file ------------------------------------------
+
+
+def _dup_store(state_dir: Path) -> tuple[Store, dict[str, object]]:
+    s = Store(state_dir=state_dir)
+    base = "deploy the payments service to staging after the schema migration finishes cleanly"
+    for i in range(30):
+        s.store(f"{base} run{i % 4}" if i % 3 else f"unrelated note {i} about widget{i} and gadget{i * 7}")
+    return s, s._s.dedup.to_state()
+
+
+def test_a_snapshot_keeps_the_near_duplicate_buckets_in_the_index_file(state_dir: Path):
+    s, before = _dup_store(state_dir)
+    s.snapshot()
+    s.close()
+    header = orjson.loads((state_dir / "snapshot.json").read_bytes().split(b"\n", 1)[0][: -len(b',"items":[')] + b"}")
+    assert header["dedup"] == {"format": 2, "byteorder": sys.byteorder}  # no arrays in the JSON
+    index_file = (state_dir / header["index_file"]["name"]).read_bytes()
+    assert b'"dedup_sigs"' in index_file.split(b"\n", 2)[1]
+    s2 = Store(state_dir=state_dir)
+    assert s2._s._dedup is None and isinstance(s2._s._dedup_saved["sigs"], memoryview)  # read in place, lazily
+    assert s2._s.dedup.to_state() == before
+    hint = s2.store("deploy the payments service to staging after the schema migration finishes cleanly run1")
+    assert hint.item.dup_of is not None
+
+
+def test_a_snapshot_with_buckets_in_its_json_header_still_loads(state_dir: Path):
+    """The layout written before the buckets moved to the index file (format 1, base64)."""
+    s, before = _dup_store(state_dir)
+    s.snapshot()
+    s.close()
+    path = state_dir / "snapshot.json"
+    first, rest = path.read_bytes().split(b"\n", 1)
+    header = orjson.loads(first[: -len(b',"items":[')] + b"}")
+    header["dedup"] = before
+    path.write_bytes(reseal(orjson.dumps(header)[:-1] + b',"items":[\n' + rest))
+    s2 = Store(state_dir=state_dir)
+    assert s2._s._dedup is None and s2._s._dedup_saved is not None
+    assert s2._s._dedup_saved["format"] == 1
+    assert s2._s.dedup.to_state() == before
+
+
+def test_buckets_the_header_says_are_in_the_file_but_are_not_are_rebuilt(state_dir: Path):
+    s, before = _dup_store(state_dir)
+    s.snapshot()
+    s.close()
+    path = state_dir / "snapshot.json"
+    first, rest = path.read_bytes().split(b"\n", 1)
+    header = orjson.loads(first[: -len(b',"items":[')] + b"}")
+    header["dedup"] = {"format": 2, "byteorder": sys.byteorder}
+    header["index_file"] = None  # the file (and its arrays) unusable: everything is rebuilt
+    path.write_bytes(reseal(orjson.dumps(header)[:-1] + b',"items":[\n' + rest))
+    s2 = Store(state_dir=state_dir)
+    assert s2._s.dedup.to_state() == before
+    assert len([h.item.id for h in s2.query("widget6")]) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
@@ -22,7 +23,7 @@ from ..indexfile import IndexFileError
 from ..models import Item, Op, Settings
 from ..persist import ItemRecords
 from ..runtime import Runtime
-from .state import _State, _StateOps, dedup_state
+from .state import _State, _StateOps, dedup_arrays, dedup_state
 
 log = logging.getLogger(__name__)
 
@@ -321,33 +322,42 @@ class _Journaled(_StateOps):
         header = self._snapshot_header(gen + 1, gen, offset)
         # Synchronous snapshots (shutdown, forget, recovery) hold the lock anyway, so they also
         # save the index: the next start then loads it instead of re-tokenising everything.
-        header["index"], ref = self._saved_index(gen + 1)
+        header["index"], ref, dedup_in_file = self._saved_index(gen + 1)
         if ref is not None:
             header["index_file"] = ref
-        header["dedup"] = dedup_state(self._s)
+        # In the file, the buckets' arrays are read in place at the next start, shared and not
+        # parsed (base64 in the header was ~4 MiB per process at 10k items until a first write).
+        header["dedup"] = {"format": 2, "byteorder": sys.byteorder} if dedup_in_file else dedup_state(self._s)
         self._dir.snapshot_now(header, list(items.values()))
         self._dir.keep_only_index(ref["name"] if ref is not None else None)
         self._dirty = False
         self._index_saved = True
 
-    def _saved_index(self, gen: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """The search index's state for the snapshot's header, and the reference of the file
-        its arrays went to when the backend keeps them apart (compactor.indexfile beside a
-        state dir's snapshot: memory-mapped at the next start); None when it does not."""
+    def _saved_index(self, gen: int) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+        """The search index's state for the snapshot's header, the reference of the file its
+        arrays went to when the backend keeps them apart (compactor.indexfile beside a state
+        dir's snapshot: memory-mapped at the next start; None when it does not), and whether
+        the near-duplicate buckets' arrays went to that file too."""
         assert self._dir is not None
         state = self._s.index.to_state(binary=True)
         arrays = {key: value for key, value in state.items() if isinstance(value, memoryview)}
+        dedup = dedup_arrays(self._s) if self._dir.index_in_file else None
+        extra = {f"dedup_{key}": value for key, value in dedup.items()} if dedup is not None else {}
         try:
-            ref = self._dir.save_index(gen, arrays)
+            ref = self._dir.save_index(gen, {**arrays, **extra})
         except OSError as exc:
             raise PersistenceError(f"Could not write the index file: {exc.strerror or exc}") from exc
         if ref is None:  # kept inside the snapshot: the same arrays as base64 text, less what a load can derive
-            return {
-                key: base64.b64encode(v).decode("ascii") if key in arrays else v
-                for key, v in state.items()
-                if key not in DERIVED_ARRAYS
-            }, None
-        return {key: value for key, value in state.items() if key not in arrays}, ref
+            return (
+                {
+                    key: base64.b64encode(v).decode("ascii") if key in arrays else v
+                    for key, v in state.items()
+                    if key not in DERIVED_ARRAYS
+                },
+                None,
+                False,
+            )
+        return {key: value for key, value in state.items() if key not in arrays}, ref, dedup is not None
 
     def rebuild_and_snapshot(self) -> None:
         """Rebuild the derived structures (search index, near-duplicate buckets) from the items

@@ -9,12 +9,13 @@ from __future__ import annotations
 import bisect
 import logging
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import constants as C
-from ..dedup import DedupIndex
+from ..dedup import ARRAY_KEYS, DedupIndex, json_state
 from ..errors import NotFoundError
 from ..index import BM25Index
 from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
@@ -85,10 +86,20 @@ class _State:
 
 
 def dedup_state(s: _State) -> dict[str, Any]:
-    """The buckets as a snapshot saves them: the saved state as read while it is unchanged."""
+    """The buckets as a snapshot saves them in JSON (format 1): the saved state as read while
+    it is unchanged."""
     if s._dedup is None and s._dedup_saved is not None:
-        return s._dedup_saved
+        return json_state(s._dedup_saved)
     return s.dedup.to_state()
+
+
+def dedup_arrays(s: _State) -> dict[str, memoryview] | None:
+    """The buckets as flat native arrays for the binary file beside a snapshot: the buffers
+    read from the last one while they are unchanged (not even parsed), else made from them."""
+    saved = s._dedup_saved
+    if s._dedup is None and saved is not None and saved.get("format") == 2 and saved["byteorder"] == sys.byteorder:
+        return {key: memoryview(saved[key]) for key in ("ids", *ARRAY_KEYS)}
+    return s.dedup.to_arrays()
 
 
 # Patch fields that change nothing derived but the active token total (see Store._swap_light).
@@ -342,14 +353,21 @@ class _StateOps:
         not re-tokenise every item. False (rebuild) when absent or unreadable."""
         # Popped, so the parsed state (hundreds of MB at 100k items) is freed as soon as the
         # index is built, before the items are: that is the peak of a cold start's memory.
-        index_state, dedup_state = snap.pop("index", None), snap.pop("dedup", None)
-        if not index_state or dedup_state is None:
+        index_state, saved = snap.pop("index", None), snap.pop("dedup", None)
+        if not index_state or saved is None:
             return False
         try:
-            state.index = BM25Index.from_state(index_state)
-            if dedup_state.get("format") != 1 or not isinstance(dedup_state.get("ids"), list):
+            if not isinstance(saved, dict):
                 raise ValueError("unknown dedup state format")
-            state._dedup, state._dedup_saved = None, dedup_state
+            if saved.get("format") == 2:  # its arrays are in the index file, read in place
+                names = [f"dedup_{key}" for key in ("ids", *ARRAY_KEYS)]
+                if not all(name in index_state for name in names):
+                    raise ValueError("the near-duplicate buckets are not in the index file")
+                saved = {**saved, **{name[len("dedup_") :]: index_state.pop(name) for name in names}}
+            state.index = BM25Index.from_state(index_state)
+            if not ((saved.get("format") == 1 and isinstance(saved.get("ids"), list)) or saved.get("format") == 2):
+                raise ValueError("unknown dedup state format")
+            state._dedup, state._dedup_saved = None, saved
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("saved index unusable (%s); rebuilding it from the items", exc)
             state.index, state.dedup = BM25Index(), DedupIndex()
