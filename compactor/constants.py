@@ -290,6 +290,9 @@ SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024
 # index in all), while what waits unmerged (~150 bytes a term in Python objects) stays a
 # fraction of the index; below ~64k terms a merge is not worth its pass.
 INDEX_SETTLE_MIN: Final = 65_536
+# Items indexed per `add_many` call when the index is rebuilt (a start without a usable saved index,
+# `doctor --repair`): batches share the vocabulary lookups; 1,000 items hold a few MiB of terms.
+REBUILD_BATCH: Final = 1_000
 INDEX_SETTLE_SHARE: Final = 4
 # Settled terms remembered in a dict after a lookup: enough for the words a code-and-prose
 # corpus repeats in every document (a few thousand), ~2 MiB at most.

@@ -471,3 +471,28 @@ def test_buckets_the_header_says_are_in_the_file_but_are_not_are_rebuilt(state_d
     s2 = Store(state_dir=state_dir)
     assert s2._s.dedup.to_state() == before
     assert len([h.item.id for h in s2.query("widget6")]) == 1
+
+
+def test_a_start_without_the_index_file_rebuilds_the_same_index_in_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+):
+    import shutil
+
+    from compactor import constants as C
+
+    monkeypatch.setattr(C, "REBUILD_BATCH", 7)  # several batches, the last one short
+    saved, rebuilt = tmp_path / "saved", tmp_path / "rebuilt"
+    s = Store(state_dir=saved, clock=clock)
+    for i in range(40):
+        s.store(f"note {i}: parseHTTPResponse in src/app{i % 5}.py raised KeyError widget{i % 9}", tags=[f"t{i % 3}"])
+    s.forget(s.query("widget4")[0].item.id)
+    s.snapshot()
+    s.close()
+    shutil.copytree(saved, rebuilt)
+    for path in rebuilt.glob("index.*.bin"):
+        path.unlink()
+    loaded, again = Store(state_dir=saved, clock=clock), Store(state_dir=rebuilt, clock=clock)
+    for q in ["parseHTTPResponse widget3", "KeyError app2", "t1 widget8"]:
+        assert [(h.item.id, h.score) for h in again.query(q)] == [(h.item.id, h.score) for h in loaded.query(q)]
+    assert again.check_derived() == []
+    assert again._s.dedup.to_state() == loaded._s.dedup.to_state()

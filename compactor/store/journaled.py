@@ -177,14 +177,15 @@ class _Journaled(_StateOps):
             for record in records:
                 item = Item.from_record(record)
                 read_ids.append(item.id)
-                self._put(state, item, derived=not derived)
+                self._put(state, item, derived=False)
         finally:
             records.close()
         # Checked once all are read, as they arrive one at a time.
         if derived and not self._index_holds(state.index, read_ids):
             log.warning("saved index does not match the items; rebuilding it")
-            self._rebuild_derived(state)
             derived = False
+        if not derived:
+            self._rebuild_derived(state)
         return state, settings, derived
 
     def _attach_index_file(self, snap: dict[str, Any]) -> None:

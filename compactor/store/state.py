@@ -380,9 +380,16 @@ class _StateOps:
         return len(index) == len(ids) and all(item_id in index for item_id in ids)
 
     def _rebuild_derived(self, state: _State) -> None:
+        """The search index and near-duplicate buckets made anew from every item, indexed a
+        batch at a time (`BM25Index.add_many`: the same index as one `add` after another)."""
         state.index, state.dedup = BM25Index(), DedupIndex()
-        for item in state.items.values():
-            self._derive(state, item)
+        items = list(state.items.values())
+        for start in range(0, len(items), C.REBUILD_BATCH):
+            batch = items[start : start + C.REBUILD_BATCH]
+            terms = state.index.add_many([(item.id, *index_fields(item)) for item in batch])
+            for item, words in zip(batch, terms, strict=True):
+                if item.tier == "active" and not item.depth:
+                    state.dedup.add(item.id, words)
 
     def _put(self, s: _State, item: Item, *, derived: bool = True) -> None:
         """Add an item to every structure; `derived=False` when the index and dedup buckets
