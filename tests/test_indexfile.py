@@ -171,3 +171,78 @@ def test_a_background_snapshot_leaves_the_index_out_so_the_process_saves_it_befo
     assert not [r for r in caplog.records if "index" in r.getMessage()]
     assert not again.needs_final_snapshot and again.check_derived() == []
     again.close()
+
+
+def test_the_snapshot_loop_saves_the_index_once_calls_stop_for_an_interval(tmp_path: Path):
+    """After a background snapshot (no index), the loop waits while calls keep coming, then,
+    after a whole quiet interval, writes a full snapshot with the index."""
+    import time
+
+    import anyio
+
+    from compactor.mcp.server import snapshots
+
+    d = tmp_path / "state"
+    _fill(d)
+    store = Store(state_dir=d)
+    store.store("a delta note for the background snapshot")
+    interval = 0.1
+
+    async def scenario() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(snapshots, store, interval)
+            busy_until = time.monotonic() + 6 * interval
+            while time.monotonic() < busy_until:  # a call every 20 ms: never a quiet interval
+                store.touch()
+                await anyio.sleep(0.02)
+            assert not store.dirty  # the background snapshot ran ...
+            assert store.needs_final_snapshot and _index_files(d) == []  # ... and left the index out
+            with anyio.fail_after(20 * interval):
+                while store.needs_final_snapshot:
+                    await anyio.sleep(interval / 4)
+            tg.cancel_scope.cancel()
+
+    anyio.run(scenario)
+    assert len(_index_files(d)) == 1
+    store.close()
+    again = Store(state_dir=d)
+    assert again._index_saved and again.check_derived() == []
+    again.close()
+
+
+def test_a_failed_index_save_is_logged_once_and_retried_after_the_next_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    import anyio
+
+    from compactor.mcp.server import snapshots
+
+    d = tmp_path / "state"
+    _fill(d)
+    store = Store(state_dir=d)
+    store.store("a delta note for the background snapshot")
+    attempts: list[int] = []
+
+    def failing_snapshot() -> None:
+        attempts.append(1)
+        raise OSError("disk full")
+
+    store.snapshot = failing_snapshot  # type: ignore[method-assign]
+    interval = 0.05
+
+    async def scenario() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(snapshots, store, interval)
+            await anyio.sleep(12 * interval)
+            assert len(attempts) == 1  # not every interval
+            store.store("something new: the next quiet spell tries again")
+            with anyio.fail_after(40 * interval):
+                while len(attempts) < 2:
+                    await anyio.sleep(interval / 4)
+            tg.cancel_scope.cancel()
+
+    with caplog.at_level(logging.ERROR):
+        anyio.run(scenario)
+    assert len(attempts) == 2
+    assert sum("saving the search index failed" in r.getMessage() for r in caplog.records) == 2
+    store.close()

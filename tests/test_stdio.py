@@ -122,3 +122,35 @@ def test_corrupt_state_stops_startup_with_a_message(state_dir: Path):
 def test_bad_cli_arguments_exit_2():
     proc = subprocess.run(server_command("--budget", "abc"), capture_output=True, env=server_env(), timeout=30)
     assert proc.returncode == 2 and b"--budget" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_quiet_server_saves_its_index_so_a_kill_does_not_cost_a_rebuild(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+):
+    """Background snapshots leave the index out. A server left quiet for a snapshot interval
+    saves it, so a SIGKILL after that leaves a state dir whose next start loads the index."""
+    import logging
+    import time
+
+    import orjson
+
+    from compactor.store import Store
+
+    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "0.3")
+    ids = [srv.ok("store", content=f"note {i} about the quokka{i} migration")["id"] for i in range(20)]
+    header: dict[str, object] = {}
+    deadline = time.monotonic() + 15
+    while "index_file" not in header and time.monotonic() < deadline:
+        time.sleep(0.2)
+        first = (state_dir / "snapshot.json").read_bytes().split(b"\n", 1)[0]
+        header = orjson.loads(first[: -len(b',"items":[')] + b"}") if first.endswith(b',"items":[') else {}
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait(10)
+    srv.stop()
+    assert "index_file" in header, "the quiet server never saved its index"
+    with caplog.at_level(logging.WARNING):
+        again = Store(state_dir=state_dir)
+    assert not [r for r in caplog.records if "index" in r.getMessage()]
+    assert sorted(again.ids()) == sorted(ids) and again.check_derived() == []
+    assert [h.item.id for h in again.query("quokka7", scope="all")] == [ids[7]]

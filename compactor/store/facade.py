@@ -81,6 +81,9 @@ class Store(_Recall, _Compaction, _Ledger):
         self._degraded: str | None = None
         self._ledger_mem: list[dict[str, Any]] = []
         self.load_warnings: list[str] = []
+        # When a server last handled a call on this store (time.monotonic): background work
+        # that would hold up a call waits for a quiet spell. Set by `touch`.
+        self.last_used = time.monotonic()
         if state_dir is not None and database is not None:
             raise InvalidArgumentError("Give a state dir or a database, not both.")
         if database is not None:
@@ -106,6 +109,10 @@ class Store(_Recall, _Compaction, _Ledger):
         # over a budget the agent or person set with `configure` and that was saved.
         if budget is not None and self.settings.budget_source in ("default", "client", "cli"):
             self._commit([{"op": "config", "set": {"token_budget": budget, "budget_source": "cli"}}])
+
+    def touch(self) -> None:
+        """A server is handling a call now (see `last_used`)."""
+        self.last_used = time.monotonic()
 
     def store(
         self,
