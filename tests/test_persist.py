@@ -427,11 +427,28 @@ def _dup_store(state_dir: Path) -> tuple[Store, dict[str, object]]:
     return s, s._s.dedup.to_state()
 
 
-def test_a_snapshot_keeps_the_near_duplicate_buckets_in_the_index_file(state_dir: Path):
+def _saved_dup_store(state_dir: Path) -> dict[str, object]:
+    """`_dup_store`, snapshotted and closed; its buckets' state."""
     s, before = _dup_store(state_dir)
     s.snapshot()
     s.close()
-    header = orjson.loads((state_dir / "snapshot.json").read_bytes().split(b"\n", 1)[0][: -len(b',"items":[')] + b"}")
+    return before
+
+
+def _edit_header(state_dir: Path, **changes: object) -> dict[str, object]:
+    """The snapshot's header, and with `changes` those keys changed in the file (resealed: a
+    deliberate edit)."""
+    path = state_dir / "snapshot.json"
+    first, rest = path.read_bytes().split(b"\n", 1)
+    header = orjson.loads(first[: -len(b',"items":[')] + b"}")
+    if changes:
+        path.write_bytes(reseal(orjson.dumps({**header, **changes})[:-1] + b',"items":[\n' + rest))
+    return header
+
+
+def test_a_snapshot_keeps_the_near_duplicate_buckets_in_the_index_file(state_dir: Path):
+    before = _saved_dup_store(state_dir)
+    header = _edit_header(state_dir)
     assert header["dedup"] == {"format": 2, "byteorder": sys.byteorder}  # no arrays in the JSON
     index_file = (state_dir / header["index_file"]["name"]).read_bytes()
     assert b'"dedup_sigs"' in index_file.split(b"\n", 2)[1]
@@ -444,14 +461,8 @@ def test_a_snapshot_keeps_the_near_duplicate_buckets_in_the_index_file(state_dir
 
 def test_a_snapshot_with_buckets_in_its_json_header_still_loads(state_dir: Path):
     """The layout written before the buckets moved to the index file (format 1, base64)."""
-    s, before = _dup_store(state_dir)
-    s.snapshot()
-    s.close()
-    path = state_dir / "snapshot.json"
-    first, rest = path.read_bytes().split(b"\n", 1)
-    header = orjson.loads(first[: -len(b',"items":[')] + b"}")
-    header["dedup"] = before
-    path.write_bytes(reseal(orjson.dumps(header)[:-1] + b',"items":[\n' + rest))
+    before = _saved_dup_store(state_dir)
+    _edit_header(state_dir, dedup=before)
     s2 = Store(state_dir=state_dir)
     assert s2._s._dedup is None and s2._s._dedup_saved is not None
     assert s2._s._dedup_saved["format"] == 1
@@ -459,15 +470,9 @@ def test_a_snapshot_with_buckets_in_its_json_header_still_loads(state_dir: Path)
 
 
 def test_buckets_the_header_says_are_in_the_file_but_are_not_are_rebuilt(state_dir: Path):
-    s, before = _dup_store(state_dir)
-    s.snapshot()
-    s.close()
-    path = state_dir / "snapshot.json"
-    first, rest = path.read_bytes().split(b"\n", 1)
-    header = orjson.loads(first[: -len(b',"items":[')] + b"}")
-    header["dedup"] = {"format": 2, "byteorder": sys.byteorder}
-    header["index_file"] = None  # the file (and its arrays) unusable: everything is rebuilt
-    path.write_bytes(reseal(orjson.dumps(header)[:-1] + b',"items":[\n' + rest))
+    before = _saved_dup_store(state_dir)
+    # No file (so none of its arrays) while the header says the buckets are in it: all rebuilt.
+    _edit_header(state_dir, dedup={"format": 2, "byteorder": sys.byteorder}, index_file=None)
     s2 = Store(state_dir=state_dir)
     assert s2._s.dedup.to_state() == before
     assert len([h.item.id for h in s2.query("widget6")]) == 1
