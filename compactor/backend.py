@@ -73,12 +73,15 @@ class Persistence(Protocol):
         """In a worker thread, without the lock: write a snapshot not yet in use."""
         ...
 
-    def install_pending_snapshot(self, gen: int, offset: int) -> Callable[[], None] | None:
+    def install_pending_snapshot(
+        self, gen: int, offset: int, keep_index: str | None = None
+    ) -> Callable[[], None] | None:
         """Under the lock, once caught up and still at generation `gen`: put the pending
-        snapshot (which holds everything up to `offset`) in use. Returns cleanup to run off
-        the event loop, or None: deleting what no snapshot names any more (the replaced
-        snapshot, index files) frees blocks, which every call's journal fsync would wait
-        behind if it were done under the lock."""
+        snapshot (which holds everything up to `offset`, and names the index file
+        `keep_index` if not None) in use. Returns cleanup to run off the event loop, or None:
+        deleting what no snapshot names any more (the replaced snapshot, index files) frees
+        blocks, which every call's journal fsync would wait behind if it were done under the
+        lock."""
         ...
 
     def discard_pending_snapshot(self) -> None: ...
@@ -132,14 +135,17 @@ class DirBackend(StateDir):
     def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:
         self.write_snapshot_tmp(snapshot_chunks(header, items))
 
-    def install_pending_snapshot(self, gen: int, offset: int) -> Callable[[], None] | None:
+    def install_pending_snapshot(
+        self, gen: int, offset: int, keep_index: str | None = None
+    ) -> Callable[[], None] | None:
         old = self.install_snapshot_tmp()
         self.rotate(gen + 1, offset)
         self.remove_dead_temp_files()
-        # The pending snapshot names no index file, so none is needed any more; listed here
-        # under the lock (a later snapshot's file has a later generation's name, never one of
-        # these) and deleted with the old snapshot in the cleanup, off the lock.
-        stale = indexfile.others(self.path, None)
+        # The pending snapshot names at most `keep_index`, so no other index file is needed
+        # any more; listed here under the lock (a later snapshot's file has a later
+        # generation's name, never one of these) and deleted with the old snapshot in the
+        # cleanup, off the lock.
+        stale = indexfile.others(self.path, keep_index)
         if old is None and not stale:
             return None
 

@@ -558,7 +558,9 @@ class PgBackend:
                 raise self._fail("write a snapshot", exc) from exc
         self.last_snapshot_seconds = time.perf_counter() - started
 
-    def install_pending_snapshot(self, gen: int, offset: int) -> Callable[[], None] | None:
+    def install_pending_snapshot(
+        self, gen: int, offset: int, keep_index: str | None = None
+    ) -> Callable[[], None] | None:
         psycopg = _import_psycopg()
         self._flush_deferred()
         snap_id, self._pending = self._pending, None

@@ -141,36 +141,54 @@ def mmap_page() -> int:
     return mmap.PAGESIZE
 
 
-def test_a_background_snapshot_leaves_the_index_out_so_the_process_saves_it_before_it_ends(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_a_background_snapshot_names_the_saved_index_with_the_ids_changed_since(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ):
-    """A background snapshot writes no index (it would stall calls) and the file of the last
-    one goes; a process ending after it, changed or not, must save the index again, or every
-    later start rebuilds it from all the items."""
+    """A background snapshot writes no index (it would stall calls). It names the file of the
+    last full snapshot again, with the ids changed since: a process killed after it (no final
+    snapshot) leaves a state dir whose next start re-indexes only those, and that start still
+    has a fresh index to save before it ends."""
     import anyio
 
+    from compactor.index import BM25Index
+
     d = tmp_path / "state"
-    _fill(d)
+    ids = _fill(d)
     store = Store(state_dir=d)
     assert not store.needs_final_snapshot  # loaded with its index, nothing changed
-    store.store("one more delta note")
+    saved = _index_files(d)
+    new = store.store("one more delta note about quokkas").item.id
+    store.update(ids[3], content="charlie item 3 rewritten: now about wombats")
+    store.forget(ids[5])  # a forget writes a full snapshot: what changed before it is in the new file
+    store.update(ids[7], tags=["moved"])
     anyio.run(store.snapshot_async)
-    assert not store.dirty and _index_files(d) == []
+    assert not store.dirty and len(_index_files(d)) == 1 and _index_files(d) != saved
+    header = _header(d)
+    assert header["index_file"]["name"] == _index_files(d)[0] and header["index_stale"] == [ids[7]]
     assert store.needs_final_snapshot
-    store.close()
+    store.close()  # ends without its final snapshot, as a killed process does
+    report = doctor.check(d)
+    assert report.healthy, report.errors
 
+    indexed: list[int] = []
+    add_many = BM25Index.add_many
+
+    def counting(index: BM25Index, docs: list[tuple[str, str, str | None, list[str]]]) -> list[object]:
+        indexed.append(len(docs))
+        return add_many(index, docs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BM25Index, "add_many", counting)
     with caplog.at_level(logging.WARNING):
-        reopened = Store(state_dir=d)  # rebuilds (no file), and still has it to save
-    assert reopened.needs_final_snapshot
+        reopened = Store(state_dir=d)
+    assert not [r for r in caplog.records if "index" in r.getMessage()]  # no rebuild
+    assert indexed == [1]  # the one item changed since the file was written
+    assert _search_ids(reopened, "quokkas") == [new] and _search_ids(reopened, "wombats") == [ids[3]]
+    assert reopened.query("moved")[0].item.id == ids[7] and ids[5] not in reopened.ids()
+    assert reopened.check_derived() == []
+    assert reopened.needs_final_snapshot  # its index file is older than its items
     reopened.snapshot()
-    assert not reopened.needs_final_snapshot and len(_index_files(d)) == 1
+    assert not reopened.needs_final_snapshot and len(_index_files(d)) == 1 and "index_stale" not in _header(d)
     reopened.close()
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        again = Store(state_dir=d)
-    assert not [r for r in caplog.records if "index" in r.getMessage()]
-    assert not again.needs_final_snapshot and again.check_derived() == []
-    again.close()
 
 
 def test_the_snapshot_loop_saves_the_index_once_calls_stop_for_an_interval(tmp_path: Path):
@@ -196,14 +214,15 @@ def test_the_snapshot_loop_saves_the_index_once_calls_stop_for_an_interval(tmp_p
                 store.touch()
                 await anyio.sleep(0.02)
             assert not store.dirty  # the background snapshot ran ...
-            assert store.needs_final_snapshot and _index_files(d) == []  # ... and left the index out
+            # ... and left the index out: it names the older file, with the id changed since
+            assert store.needs_final_snapshot and _header(d)["index_stale"]
             with anyio.fail_after(20 * interval):
                 while store.needs_final_snapshot:
                     await anyio.sleep(interval / 4)
             tg.cancel_scope.cancel()
 
     anyio.run(scenario)
-    assert len(_index_files(d)) == 1
+    assert len(_index_files(d)) == 1 and "index_stale" not in _header(d)
     store.close()
     again = Store(state_dir=d)
     assert again._index_saved and again.check_derived() == []

@@ -159,3 +159,41 @@ def test_a_quiet_server_saves_its_index_so_a_kill_does_not_cost_a_rebuild(
     assert not [r for r in caplog.records if "index" in r.getMessage()]
     assert sorted(again.ids()) == sorted(ids) and again.check_derived() == []
     assert [h.item.id for h in again.query("quokka7", scope="all")] == [ids[7]]
+
+
+@pytest.mark.slow
+def test_a_server_killed_while_busy_leaves_an_index_its_next_start_brings_up_to_date(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+):
+    """Calls keep coming, so no quiet spell saves the index; the background snapshots name the
+    index file the state dir started with, and the ids changed since. After a SIGKILL the next
+    start re-indexes only those instead of every item."""
+    import logging
+    import time
+
+    import orjson
+
+    from compactor.store import Store
+
+    first = Store(state_dir=state_dir)
+    old = [first.store(f"older note {i} about the wallaby{i} rollout").item.id for i in range(30)]
+    first.snapshot()
+    first.close()
+    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "0.2")
+    new: list[str] = []
+    header: dict[str, object] = {}
+    deadline = time.monotonic() + 15
+    while not header.get("index_stale") and time.monotonic() < deadline:
+        new.append(srv.ok("store", content=f"busy note {len(new)} about the numbat{len(new)} outage")["id"])
+        raw = (state_dir / "snapshot.json").read_bytes().split(b"\n", 1)[0]
+        header = orjson.loads(raw[: -len(b',"items":[')] + b"}")
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait(10)
+    srv.stop()
+    assert header.get("index_stale"), "no background snapshot named the index file"
+    with caplog.at_level(logging.WARNING):
+        again = Store(state_dir=state_dir)
+    assert not [r for r in caplog.records if "index" in r.getMessage()]
+    assert sorted(again.ids()) == sorted(old + new) and again.check_derived() == []
+    assert [h.item.id for h in again.query("numbat0", scope="all")] == [new[0]]
+    assert [h.item.id for h in again.query("wallaby7", scope="all")] == [old[7]]

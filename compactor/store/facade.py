@@ -26,7 +26,7 @@ from ..runtime import PROCESS, Runtime
 from ..tokens import TokenCounter, default_counter
 from .compact import _Compaction, _item_bytes
 from .inputs import StoreInput, _check_importance, _utf8_size, file_view_fields
-from .journaled import _Txn
+from .journaled import SavedIndex, _Txn
 from .ledger import _Ledger
 from .recall import _Recall
 from .records import BulkStored, Hit, ImportedRecords, Pruned, Status, Stored, Updated
@@ -76,6 +76,8 @@ class Store(_Recall, _Compaction, _Ledger):
         self._s = _State()
         self._dir: Persistence | None = None
         self._dirty = False
+        self._index_stale: set[str] = set()
+        self._on_disk: SavedIndex | None = None
         # Why the last journal write failed; while set, memory is read-only (writes are refused,
         # never acknowledged unsaved) and every write first tries the disk again.
         self._degraded: str | None = None

@@ -10,10 +10,12 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Self
 
 import anyio
 import anyio.to_thread
+import orjson
 
 from .. import constants as C
 from ..backend import Persistence
@@ -23,9 +25,20 @@ from ..indexfile import IndexFileError
 from ..models import Item, Op, Settings
 from ..persist import ItemRecords
 from ..runtime import Runtime
-from .state import _State, _StateOps, dedup_arrays, dedup_state
+from .state import _State, _StateOps, dedup_arrays, dedup_state, index_fields
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SavedIndex:
+    """The index file on disk, as a snapshot names it: a background snapshot (which writes no
+    index) names it again with the ids changed since (`index_stale`), and a load re-indexes
+    just those on top of it instead of every item."""
+
+    ref: dict[str, Any]  # header "index_file"
+    index: bytes  # header "index" (the saved index's JSON part), serialised
+    dedup: dict[str, Any]  # header "dedup" (format 2: the buckets' arrays are in the file)
 
 
 class _Txn:
@@ -128,6 +141,7 @@ class _Journaled(_StateOps):
     _dir: Persistence | None
     _dirty: bool
     _index_saved: bool = True
+    _on_disk: SavedIndex | None
     # Why the last journal write failed; while set, memory is read-only.
     _degraded: str | None
     load_warnings: list[str]
@@ -143,30 +157,40 @@ class _Journaled(_StateOps):
         assert self._dir is not None
         loaded = self._dir.load()
         snap = loaded.snapshot
-        state, settings, derived = self._state_from_snapshot(snap)
-        old_state, old_settings = self._s, self.settings
+        state, settings, derived, on_disk = self._state_from_snapshot(snap)
+        old_state, old_settings, old_stale = self._s, self.settings, self._index_stale
         self._s, self.settings = state, settings
+        self._index_stale = set(on_disk[1]) if on_disk is not None else set()
         try:
             for batch in loaded.batches:
                 for op in batch:
                     self._apply(op)
         except Exception:
-            self._s, self.settings = old_state, old_settings
+            self._s, self.settings, self._index_stale = old_state, old_settings, old_stale
             raise
+        self._on_disk = on_disk[0] if on_disk is not None else None
         for warning in loaded.warnings:
             log.warning("%s", warning)
         self.load_warnings = loaded.warnings
-        # A snapshot saved with no index (a background one) makes the next start rebuild it.
-        self._index_saved = derived or not self._s.items
+        # A snapshot saved with no index makes the next start rebuild it, and one naming an
+        # older index file makes it re-index what changed since: either way the index is
+        # worth saving again.
+        self._index_saved = (derived and not (on_disk is not None and on_disk[1])) or not self._s.items
 
-    def _state_from_snapshot(self, snap: dict[str, Any] | None) -> tuple[_State, Settings, bool]:
+    def _state_from_snapshot(
+        self, snap: dict[str, Any] | None
+    ) -> tuple[_State, Settings, bool, tuple[SavedIndex, list[str]] | None]:
         """Memory as a snapshot describes it: (state, settings, whether the index saved with
-        it was used). Its items are read one at a time, each freed once its Item is made."""
+        it was used, and then the index file it used with the ids changed since that file was
+        written, re-indexed here). Its items are read one at a time, each freed once its Item
+        is made."""
         state = _State()
         settings = Settings(token_budget=C.BUDGET_DEFAULT)
         if not snap:
-            return state, settings, False
+            return state, settings, False, None
         records: ItemRecords = snap.pop("items")
+        on_disk = self._saved_index_of(snap)
+        stale = snap.pop("index_stale", None) or []
         try:
             for key, value in (snap.get("settings") or {}).items():
                 if hasattr(settings, key):
@@ -180,13 +204,48 @@ class _Journaled(_StateOps):
                 self._put(state, item, derived=False)
         finally:
             records.close()
+        if derived and stale and not self._reindex(state, stale):
+            derived = False
         # Checked once all are read, as they arrive one at a time.
         if derived and not self._index_holds(state.index, read_ids):
             log.warning("saved index does not match the items; rebuilding it")
             derived = False
         if not derived:
             self._rebuild_derived(state)
-        return state, settings, derived
+        return state, settings, derived, ((on_disk, stale) if derived and on_disk is not None else None)
+
+    @staticmethod
+    def _saved_index_of(snap: dict[str, Any]) -> SavedIndex | None:
+        """What a later background snapshot needs to name the same index file, if it can."""
+        ref, index, dedup = snap.get("index_file"), snap.get("index"), snap.get("dedup")
+        if not (isinstance(ref, dict) and isinstance(index, dict) and isinstance(dedup, dict)):
+            return None
+        if dedup.get("format") != 2:
+            return None
+        return SavedIndex(dict(ref), orjson.dumps(index), dict(dedup))
+
+    def _reindex(self, state: _State, stale: Sequence[Any]) -> bool:
+        """Bring an index loaded from an older file up to the items: each id changed since it
+        was written is taken out and, if still stored, indexed again (and its near-duplicate
+        entry with it). False when a full rebuild is the cheaper way."""
+        ids = list(dict.fromkeys(i for i in stale if isinstance(i, str)))
+        if len(ids) > max(C.REBUILD_BATCH, len(state.items) // 2):
+            return False
+        index = state.index
+        for item_id in ids:
+            if item_id in index:
+                index.remove(item_id)
+        items = [state.items[i] for i in ids if i in state.items]
+        dedup = state.dedup
+        for item_id in ids:
+            dedup.remove(item_id)
+        for start in range(0, len(items), C.REBUILD_BATCH):
+            batch = items[start : start + C.REBUILD_BATCH]
+            terms = index.add_many([(item.id, *index_fields(item)) for item in batch])
+            for item, words in zip(batch, terms, strict=True):
+                if item.tier == "active" and not item.depth:
+                    dedup.add(item.id, words)
+        return True
 
     def _attach_index_file(self, snap: dict[str, Any]) -> None:
         """Join the arrays of the binary index file the snapshot names (memory-mapped, read in
@@ -216,7 +275,7 @@ class _Journaled(_StateOps):
         snap = dict(snapshot) if snapshot else None
         if snap is not None:
             snap["items"] = (record for record in list(snap["items"]))
-        store._s, store.settings, derived = store._state_from_snapshot(snap)
+        store._s, store.settings, derived, _ = store._state_from_snapshot(snap)
         failures: list[str] = []
         for lineno, ops in batches:
             for k, op in enumerate(ops):
@@ -333,6 +392,8 @@ class _Journaled(_StateOps):
         self._dir.keep_only_index(ref["name"] if ref is not None else None)
         self._dirty = False
         self._index_saved = True
+        self._on_disk = self._saved_index_of(header)
+        self._index_stale = set()
 
     def _saved_index(self, gen: int) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
         """The search index's state for the snapshot's header, the reference of the file its
@@ -390,6 +451,7 @@ class _Journaled(_StateOps):
             items = list(self._s.items.values())
             gen, offset = sd.gen, sd.offset
             header = self._snapshot_header(gen + 1, gen, offset)
+            keep = self._name_saved_index(header, len(items))
             self._dirty = False
         with self.runtime.background_write():  # the event loop gets the GIL back quickly
             tmp_ok = await anyio.to_thread.run_sync(self._write_snapshot_tmp, header, items)
@@ -407,15 +469,30 @@ class _Journaled(_StateOps):
                 return
             cleanup = None
             try:
-                # Also lists the index files this snapshot (which names none) leaves unused:
-                # the cleanup deletes them off the lock.
-                cleanup = sd.install_pending_snapshot(gen, offset)
+                # Also lists the index files this snapshot leaves unused (all but the one it
+                # names, if any): the cleanup deletes them off the lock.
+                cleanup = sd.install_pending_snapshot(gen, offset, keep)
                 self._index_saved = False
             except (PersistenceError, OSError) as exc:
                 log.warning("snapshot not installed: %s", exc)
                 self._dirty = True
         if cleanup is not None:
             await anyio.to_thread.run_sync(cleanup)
+
+    def _name_saved_index(self, header: dict[str, Any], n_items: int) -> str | None:
+        """Name the index file on disk in a background snapshot's header, with the ids changed
+        since it was written, when a load re-indexing those would beat rebuilding everything
+        (a process killed before its final snapshot then starts almost as fast). Returns the
+        file's name, which the snapshot's cleanup must keep; None when it names none."""
+        on_disk = self._on_disk
+        if on_disk is None or len(self._index_stale) > max(C.REBUILD_BATCH, n_items // 2):
+            return None
+        header["index"] = orjson.Fragment(on_disk.index)
+        header["index_file"] = on_disk.ref
+        header["dedup"] = on_disk.dedup
+        header["index_stale"] = sorted(self._index_stale)
+        name = on_disk.ref.get("name")
+        return name if isinstance(name, str) else None
 
     def _write_snapshot_tmp(self, header: dict[str, Any], items: list[Item]) -> bool:
         assert self._dir is not None

@@ -145,6 +145,9 @@ class _StateOps:
     settings: Settings
     counter: TokenCounter
     _clock: Callable[[], float]
+    # Ids whose item was put, changed (other than its view or access data) or deleted since the
+    # index file on disk was written: what a load re-indexes on top of that file.
+    _index_stale: set[str]
 
     def check_derived(self) -> list[str]:
         """What the incrementally kept structures (search index, token total, tier orders,
@@ -210,6 +213,7 @@ class _StateOps:
         kind = op["op"]
         if kind == "put":
             item = Item.from_record(op["item"])
+            self._index_stale.add(item.id)
             old = self._s.items.get(item.id)
             if old is not None:
                 self._drop(self._s, old)
@@ -222,6 +226,7 @@ class _StateOps:
             if changes.keys() <= _LIGHT_FIELDS:
                 self._swap_light(old, old.evolve(changes))
                 return
+            self._index_stale.add(old.id)
             for key in TUPLE_FIELDS:
                 if key in changes:
                     changes[key] = tuple(changes[key])
@@ -232,6 +237,7 @@ class _StateOps:
         elif kind == "del":
             old = self._s.items.get(op["id"])
             if old is not None:
+                self._index_stale.add(old.id)
                 self._drop(self._s, old)
         elif kind == "config":
             for key, value in op["set"].items():
@@ -243,6 +249,7 @@ class _StateOps:
         """`_apply` of puts of new items (distinct ids, none stored), with the same result, but
         a run of them is indexed in one batch (`BM25Index.add_many`), at a fraction of the cost."""
         items = [Item.from_record(op["item"]) for op in ops]
+        self._index_stale.update(item.id for item in items)
         s = self._s
         if len(items) < 2:
             for item in items:
