@@ -265,3 +265,33 @@ def test_a_failed_index_save_is_logged_once_and_retried_after_the_next_write(
     assert len(attempts) == 2
     assert sum("saving the search index failed" in r.getMessage() for r in caplog.records) == 2
     store.close()
+
+
+def test_once_too_much_changed_a_background_snapshot_names_no_index_file_until_a_full_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Past half the items changed, a load would rebuild anyway: the changed ids stop being
+    tracked, and stay untracked even when the store grows back past the limit (a list
+    begun again would miss the changes made meanwhile)."""
+    import anyio
+
+    from compactor import constants as C
+
+    monkeypatch.setattr(C, "REBUILD_BATCH", 2)
+    d = tmp_path / "state"
+    store = Store(state_dir=d)
+    ids = [store.store(f"note {i} about {WORDS[i]}").item.id for i in range(6)]
+    store.snapshot()
+    for item_id in ids[:4]:
+        store.update(item_id, tags=["changed"])  # 4 of 6 changed: more than half
+    store.bulk_store([StoreInput(f"later note {i} zz{i}") for i in range(30)])  # limit now 18
+    anyio.run(store.snapshot_async)
+    assert "index_file" not in _header(d) and _index_files(d) == []
+    store.snapshot()
+    store.update(ids[0], tags=["again"])
+    anyio.run(store.snapshot_async)
+    assert _header(d)["index_stale"] == [ids[0]] and len(_index_files(d)) == 1
+    store.close()
+    again = Store(state_dir=d)
+    assert again.check_derived() == [] and again.query("again")[0].item.id == ids[0]
+    again.close()

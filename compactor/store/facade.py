@@ -76,7 +76,7 @@ class Store(_Recall, _Compaction, _Ledger):
         self._s = _State()
         self._dir: Persistence | None = None
         self._dirty = False
-        self._index_stale: set[str] = set()
+        self._index_stale: set[str] | None = set()
         self._on_disk: SavedIndex | None = None
         # Why the last journal write failed; while set, memory is read-only (writes are refused,
         # never acknowledged unsaved) and every write first tries the disk again.

@@ -25,7 +25,7 @@ from ..indexfile import IndexFileError
 from ..models import Item, Op, Settings
 from ..persist import ItemRecords
 from ..runtime import Runtime
-from .state import _State, _StateOps, dedup_arrays, dedup_state, index_fields
+from .state import _State, _StateOps, dedup_arrays, dedup_state, index_fields, stale_limit
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class _Journaled(_StateOps):
         state, settings, derived, on_disk = self._state_from_snapshot(snap)
         old_state, old_settings, old_stale = self._s, self.settings, self._index_stale
         self._s, self.settings = state, settings
-        self._index_stale = set(on_disk[1]) if on_disk is not None else set()
+        self._index_stale = {i for i in on_disk[1] if isinstance(i, str)} if on_disk is not None else set()
         try:
             for batch in loaded.batches:
                 for op in batch:
@@ -229,7 +229,7 @@ class _Journaled(_StateOps):
         was written is taken out and, if still stored, indexed again (and its near-duplicate
         entry with it). False when a full rebuild is the cheaper way."""
         ids = list(dict.fromkeys(i for i in stale if isinstance(i, str)))
-        if len(ids) > max(C.REBUILD_BATCH, len(state.items) // 2):
+        if len(ids) > stale_limit(len(state.items)):
             return False
         index = state.index
         for item_id in ids:
@@ -484,13 +484,13 @@ class _Journaled(_StateOps):
         since it was written, when a load re-indexing those would beat rebuilding everything
         (a process killed before its final snapshot then starts almost as fast). Returns the
         file's name, which the snapshot's cleanup must keep; None when it names none."""
-        on_disk = self._on_disk
-        if on_disk is None or len(self._index_stale) > max(C.REBUILD_BATCH, n_items // 2):
+        on_disk, stale = self._on_disk, self._index_stale
+        if on_disk is None or stale is None or len(stale) > stale_limit(n_items):
             return None
         header["index"] = orjson.Fragment(on_disk.index)
         header["index_file"] = on_disk.ref
         header["dedup"] = on_disk.dedup
-        header["index_stale"] = sorted(self._index_stale)
+        header["index_stale"] = sorted(stale)
         name = on_disk.ref.get("name")
         return name if isinstance(name, str) else None
 

@@ -131,6 +131,12 @@ def _headline(item: Item) -> str | None:
     return whole.group() if whole else None
 
 
+def stale_limit(n_items: int) -> int:
+    """The most changed ids a load re-indexes on top of an older index file; past it a
+    rebuild of all `n_items` is as cheap."""
+    return max(C.REBUILD_BATCH, n_items // 2)
+
+
 def index_fields(item: Item) -> tuple[str, str | None, Sequence[str]]:
     """What the search index holds of an item: (body, boosted headline, tags). The doctor
     rebuilds terms through this, so its check and the store cannot drift apart."""
@@ -146,8 +152,9 @@ class _StateOps:
     counter: TokenCounter
     _clock: Callable[[], float]
     # Ids whose item was put, changed (other than its view or access data) or deleted since the
-    # index file on disk was written: what a load re-indexes on top of that file.
-    _index_stale: set[str]
+    # index file on disk was written: what a load re-indexes on top of that file. None once
+    # more changed than re-indexing would beat a rebuild (until the next full snapshot).
+    _index_stale: set[str] | None
 
     def check_derived(self) -> list[str]:
         """What the incrementally kept structures (search index, token total, tier orders,
@@ -209,11 +216,19 @@ class _StateOps:
             )
         return problems
 
+    def _mark_changed(self, ids: Sequence[str]) -> None:
+        stale = self._index_stale
+        if stale is None:
+            return
+        stale.update(ids)
+        if len(stale) > stale_limit(len(self._s.items)):
+            self._index_stale = None  # sticky: the store may grow, but these changes stay
+
     def _apply(self, op: Op) -> None:
         kind = op["op"]
         if kind == "put":
             item = Item.from_record(op["item"])
-            self._index_stale.add(item.id)
+            self._mark_changed((item.id,))
             old = self._s.items.get(item.id)
             if old is not None:
                 self._drop(self._s, old)
@@ -226,7 +241,7 @@ class _StateOps:
             if changes.keys() <= _LIGHT_FIELDS:
                 self._swap_light(old, old.evolve(changes))
                 return
-            self._index_stale.add(old.id)
+            self._mark_changed((old.id,))
             for key in TUPLE_FIELDS:
                 if key in changes:
                     changes[key] = tuple(changes[key])
@@ -237,7 +252,7 @@ class _StateOps:
         elif kind == "del":
             old = self._s.items.get(op["id"])
             if old is not None:
-                self._index_stale.add(old.id)
+                self._mark_changed((old.id,))
                 self._drop(self._s, old)
         elif kind == "config":
             for key, value in op["set"].items():
@@ -249,7 +264,7 @@ class _StateOps:
         """`_apply` of puts of new items (distinct ids, none stored), with the same result, but
         a run of them is indexed in one batch (`BM25Index.add_many`), at a fraction of the cost."""
         items = [Item.from_record(op["item"]) for op in ops]
-        self._index_stale.update(item.id for item in items)
+        self._mark_changed([item.id for item in items])
         s = self._s
         if len(items) < 2:
             for item in items:
