@@ -506,3 +506,12 @@ def test_a_start_without_the_index_file_rebuilds_the_same_index_in_batches(
         assert [(h.item.id, h.score) for h in again.query(q)] == [(h.item.id, h.score) for h in loaded.query(q)]
     assert again.check_derived() == []
     assert again._s.dedup.to_state() == loaded._s.dedup.to_state()
+
+
+@pytest.mark.parametrize("stale", [5, "not a list", [1, 2], {"a": 1}])
+def test_a_damaged_list_of_changed_ids_rebuilds_the_index(state_dir: Path, stale: object):
+    before = _saved_dup_store(state_dir)
+    _edit_header(state_dir, index_stale=stale)
+    s = Store(state_dir=state_dir)
+    assert s.check_derived() == [] and s._s.dedup.to_state() == before
+    assert len(s.query("widget6")) == 1

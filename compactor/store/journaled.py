@@ -190,7 +190,7 @@ class _Journaled(_StateOps):
             return state, settings, False, None
         records: ItemRecords = snap.pop("items")
         on_disk = self._saved_index_of(snap)
-        stale = snap.pop("index_stale", None) or []
+        stale: object = snap.pop("index_stale", [])
         try:
             for key, value in (snap.get("settings") or {}).items():
                 if hasattr(settings, key):
@@ -204,7 +204,7 @@ class _Journaled(_StateOps):
                 self._put(state, item, derived=False)
         finally:
             records.close()
-        if derived and stale and not self._reindex(state, stale):
+        if derived and stale != [] and not self._reindex(state, stale):
             derived = False
         # Checked once all are read, as they arrive one at a time.
         if derived and not self._index_holds(state.index, read_ids):
@@ -212,7 +212,8 @@ class _Journaled(_StateOps):
             derived = False
         if not derived:
             self._rebuild_derived(state)
-        return state, settings, derived, ((on_disk, stale) if derived and on_disk is not None else None)
+        changed = stale if derived and isinstance(stale, list) else []
+        return state, settings, derived, ((on_disk, changed) if derived and on_disk is not None else None)
 
     @staticmethod
     def _saved_index_of(snap: dict[str, Any]) -> SavedIndex | None:
@@ -224,11 +225,15 @@ class _Journaled(_StateOps):
             return None
         return SavedIndex(dict(ref), orjson.dumps(index), dict(dedup))
 
-    def _reindex(self, state: _State, stale: Sequence[Any]) -> bool:
+    def _reindex(self, state: _State, stale: object) -> bool:
         """Bring an index loaded from an older file up to the items: each id changed since it
         was written is taken out and, if still stored, indexed again (and its near-duplicate
-        entry with it). False when a full rebuild is the cheaper way."""
-        ids = list(dict.fromkeys(i for i in stale if isinstance(i, str)))
+        entry with it). False when a full rebuild is the cheaper way, or the list is not one
+        of ids."""
+        if not isinstance(stale, list) or not all(isinstance(i, str) for i in stale):
+            log.warning("the snapshot's list of changed ids is damaged; rebuilding the index")
+            return False
+        ids = list(dict.fromkeys(stale))
         if len(ids) > stale_limit(len(state.items)):
             return False
         index = state.index
