@@ -166,7 +166,7 @@ class Store(_Recall, _Compaction, _Ledger):
             skipped: list[str] = []
             for i, rec in enumerate(records):
                 try:
-                    item = self._build_record(rec, now, count=False)
+                    item = self._build_record(rec, now)
                 except InvalidArgumentError as exc:
                     raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was imported.") from exc
                 if item.id in self._s.items or item.id in built:
@@ -227,7 +227,7 @@ class Store(_Recall, _Compaction, _Ledger):
                     skipped.append(inp.item_id)
                     continue
                 try:
-                    built.append(self._build(inp, seq + len(built), now, count=False))
+                    built.append(self._build(inp, seq + len(built), now))
                 except InvalidArgumentError as exc:
                     if len(inputs) == 1:
                         raise

@@ -92,8 +92,8 @@ class _Inputs(_StateOps):
     _redacted: dict[str, int]  # kind -> count, for the current call
     scope: str
 
-    def _build(self, inp: StoreInput, seq: int, now: float, *, count: bool = True) -> Item:
-        """`count=False` leaves the token counts 0, for `_count_tokens` to fill in later."""
+    def _build(self, inp: StoreInput, seq: int, now: float) -> Item:
+        """A new item from a store input, its token counts left 0 for `_count_tokens`."""
         content = inp.content
         if not isinstance(content, str) or not content.strip():
             raise InvalidArgumentError("content must be a non-empty string (not only whitespace).")
@@ -134,14 +134,14 @@ class _Inputs(_StateOps):
             created_at=now,
             last_accessed_at=now,
             access_count=0,
-            content_tokens=self.counter.count(content) if count else 0,
-            summary_tokens=self.counter.count(summary) if count else 0,
+            content_tokens=0,
+            summary_tokens=0,
             scope=self._check_stored_scope(inp.scope) if inp.scope is not None else self.scope,
             **file_view_fields(content, summary),
         )
 
     def _count_tokens(self, items: Sequence[Item]) -> None:
-        """Set the token counts of items just built with `count=False`. Counted in one run:
+        """Set the token counts of items just built (`_build`, `_build_record`). Counted in one run:
         interleaved with the rest of building an item, each count took about twice as long
         (the encoding's tables are out of the CPU caches by the time the next one starts)."""
         count = self.counter.count
@@ -209,9 +209,9 @@ class _Inputs(_StateOps):
             raise InvalidArgumentError(bounds.must_be("summary", allowed, summary))
         return summary
 
-    def _build_record(self, rec: dict[str, Any], now: float, *, count: bool = True) -> Item:
+    def _build_record(self, rec: dict[str, Any], now: float) -> Item:
         """An Item from an exported record, every field checked as `_build` checks a new one
-        (`count=False`: token counts left 0 for `_count_tokens`)."""
+        (token counts left 0 for `_count_tokens`)."""
         if not isinstance(rec, dict):
             raise InvalidArgumentError("an item must be a JSON object.")
         content = rec.get("content")
@@ -273,8 +273,8 @@ class _Inputs(_StateOps):
             created_at=created,
             last_accessed_at=float(pick("last_accessed_at", is_time, created)),
             access_count=pick("access_count", is_count, 0),
-            content_tokens=self.counter.count(content) if count else 0,
-            summary_tokens=self.counter.count(summary) if count else 0,
+            content_tokens=0,
+            summary_tokens=0,
             tier=pick("tier", lambda v: v in ("active", "archived"), "active"),
             view=pick("view", lambda v: v in ("content", "summary"), "content"),
             merged_into=pick("merged_into", is_ref, None),

@@ -15,7 +15,6 @@ from typing import Any, Self
 
 import anyio
 import anyio.to_thread
-import orjson
 
 from .. import constants as C
 from ..backend import Persistence
@@ -25,7 +24,7 @@ from ..indexfile import IndexFileError
 from ..models import Item, Op, Settings
 from ..persist import ItemRecords
 from ..runtime import Runtime
-from .state import _State, _StateOps, dedup_arrays, dedup_state, index_fields, stale_limit
+from .state import _State, _StateOps, dedup_arrays, dedup_state, stale_limit
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +36,13 @@ class SavedIndex:
     just those on top of it instead of every item."""
 
     ref: dict[str, Any]  # header "index_file"
-    index: bytes  # header "index" (the saved index's JSON part), serialised
+    index: dict[str, Any]  # header "index": the saved index's JSON part, as read (never changed)
     dedup: dict[str, Any]  # header "dedup" (format 2: the buckets' arrays are in the file)
+
+
+def _ids_or_none(value: object) -> list[str] | None:
+    """A snapshot's list of changed ids, or None when it is not one (a damaged header)."""
+    return value if isinstance(value, list) and all(isinstance(i, str) for i in value) else None
 
 
 class _Txn:
@@ -160,7 +164,7 @@ class _Journaled(_StateOps):
         state, settings, derived, on_disk = self._state_from_snapshot(snap)
         old_state, old_settings, old_stale = self._s, self.settings, self._index_stale
         self._s, self.settings = state, settings
-        self._index_stale = {i for i in on_disk[1] if isinstance(i, str)} if on_disk is not None else set()
+        self._index_stale = set(on_disk[1]) if on_disk is not None else set()
         try:
             for batch in loaded.batches:
                 for op in batch:
@@ -190,7 +194,7 @@ class _Journaled(_StateOps):
             return state, settings, False, None
         records: ItemRecords = snap.pop("items")
         on_disk = self._saved_index_of(snap)
-        stale: object = snap.pop("index_stale", [])
+        changed = _ids_or_none(snap.pop("index_stale", []))
         try:
             for key, value in (snap.get("settings") or {}).items():
                 if hasattr(settings, key):
@@ -204,7 +208,10 @@ class _Journaled(_StateOps):
                 self._put(state, item, derived=False)
         finally:
             records.close()
-        if derived and stale != [] and not self._reindex(state, stale):
+        if derived and changed is None:
+            log.warning("the snapshot's list of changed ids is damaged; rebuilding the index")
+            derived = False
+        if derived and changed and not self._reindex(state, changed):
             derived = False
         # Checked once all are read, as they arrive one at a time.
         if derived and not self._index_holds(state.index, read_ids):
@@ -212,8 +219,7 @@ class _Journaled(_StateOps):
             derived = False
         if not derived:
             self._rebuild_derived(state)
-        changed = stale if derived and isinstance(stale, list) else []
-        return state, settings, derived, ((on_disk, changed) if derived and on_disk is not None else None)
+        return state, settings, derived, ((on_disk, changed or []) if derived and on_disk is not None else None)
 
     @staticmethod
     def _saved_index_of(snap: dict[str, Any]) -> SavedIndex | None:
@@ -223,33 +229,21 @@ class _Journaled(_StateOps):
             return None
         if dedup.get("format") != 2:
             return None
-        return SavedIndex(dict(ref), orjson.dumps(index), dict(dedup))
+        return SavedIndex(dict(ref), index, dict(dedup))
 
-    def _reindex(self, state: _State, stale: object) -> bool:
+    def _reindex(self, state: _State, changed: list[str]) -> bool:
         """Bring an index loaded from an older file up to the items: each id changed since it
         was written is taken out and, if still stored, indexed again (and its near-duplicate
-        entry with it). False when a full rebuild is the cheaper way, or the list is not one
-        of ids."""
-        if not isinstance(stale, list) or not all(isinstance(i, str) for i in stale):
-            log.warning("the snapshot's list of changed ids is damaged; rebuilding the index")
-            return False
-        ids = list(dict.fromkeys(stale))
+        entry with it). False when a full rebuild is the cheaper way."""
+        ids = list(dict.fromkeys(changed))
         if len(ids) > stale_limit(len(state.items)):
             return False
-        index = state.index
+        index, dedup = state.index, state.dedup
         for item_id in ids:
             if item_id in index:
                 index.remove(item_id)
-        items = [state.items[i] for i in ids if i in state.items]
-        dedup = state.dedup
-        for item_id in ids:
             dedup.remove(item_id)
-        for start in range(0, len(items), C.REBUILD_BATCH):
-            batch = items[start : start + C.REBUILD_BATCH]
-            terms = index.add_many([(item.id, *index_fields(item)) for item in batch])
-            for item, words in zip(batch, terms, strict=True):
-                if item.tier == "active" and not item.depth:
-                    dedup.add(item.id, words)
+        self._index_new(state, [state.items[i] for i in ids if i in state.items])
         return True
 
     def _attach_index_file(self, snap: dict[str, Any]) -> None:
@@ -492,7 +486,7 @@ class _Journaled(_StateOps):
         on_disk, stale = self._on_disk, self._index_stale
         if on_disk is None or stale is None or len(stale) > stale_limit(n_items):
             return None
-        header["index"] = orjson.Fragment(on_disk.index)
+        header["index"] = on_disk.index
         header["index_file"] = on_disk.ref
         header["dedup"] = on_disk.dedup
         header["index_stale"] = sorted(stale)

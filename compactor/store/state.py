@@ -271,11 +271,9 @@ class _StateOps:
                 self._put(s, item)
             return
         # Indexed first: add_many checks every id before it changes anything.
-        terms = s.index.add_many([(item.id, *index_fields(item)) for item in items])
-        for item, words in zip(items, terms, strict=True):
+        self._index_new(s, items)
+        for item in items:
             self._put(s, item, derived=False)
-            if item.tier == "active" and not item.depth:
-                s.dedup.add(item.id, words)
 
     def _swap_light(self, old: Item, new: Item) -> None:
         """`_swap` for a change of view or access time only, which no derived structure but
@@ -405,13 +403,19 @@ class _StateOps:
         """The search index and near-duplicate buckets made anew from every item, indexed a
         batch at a time (`BM25Index.add_many`: the same index as one `add` after another)."""
         state.index, state.dedup = BM25Index(), DedupIndex()
-        items = list(state.items.values())
+        self._index_new(state, list(state.items.values()))
+
+    @staticmethod
+    def _index_new(s: _State, items: Sequence[Item]) -> None:
+        """Index items the index does not hold, and file the active leaves among them for
+        near-duplicates: REBUILD_BATCH at a time through `BM25Index.add_many`, which makes the
+        index one `add` after another makes, sharing the vocabulary lookups of a batch."""
         for start in range(0, len(items), C.REBUILD_BATCH):
             batch = items[start : start + C.REBUILD_BATCH]
-            terms = state.index.add_many([(item.id, *index_fields(item)) for item in batch])
+            terms = s.index.add_many([(item.id, *index_fields(item)) for item in batch])
             for item, words in zip(batch, terms, strict=True):
                 if item.tier == "active" and not item.depth:
-                    state.dedup.add(item.id, words)
+                    s.dedup.add(item.id, words)
 
     def _put(self, s: _State, item: Item, *, derived: bool = True) -> None:
         """Add an item to every structure; `derived=False` when the index and dedup buckets
