@@ -39,7 +39,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -276,7 +276,9 @@ def _record_problem(rec: Any) -> str | None:
 
 
 # --- snapshot ----------------------------------------------------------------------------------
-def _check_snapshot(dir_: Path, raw: bytes | None, report: DoctorReport) -> dict[str, Any] | None:
+def _check_snapshot(
+    dir_: Path, raw: bytes | None, report: DoctorReport, held: Mapping[str, int] | None = None
+) -> dict[str, Any] | None:
     """The parsed snapshot if it can be used; None if absent or broken (an error says which)."""
     report.checks.append("snapshot")
     path = dir_ / SNAPSHOT
@@ -363,18 +365,18 @@ def _check_snapshot(dir_: Path, raw: bytes | None, report: DoctorReport) -> dict
         "items": len(snap["items"]),
         "bytes": len(raw),
     }
-    _check_index_file(dir_, snap, report)
+    _check_index_file(dir_, snap, report, held)
     return snap
 
 
-def _check_index_file(dir_: Path, snap: dict[str, Any], report: DoctorReport) -> None:
+def _check_index_file(dir_: Path, snap: dict[str, Any], report: DoctorReport, held: Mapping[str, int] | None) -> None:
     """The binary index file the snapshot names: present, whole and matching its checksum.
     Its arrays join the snapshot's saved index for the replay, as a start joins them."""
     if "index_file" not in snap:
         return
     ref = snap.pop("index_file")
     try:
-        arrays = indexfile.read(dir_, ref if isinstance(ref, dict) else {})
+        arrays = indexfile.read(dir_, ref if isinstance(ref, dict) else {}, held)
     except indexfile.IndexFileError as exc:
         snap.pop("index", None)
         report.error(
@@ -781,17 +783,33 @@ def check(state_dir: Path, step: Callable[[str], None] = _no_step) -> DoctorRepo
         report.error("permissions", f"cannot list {dir_}: {exc.strerror or exc}.", f"`chmod 700 {dir_}`")
         return report
     step(f"reading {dir_}…")
-    with _shared_lock(dir_, report):
-        snap_raw = _read(dir_ / SNAPSHOT, report, "snapshot")
-        journal_raw = _read(dir_ / JOURNAL, report, "journal")
-        lock_raw = _read(dir_ / LOCK, report, "lock")
-        ledger_raw = _read(dir_ / C.FORGET_LEDGER, report, "ledger")
+    with contextlib.ExitStack() as stack:
+        with _shared_lock(dir_, report):
+            snap_raw = _read(dir_ / SNAPSHOT, report, "snapshot")
+            journal_raw = _read(dir_ / JOURNAL, report, "journal")
+            lock_raw = _read(dir_ / LOCK, report, "lock")
+            ledger_raw = _read(dir_ / C.FORGET_LEDGER, report, "ledger")
+            held = stack.enter_context(indexfile.hold(dir_))
+        return _check_read(dir_, snap_raw, journal_raw, lock_raw, ledger_raw, held, report, step)
+
+
+def _check_read(
+    dir_: Path,
+    snap_raw: bytes | None,
+    journal_raw: bytes | None,
+    lock_raw: bytes | None,
+    ledger_raw: bytes | None,
+    held: Mapping[str, int],
+    report: DoctorReport,
+    step: Callable[[str], None],
+) -> DoctorReport:
+    """`check` of the files as read under one shared lock (`held`: the index files then)."""
     if snap_raw is None and not journal_raw and not report.errors:
         _check_record(dir_, lock_raw, None, None, report)
         if not report.errors:
             report.facts["empty"] = True
         return report
-    snap = _check_snapshot(dir_, snap_raw, report)
+    snap = _check_snapshot(dir_, snap_raw, report, held)
     if snap_raw is not None and snap is None:
         return report  # nothing after this means anything without the snapshot
     journal = _check_journal(dir_, journal_raw, report)

@@ -21,7 +21,7 @@ import mmap
 import os
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,15 +77,16 @@ def write(dir_: Path, gen: int, arrays: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": name, "size": size, "crc32": crc}
 
 
-def read(dir_: Path, ref: Mapping[str, Any]) -> dict[str, memoryview]:
+def read(dir_: Path, ref: Mapping[str, Any], opened: Mapping[str, int] | None = None) -> dict[str, memoryview]:
     """The arrays of the file `ref` names, as read-only views into a shared memory map.
-    IndexFileError if the file is missing or does not match the reference."""
+    IndexFileError if the file is missing or does not match the reference. `opened`: files
+    already open, by name (`hold`), read from their descriptor even if since removed."""
     name = ref.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise IndexFileError(f"the snapshot names no valid index file ({name!r})")
     path = dir_ / name
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.dup(opened[name]) if opened and name in opened else os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
         raise IndexFileError(f"{path} cannot be opened: {exc.strerror or exc}") from exc
     try:
@@ -125,6 +126,22 @@ def _checksum(mapped: mmap.mmap, view: memoryview) -> int:
         with contextlib.suppress(OSError, AttributeError):  # madvise is only a hint
             mapped.madvise(mmap.MADV_DONTNEED, start, length)
     return crc
+
+
+@contextlib.contextmanager
+def hold(dir_: Path) -> Iterator[dict[str, int]]:
+    """Every index file in `dir_` open, by name, for as long as the context lasts. Opened under
+    the lock that read a snapshot, they are still there when it is checked: a server deletes
+    the file an older snapshot named off the lock, right after its next snapshot."""
+    held: dict[str, int] = {}
+    try:
+        for path in others(dir_, None):
+            with contextlib.suppress(OSError):
+                held[path.name] = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        yield held
+    finally:
+        for fd in held.values():
+            os.close(fd)
 
 
 def others(dir_: Path, keep: str | None) -> list[Path]:

@@ -472,3 +472,28 @@ def test_doctor_agrees_with_the_loader_on_random_damage(tmp_path_factory: pytest
         loads = False
     assert loads or not report.healthy, f"loader refused but doctor said healthy:\n{doctor.render(report)}"
     shutil.rmtree(probe)
+
+
+def test_a_snapshot_written_while_the_doctor_checks_does_not_make_its_index_file_missing(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running server's next snapshot deletes the index file the previous one named (off the
+    lock). The doctor read the previous snapshot under its shared lock, so it must still be able
+    to check that file: it holds the index files open from the same lock."""
+    s = Store(state_dir=state_dir)
+    s.store("the doctor checks while a server keeps working")
+    s.snapshot()
+    before = {p.name for p in state_dir.glob("index.*.bin")}
+    real = doctor._check_read
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        s.store("written after the doctor read the state files")
+        s.snapshot()  # names a new index file and removes the one the doctor is about to check
+        assert not any((state_dir / name).exists() for name in before)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(doctor, "_check_read", racing)
+    report = doctor.check(state_dir)
+    s.close()
+    assert report.errors == [], report.errors
+    assert "index" not in {e.check for e in report.errors}
