@@ -40,6 +40,44 @@ def descendants_of(pid: int) -> list[int]:
     return out
 
 
+def _identity(pid: int) -> tuple[bytes, str] | None:
+    try:
+        return (_PROC / str(pid) / "cmdline").read_bytes(), os.readlink(_PROC / str(pid) / "cwd")
+    except OSError:
+        return None
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[3])
+
+
+def shared_hosts(pids: list[int]) -> list[int]:
+    """Processes outside `pids` that serve them: a server that forked a detached process
+    (another session, same command line and working directory) and relays to it, as
+    compactor's stdio servers do with the shared host of a state dir. Their memory is the
+    server's too, so it is counted with it."""
+    wanted: dict[tuple[bytes, str], set[int | None]] = {}
+    for pid in pids:
+        ident = _identity(pid)
+        if ident is not None:
+            wanted.setdefault(ident, set()).add(_session_of(pid))
+    if not wanted:
+        return []
+    found: list[int] = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) in pids:
+            continue
+        pid = int(entry.name)
+        ident = _identity(pid)
+        if ident in wanted and _session_of(pid) not in wanted[ident]:
+            found.append(pid)
+    return sorted(found)
+
+
 def status_kib(pid: int, field: str) -> int | None:
     """A ``kB`` field of /proc/<pid>/status (VmHWM, VmRSS), or None if the process is gone."""
     try:
@@ -63,7 +101,7 @@ def pss_mib(pids: list[int]) -> float | None:
     is the memory they take together, and a new server's share is what it adds."""
     total = 0
     found = False
-    for pid in pids:
+    for pid in sorted(set(pids)):  # a host several servers share counts once
         try:
             text = (_PROC / str(pid) / "smaps_rollup").read_text()
         except OSError:

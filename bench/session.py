@@ -78,7 +78,8 @@ class Connection:
         await self._client.__aenter__()
         self.opened_ms = (time.perf_counter() - self.started_at) * 1000
         spawned = sorted(proc.my_children() - before)
-        self.pids = spawned + [d for p in spawned for d in proc.descendants_of(p)]
+        tree = spawned + [d for p in spawned for d in proc.descendants_of(p)]
+        self.pids = tree + proc.shared_hosts(tree)
         return self
 
     async def __aexit__(
@@ -150,7 +151,7 @@ class RawConnection:
         self._proc = await anyio.open_process(
             self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errlog, env=self._env
         )
-        self.pids = [self._proc.pid, *proc.descendants_of(self._proc.pid)]
+        tree = [self._proc.pid, *proc.descendants_of(self._proc.pid)]
         await self._request(
             "initialize",
             {
@@ -160,6 +161,7 @@ class RawConnection:
             },
         )
         await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        self.pids = tree + proc.shared_hosts(tree)  # a shared host exists once the server answered
         self.opened_ms = (time.perf_counter() - self.started_at) * 1000
         return self
 
