@@ -103,6 +103,7 @@ def server_cmd(state_dir: Path, interval: float = 30.0) -> list[str]:
         SCOPE,
         "--snapshot-interval",
         str(interval),
+        "--no-share",  # a SIGKILL must hit the process that holds the store, not a relay to it
     ]
 
 

@@ -191,6 +191,26 @@ MAX_REPARSE_CHARS: Final = 2 << 20
 # A client that advertises roots but never answers must not stall the first tool call.
 ROOTS_TIMEOUT_S: Final = 2.0
 
+# --- shared host (several stdio clients of one state dir, one store process) --------------
+# Bytes per read of a relayed connection: a pipe's default capacity.
+SHARED_READ_BYTES: Final = 1 << 16
+# The relay's hello is one short JSON line sent right after connecting.
+SHARED_HELLO_TIMEOUT_S: Final = 10.0
+SHARED_HELLO_MAX_BYTES: Final = 1 << 16
+# Connections waiting to be accepted: clients start one at a time, a burst of sessions at most.
+SHARED_BACKLOG: Final = 64
+# A host whose starting relay never connects (it was killed meanwhile) must not live on.
+SHARED_FIRST_CLIENT_TIMEOUT_S: Final = 30.0
+# How long a relay waits for a host that another relay is starting: a load that rebuilds a
+# 100k-item index takes tens of seconds. Past it the relay serves in its own process.
+SHARED_START_TIMEOUT_S: Final = 180.0
+# How often a relay looks again while another relay's host is starting.
+SHARED_POLL_S: Final = 0.02
+# The host's log in the state dir (its stderr is no client's once it starts). Past this size
+# the next host start moves it to `.1`, replacing the previous one.
+SHARED_LOG: Final = "server.log"
+SHARED_LOG_MAX_BYTES: Final = 1 << 20
+
 # --- limits -------------------------------------------------------------------------------
 # Active items beyond this many move to the archive (lowest value first), down to 90% of it:
 # a 100k-token budget holds a few thousand items, so this only bites with a huge budget.

@@ -34,6 +34,20 @@ class StdioServer:
         self._buf = b""
         self.initialize(client_name)
 
+    @staticmethod
+    def command(*args: str) -> list[str]:
+        return server_command(*args)
+
+    @classmethod
+    def attach(cls, process: subprocess.Popen[bytes], client_name: str = "pytest") -> StdioServer:
+        """A client of a server process already started with pipes (to start several at once)."""
+        self = cls.__new__(cls)
+        self.proc = process
+        self._id = 0
+        self._buf = b""
+        self.initialize(client_name)
+        return self
+
     @property
     def pid(self) -> int:
         return self.proc.pid

@@ -92,7 +92,11 @@ def test_many_rotations_between_two_real_processes_lose_nothing(state_dir: Path)
     """Two servers over stdio, one writing and rotating (forget rotates), one reading what the
     other just wrote: every read finds it, and every acknowledged write survives."""
     acknowledged: list[str] = []
-    with StdioServer("--state-dir", str(state_dir)) as writer, StdioServer("--state-dir", str(state_dir)) as reader:
+    # --no-share: two processes each holding the store, not two relays to one host.
+    with (
+        StdioServer("--state-dir", str(state_dir), "--no-share") as writer,
+        StdioServer("--state-dir", str(state_dir), "--no-share") as reader,
+    ):
         for round_ in range(12):
             kept = writer.ok("store", content=f"round {round_} keeps this")["id"]
             gone = writer.ok("store", content=f"round {round_} throwaway")["id"]

@@ -161,7 +161,8 @@ def words(rng: random.Random, n: int) -> str:
 
 
 def play_round(zygote: Zygote, d: Path, rnd: int, rng: random.Random, model: Model, tally: Tally) -> None:
-    args = ["--state-dir", str(d), "--log-level", "ERROR"]
+    # --no-share: the SIGKILL must hit the process that holds the store, not a relay to it.
+    args = ["--state-dir", str(d), "--log-level", "ERROR", "--no-share"]
     if rng.random() < 0.5:
         args += ["--snapshot-interval", "0.05"]
     if rng.random() < 0.3:
@@ -326,7 +327,7 @@ def test_kill9_rounds_lose_nothing_acknowledged(tmp_path: Path, zygote: Zygote):
 def test_zygote_children_are_real_servers(tmp_path: Path, zygote: Zygote):
     """The harness itself: a forked child serves, persists, and dies to SIGKILL like the command."""
     d = tmp_path / "state"
-    srv = ForkedServer(zygote, "--state-dir", str(d))
+    srv = ForkedServer(zygote, "--state-dir", str(d), "--no-share")
     item = srv.ok("store", content="kept across a kill")["id"]
     assert srv.ok("status")["persistence"]["state_dir"] == str(d)
     pid = srv.pid

@@ -7,6 +7,8 @@ every invariant checked after every step:
 - usage is within the budget unless pinned items alone exceed it;
 - summary levels are clean: a node of depth d has only children of depth d-1;
 - `compactor doctor` calls the state dir healthy;
+- the client's process serves in itself or relays to the state dir's shared host, and kills hit
+  either one;
 - JSON export -> import into a fresh dir -> export is identical in every field.
 """
 
@@ -15,14 +17,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
 
+from bench import proc
 from compactor import cli, doctor
 from compactor.errors import CompactorError
 from compactor.store import Store
@@ -56,6 +60,7 @@ class LosslessMachine(RuleBasedStateMachine):
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="lossless-"))
         self.dir = self.tmp / "state"
+        self.shared = True  # the default: the client's process relays to the state dir's shared host
         self.server = self._start("--budget", "1500")
         self.store = Store(state_dir=self.dir)
         self.contents: dict[str, str] = {}
@@ -64,7 +69,8 @@ class LosslessMachine(RuleBasedStateMachine):
 
     def _start(self, *extra: str) -> StdioServer:
         # No background snapshots: restart and kill decide when the journal is folded.
-        return StdioServer("--state-dir", str(self.dir), "--snapshot-interval", "3600", *extra)
+        share = () if self.shared else ("--no-share",)
+        return StdioServer("--state-dir", str(self.dir), "--snapshot-interval", "3600", *share, *extra)
 
     def teardown(self) -> None:
         self.server.stop()
@@ -138,17 +144,32 @@ class LosslessMachine(RuleBasedStateMachine):
         self.forgotten.add(item_id)
 
     # --- processes ------------------------------------------------------------------------------
-    @rule()
-    def restart(self) -> None:
-        """A clean stop (stdin closed: the server writes its final snapshot) and a new server."""
+    @rule(shared=st.booleans())
+    def restart(self, shared: bool) -> None:
+        """A clean stop (stdin closed: the server writes its final snapshot) and a new server,
+        relaying to a shared host or serving in its own process."""
         self.server.stop()
         assert self.server.proc.returncode == 0
+        self.shared = shared
         self.server = self._start()
 
-    @rule()
-    def kill(self) -> None:
-        """kill -9: no final snapshot; the next server replays the journal."""
+    @rule(shared=st.booleans())
+    def kill(self, shared: bool) -> None:
+        """kill -9 of the client's process. In its own process: no final snapshot, the next
+        server replays the journal. A relay: its host sees the session end and saves."""
         self.server.kill()
+        self.server.stop()
+        self.shared = shared
+        self.server = self._start()
+
+    @precondition(lambda self: self.shared)
+    @rule()
+    def kill_host(self) -> None:
+        """kill -9 of the shared host (the process holding the store): its relay ends with an
+        error, and the next server replays the journal."""
+        [host] = proc.shared_hosts([self.server.pid])
+        os.kill(host, signal.SIGKILL)
+        assert self.server.wait() == 1
         self.server.stop()
         self.server = self._start()
 

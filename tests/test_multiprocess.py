@@ -127,12 +127,13 @@ def export_all(srv: StdioServer) -> dict[str, str]:
 
 
 @pytest.mark.slow  # ~40 s alone, minutes on a loaded 2-core machine
-def test_four_processes_share_one_state_dir(state_dir: Path):
+@pytest.mark.parametrize("sharing", [(), ("--no-share",)], ids=["relays to one host", "four store processes"])
+def test_four_processes_share_one_state_dir(state_dir: Path, sharing: tuple[str, ...]):
     shared = Shared()
     start = threading.Barrier(PROCS)
     done = threading.Barrier(PROCS)
     servers = [
-        StdioServer("--state-dir", str(state_dir), "--budget", "20000", "--snapshot-interval", "4")
+        StdioServer("--state-dir", str(state_dir), "--budget", "20000", "--snapshot-interval", "4", *sharing)
         for _ in range(PROCS)
     ]
     began = time.monotonic()

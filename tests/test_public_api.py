@@ -1,16 +1,38 @@
 import inspect
+import subprocess
+import sys
+
+import pytest
 
 import compactor
+from tests.conftest import ROOT
 
 
 def test_public_names_are_exactly_all():
     # Submodules become package attributes once anything imports them: not part of the surface.
+    # Some names are imported on first use: dir() lists them, and getattr brings them in.
     public = {
-        name for name, value in vars(compactor).items() if not name.startswith("_") and not inspect.ismodule(value)
+        name for name in dir(compactor) if not name.startswith("_") and not inspect.ismodule(getattr(compactor, name))
     }
     assert public | {"__version__"} == set(compactor.__all__)
     for name in compactor.__all__:
         assert getattr(compactor, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        compactor.Nope  # noqa: B018
+
+
+def test_a_stdio_relay_imports_no_store():
+    """`python -m compactor` relaying to the shared host must stay small: it imports neither
+    the store nor numpy nor the MCP SDK (cli/relay.py)."""
+    code = (
+        "import sys; sys.argv = ['compactor', '--version']\n"
+        "import compactor.cli, compactor.cli.relay, compactor.scope\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'numpy', 'mcp', 'anyio', 'tiktoken'}\n"
+        "               or m.startswith('compactor.store'))\n"
+        "print(heavy)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert run.stdout.strip() == "[]"
 
 
 def test_store_round_trip_through_the_public_api():

@@ -94,5 +94,6 @@ def test_the_server_tunes_the_allocator_before_it_loads_the_store(monkeypatch: p
 
     monkeypatch.setattr(Store, "__init__", init)
     monkeypatch.setattr(anyio, "run", lambda *a, **k: None)
-    assert run_server(["--state-dir", str(tmp_path / "state")]) == 0
+    # --no-share: the server loads in this process (the shared host tunes in its own the same way).
+    assert run_server(["--state-dir", str(tmp_path / "state"), "--no-share"]) == 0
     assert calls == ["tune", "load"]

@@ -9,18 +9,27 @@ from pathlib import Path
 
 import pytest
 
+from bench import proc
 from tests.conftest import server_command, server_env
 from tests.stdio_client import StdioServer
 
 
 @pytest.mark.slow
-def test_kill9_loses_no_acknowledged_store(state_dir: Path):
-    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600")
+@pytest.mark.parametrize("victim", ["own process", "shared host"])
+def test_kill9_loses_no_acknowledged_store(state_dir: Path, victim: str):
+    """SIGKILL of the process holding the store: the client's own (--no-share), or the shared
+    host its relay talks to."""
+    sharing = ("--no-share",) if victim == "own process" else ()
+    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "3600", *sharing)
     ids = {}
     for i in range(30):
         ids[srv.ok("store", content=f"fact number {i} about kangaroo{i}", tags=["t"])["id"]] = i
     bulk = srv.ok("bulk_store", items=[{"content": f"bulk {j} wombat"} for j in range(20)])["ids"]
     srv.ok("configure", token_budget=12_345)
+    if victim == "shared host":
+        [host] = proc.shared_hosts([srv.pid])
+        os.kill(host, signal.SIGKILL)
+        assert srv.wait() == 1
     srv.proc.send_signal(signal.SIGKILL)
     srv.proc.wait(10)
     srv.stop()
@@ -142,7 +151,7 @@ def test_a_quiet_server_saves_its_index_so_a_kill_does_not_cost_a_rebuild(
 
     from compactor.store import Store
 
-    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "0.3")
+    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "0.3", "--no-share")
     ids = [srv.ok("store", content=f"note {i} about the quokka{i} migration")["id"] for i in range(20)]
     header: dict[str, object] = {}
     deadline = time.monotonic() + 15
@@ -179,7 +188,7 @@ def test_a_server_killed_while_busy_leaves_an_index_its_next_start_brings_up_to_
     old = [first.store(f"older note {i} about the wallaby{i} rollout").item.id for i in range(30)]
     first.snapshot()
     first.close()
-    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "0.2")
+    srv = StdioServer("--state-dir", str(state_dir), "--snapshot-interval", "0.2", "--no-share")
     new: list[str] = []
     header: dict[str, object] = {}
     deadline = time.monotonic() + 15

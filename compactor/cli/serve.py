@@ -4,11 +4,14 @@ start-up checks, and running the stdio MCP server."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from .. import constants as C
@@ -93,6 +96,13 @@ def serve_parser() -> argparse.ArgumentParser:
         help="keep credentials in stored text (default: they are replaced with [REDACTED:<kind>])",
     )
     p.add_argument(
+        "--no-share",
+        action="store_true",
+        default=os.environ.get("COMPACTOR_NO_SHARE", "") not in ("", "0"),
+        help="serve this client in a process of its own: by default the stdio servers on one --state-dir "
+        "share one store process, which exits with its last client (env COMPACTOR_NO_SHARE=1)",
+    )
+    p.add_argument(
         "--scope",
         default=os.environ.get("COMPACTOR_SCOPE") or None,
         help="project scope for this server (default: the client's root, else the git root of the cwd)",
@@ -136,13 +146,6 @@ def state_dir_problem(path: Path) -> str | None:
 def run_server(argv: Sequence[str]) -> int:
     args = serve_parser().parse_args(argv)
     setup_logging(args.log_level)
-    import anyio
-
-    from ..mcp import serve
-    from ..runtime import tune_allocator
-    from ..scope import project_scope
-    from ..store import Store
-
     if args.state_dir is not None and args.database is not None:
         print("compactor: cannot start: give --state-dir or --database, not both.", file=sys.stderr)
         return 2
@@ -151,6 +154,17 @@ def run_server(argv: Sequence[str]) -> int:
         if problem:
             print(f"compactor: cannot start: {problem}", file=sys.stderr)
             return 1
+    if args.transport == "stdio" and args.state_dir is not None and not args.no_share and _can_share():
+        code = _run_shared(args)
+        if code is not None:
+            return code
+    import anyio
+
+    from ..mcp import serve
+    from ..runtime import tune_allocator
+    from ..scope import project_scope
+    from ..store import Store
+
     token = None
     if args.transport == "streamable-http":
         from ..mcp.http_server import is_loopback, load_token
@@ -201,3 +215,114 @@ def run_server(argv: Sequence[str]) -> int:
         return 0
     anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval, scope_fixed=bool(args.scope)))
     return 0
+
+
+def _can_share() -> bool:
+    """Fork and Unix sockets are needed. As PID 1 (a container's entrypoint) there is nothing to
+    share with, and a process it forks would be killed with it: serve in this process."""
+    return hasattr(os, "fork") and hasattr(socket, "AF_UNIX") and os.getpid() != 1
+
+
+def _share_settings(args: argparse.Namespace, state_dir: str) -> dict[str, Any]:
+    """What a host must agree on with a client to serve it: its state dir and settings."""
+    return {
+        "state_dir": os.path.realpath(state_dir),
+        "budget": args.budget,
+        "scope": args.scope,
+        "redact": not args.no_redact,
+        "max_items": args.max_items,
+        "max_archive_tokens": args.max_archive_tokens,
+        "snapshot_interval": args.snapshot_interval,
+        "log_level": args.log_level,
+    }
+
+
+def _run_shared(args: argparse.Namespace) -> int | None:
+    """Relay this client to the shared host for its state dir and settings (cli/relay.py);
+    None when sharing is unavailable here, and this process serves the client itself."""
+    from ..scope import project_scope
+    from .relay import HostFailed, SharingUnavailable, connect_or_start, host_key, relay
+
+    state_dir = os.path.abspath(args.state_dir)
+    scope = args.scope or project_scope()
+
+    def host_main(path: str, lock_fd: int, messages_fd: int) -> int:
+        return _host_main(args, state_dir, scope, path, lock_fd, messages_fd)
+
+    try:
+        sock = connect_or_start(host_key(_share_settings(args, state_dir)), scope, host_main)
+    except HostFailed:
+        return 1
+    except SharingUnavailable as exc:
+        log.warning("serving this client in its own process: %s", exc)
+        return None
+    except KeyboardInterrupt:
+        return 130
+    with sock:
+        return relay(sock)
+
+
+def _host_main(args: argparse.Namespace, state_dir: str, scope: str, path: str, lock_fd: int, messages_fd: int) -> int:
+    """The shared host (mcp/shared_host.py), in the process `relay` forked: load, listen, then
+    send what it logs to the state dir's log instead of the starting client's stderr."""
+    import anyio
+
+    from ..mcp.shared_host import serve_host
+    from ..runtime import tune_allocator
+    from ..store import Store
+    from .relay import release_host_lock
+
+    tune_allocator()
+    try:
+        store = Store(
+            budget=args.budget,
+            state_dir=state_dir,
+            scope=scope,
+            redact_secrets=not args.no_redact,
+        )
+        if args.max_items is not None or args.max_archive_tokens is not None:
+            store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
+    except CompactorError as exc:
+        print(f"compactor: cannot start: {exc}", file=sys.stderr)
+        return 1
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        listener.listen(C.SHARED_BACKLOG)
+    except OSError as exc:
+        print(f"compactor: cannot start: cannot listen on {path}: {exc.strerror or exc}", file=sys.stderr)
+        store.close()
+        return 1
+    _log_to_state_dir(Path(state_dir), messages_fd)
+    log.info("serving the stdio clients of %s (pid %d)", state_dir, os.getpid())
+
+    def stop_listening() -> None:
+        release_host_lock(path, lock_fd)
+
+    anyio.run(
+        lambda: serve_host(
+            store,
+            listener,
+            state_dir=state_dir,
+            stop_listening=stop_listening,
+            snapshot_interval=args.snapshot_interval,
+            scope_fixed=bool(args.scope),
+        )
+    )
+    return 0
+
+
+def _log_to_state_dir(state_dir: Path, messages_fd: int) -> None:
+    """Point `messages_fd` (stderr, read by the client that started the host until now) at the
+    state dir's log, which the next start moves aside once it is past its size limit."""
+    log_path = state_dir / C.SHARED_LOG
+    with contextlib.suppress(OSError):
+        if log_path.stat().st_size > C.SHARED_LOG_MAX_BYTES:
+            os.replace(log_path, log_path.with_name(C.SHARED_LOG + ".1"))
+    sys.stderr.flush()
+    try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, messages_fd)
+    os.close(fd)

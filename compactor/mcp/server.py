@@ -15,6 +15,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -32,6 +33,10 @@ from .kit import ToolKit
 from .stdio_runtime import run_stdio as _run_stdio
 
 log = logging.getLogger(__name__)
+
+# The project scope of the connection a call came on, when one process serves several stdio
+# clients (shared_host): each relay sends the scope of its own working directory.
+CONNECTION_SCOPE: ContextVar[str | None] = ContextVar("compactor_connection_scope", default=None)
 
 INSTRUCTIONS = """\
 compactor is your working memory across sessions, kept within a token budget. Compaction never
@@ -120,8 +125,10 @@ def build_server(
         store.touch()
         await prepare(ctx)
         session = session_of(ctx)
-        if len(seen_sessions) > 1 and session is not None:  # several clients (HTTP): this one's scope
-            store.scope = session_scopes.get(session, base_scope)
+        connection_scope = CONNECTION_SCOPE.get()
+        if session is not None and (len(seen_sessions) > 1 or connection_scope is not None):
+            # Several clients share this Store (HTTP, or the shared stdio host): this one's scope.
+            store.scope = session_scopes.get(session, connection_scope or base_scope)
         try:
             return fn()
         except CompactorError as exc:

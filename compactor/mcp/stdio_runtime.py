@@ -118,7 +118,7 @@ def _stdin_keeping_bad_bytes() -> Iterator[anyio.AsyncFile[str] | None]:
         os.dup2(private, 0)
 
 
-async def run_stdio(mcp: MCPServer) -> None:
+async def run_stdio(mcp: MCPServer, stdin: Any = None, stdout: Any = None) -> None:
     """`MCPServer.run_stdio_async`, plus:
 
     - error replies for lines the SDK's reader cannot parse: the SDK drops them silently, and a
@@ -126,51 +126,61 @@ async def run_stdio(mcp: MCPServer) -> None:
     - invalid UTF-8 refused (see `invalid_message_reply`) instead of stored as U+FFFD;
     - backpressure: at most MAX_PENDING_REQUESTS requests are unanswered or have an answer not
       yet written to stdout. A client that never reads its replies stops being read from,
-      instead of making the server hold every reply in memory."""
+      instead of making the server hold every reply in memory.
+
+    `stdin` and `stdout` replace the process's own (the shared host serves each connection so):
+    an async iterable of text lines, and an object with async `write(text)` and `flush()`."""
+    if stdin is not None:
+        await _serve_lines(mcp, stdin, stdout)
+        return
+    with _stdin_keeping_bad_bytes() as own_stdin:
+        await _serve_lines(mcp, own_stdin, stdout)
+
+
+async def _serve_lines(mcp: MCPServer, stdin: Any, stdout: Any) -> None:
     lowlevel = lowlevel_server(mcp)
-    with _stdin_keeping_bad_bytes() as stdin:
-        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
-            send, receive = create_context_streams[SessionMessage | Exception](0)
-            replies, outgoing = create_context_streams[SessionMessage](0)
-            slots = anyio.Semaphore(C.MAX_PENDING_REQUESTS)
-            pending: dict[str | int, int] = {}  # the client's request ids not answered yet
+    async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):
+        send, receive = create_context_streams[SessionMessage | Exception](0)
+        replies, outgoing = create_context_streams[SessionMessage](0)
+        slots = anyio.Semaphore(C.MAX_PENDING_REQUESTS)
+        pending: dict[str | int, int] = {}  # the client's request ids not answered yet
 
-            def answered(request_id: Any) -> None:
-                if isinstance(request_id, str | int) and request_id in pending:
-                    pending[request_id] -= 1
-                    if not pending[request_id]:
-                        del pending[request_id]
-                    slots.release()
+        def answered(request_id: Any) -> None:
+            if isinstance(request_id, str | int) and request_id in pending:
+                pending[request_id] -= 1
+                if not pending[request_id]:
+                    del pending[request_id]
+                slots.release()
 
-            async def pump() -> None:
-                async with send:
-                    async for item in read_stream:
-                        if isinstance(item, Exception):
-                            await write_stream.send(SessionMessage(invalid_message_reply(item)))
-                            continue
-                        msg = item.message
-                        if isinstance(msg, JSONRPCRequest):
-                            await slots.acquire()
-                            pending[msg.id] = pending.get(msg.id, 0) + 1
-                        elif isinstance(msg, JSONRPCNotification) and msg.method == "notifications/cancelled":
-                            answered((msg.params or {}).get("requestId"))  # a cancelled request gets no reply
-                        await send.send(item)
+        async def pump() -> None:
+            async with send:
+                async for item in read_stream:
+                    if isinstance(item, Exception):
+                        await write_stream.send(SessionMessage(invalid_message_reply(item)))
+                        continue
+                    msg = item.message
+                    if isinstance(msg, JSONRPCRequest):
+                        await slots.acquire()
+                        pending[msg.id] = pending.get(msg.id, 0) + 1
+                    elif isinstance(msg, JSONRPCNotification) and msg.method == "notifications/cancelled":
+                        answered((msg.params or {}).get("requestId"))  # a cancelled request gets no reply
+                    await send.send(item)
 
-            async def drain() -> None:
-                async with write_stream, outgoing:
-                    async for item in outgoing:
-                        await write_stream.send(item)  # returns once stdout's writer has taken it
-                        if isinstance(item.message, JSONRPCResponse | JSONRPCError):
-                            answered(item.message.id)
+        async def drain() -> None:
+            async with write_stream, outgoing:
+                async for item in outgoing:
+                    await write_stream.send(item)  # returns once stdout's writer has taken it
+                    if isinstance(item.message, JSONRPCResponse | JSONRPCError):
+                        answered(item.message.id)
 
-            async with anyio.create_task_group() as tg:
-                reading = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+            reading = anyio.CancelScope()
 
-                async def read() -> None:
-                    with reading:
-                        await pump()
+            async def read() -> None:
+                with reading:
+                    await pump()
 
-                tg.start_soon(read)
-                tg.start_soon(drain)
-                await lowlevel.run(receive, replies, lowlevel.create_initialization_options())
-                reading.cancel()  # drain ends by itself once the last reply is out
+            tg.start_soon(read)
+            tg.start_soon(drain)
+            await lowlevel.run(receive, replies, lowlevel.create_initialization_options())
+            reading.cancel()  # drain ends by itself once the last reply is out
