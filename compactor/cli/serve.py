@@ -11,11 +11,14 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from .. import constants as C
-from ..errors import CompactorError, StateCorruptError
+from ..errors import CompactorError
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger("compactor")
 
@@ -161,9 +164,7 @@ def run_server(argv: Sequence[str]) -> int:
     import anyio
 
     from ..mcp import serve
-    from ..runtime import tune_allocator
     from ..scope import project_scope
-    from ..store import Store
 
     token = None
     if args.transport == "streamable-http":
@@ -182,22 +183,8 @@ def run_server(argv: Sequence[str]) -> int:
                 file=sys.stderr,
             )
             return 2
-    tune_allocator()  # before the load: its temporaries are the first large blocks
-    try:
-        store = Store(
-            budget=args.budget,
-            state_dir=args.state_dir,
-            database=args.database,
-            scope=args.scope or project_scope(),
-            redact_secrets=not args.no_redact,
-        )
-        if args.max_items is not None or args.max_archive_tokens is not None:
-            store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
-    except StateCorruptError as exc:
-        print(f"compactor: cannot start: {exc}", file=sys.stderr)
-        return 1
-    except CompactorError as exc:
-        print(f"compactor: cannot start: {exc}", file=sys.stderr)
+    store = _load_store(args, state_dir=args.state_dir, database=args.database, scope=args.scope or project_scope())
+    if store is None:
         return 1
     if args.transport == "streamable-http":
         from ..mcp.http_server import serve_http
@@ -215,6 +202,28 @@ def run_server(argv: Sequence[str]) -> int:
         return 0
     anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval, scope_fixed=bool(args.scope)))
     return 0
+
+
+def _load_store(args: argparse.Namespace, *, state_dir: Any, database: str | None, scope: str) -> Store | None:
+    """The server's Store as the options say, or None after saying on stderr why it cannot start."""
+    from ..runtime import tune_allocator
+    from ..store import Store
+
+    tune_allocator()  # before the load: its temporaries are the first large blocks
+    try:
+        store = Store(
+            budget=args.budget,
+            state_dir=state_dir,
+            database=database,
+            scope=scope,
+            redact_secrets=not args.no_redact,
+        )
+        if args.max_items is not None or args.max_archive_tokens is not None:
+            store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
+    except CompactorError as exc:
+        print(f"compactor: cannot start: {exc}", file=sys.stderr)
+        return None
+    return store
 
 
 def _can_share() -> bool:
@@ -268,22 +277,10 @@ def _host_main(args: argparse.Namespace, state_dir: str, scope: str, path: str, 
     import anyio
 
     from ..mcp.shared_host import serve_host
-    from ..runtime import tune_allocator
-    from ..store import Store
     from .relay import release_host_lock
 
-    tune_allocator()
-    try:
-        store = Store(
-            budget=args.budget,
-            state_dir=state_dir,
-            scope=scope,
-            redact_secrets=not args.no_redact,
-        )
-        if args.max_items is not None or args.max_archive_tokens is not None:
-            store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
-    except CompactorError as exc:
-        print(f"compactor: cannot start: {exc}", file=sys.stderr)
+    store = _load_store(args, state_dir=state_dir, database=None, scope=scope)
+    if store is None:
         return 1
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
