@@ -320,3 +320,77 @@ def test_starting_a_host_sweeps_what_killed_hosts_left(state_dir: Path) -> None:
         os.close(holder)
         for path in held:
             path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_the_host_in_process_ignores_a_stray_connection_and_stops_with_its_last_client(tmp_path: Path) -> None:
+    """serve_host itself, on a socket of the test's: a connection that never says hello (before
+    any client) does not stop it; a client's session works; the host stops when it leaves,
+    removing its name before it saves."""
+    import json
+    import socket
+
+    import anyio
+
+    from compactor.mcp.shared_host import serve_host
+
+    state = tmp_path / "state"
+    store = Store(state_dir=state)
+    path = tmp_path / "host.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+    events: list[str] = []
+
+    async def line(stream: anyio.abc.SocketStream, buf: bytearray) -> dict:
+        while b"\n" not in buf:
+            buf += await stream.receive()
+        head, _, rest = bytes(buf).partition(b"\n")
+        buf[:] = rest
+        return json.loads(head)
+
+    async def client() -> None:
+        stray = await anyio.connect_unix(path)
+        await stray.aclose()
+        await anyio.sleep(0.2)
+        assert events == []  # still serving
+        conn = await anyio.connect_unix(path)
+        buf = bytearray()
+        await conn.send(json.dumps({"scope": "/projects/one"}).encode() + b"\n")
+        assert (await line(conn, buf))["pid"] == os.getpid()
+        init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        await conn.send(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}).encode() + b"\n"
+        )
+        assert "result" in await line(conn, buf)
+        await conn.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        call = {"name": "store", "arguments": {"content": "kept by the in-process host"}}
+        await conn.send(
+            json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}).encode() + b"\n"
+        )
+        reply = await line(conn, buf)
+        assert not reply["result"].get("isError"), reply
+        assert store.scope == "/projects/one"  # the call ran in the scope this client sent
+        await conn.send_eof()
+        events.append("client left")
+        with pytest.raises(anyio.EndOfStream):
+            await conn.receive()  # the host closes this connection only once it has saved
+        assert not store.needs_final_snapshot
+        events.append("closed")
+        await conn.aclose()
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client)
+            await serve_host(store, listener, state_dir=str(state), stop_listening=lambda: events.append("stopped"))
+    assert events == ["client left", "stopped", "closed"]
+    again = Store(state_dir=state, scope="/projects/one")
+    try:
+        assert [it.content for it in again.list_items().items] == ["kept by the in-process host"]
+    finally:
+        again.close()

@@ -104,14 +104,14 @@ async def serve_host(
     """Serve connections on `listener_socket` until the last one ends (or SIGTERM/SIGINT), then
     save. `stop_listening` removes the socket's name and lets a new host start; it is called
     before the final snapshot, so a client arriving meanwhile starts a new host at once. The
-    last connection is left open for the process's exit to close, after the snapshot."""
+    last connection is closed only after the snapshot."""
     mcp = build_server(store, scope_fixed=scope_fixed)
     settle_heap(collect=False)
     identity = state_identity(state_dir)
     listener = await anyio.abc.SocketListener.from_socket(listener_socket)
     accepting = anyio.CancelScope()
-    sessions = 0
-    served = 0
+    sessions = 0  # connections accepted and not yet ended
+    served = 0  # connections that said hello: a client, not a stray connection
     done = anyio.Event()
     held: list[anyio.abc.SocketStream] = []
 
@@ -121,13 +121,14 @@ async def serve_host(
             stop_listening()
 
     async def session(stream: anyio.abc.SocketStream) -> None:
-        nonlocal sessions
+        nonlocal sessions, served
         try:
             hello, rest = await _read_hello(stream)
             if state_identity(state_dir) != identity:
                 log.warning("the state dir %s was replaced; this host takes no more clients", state_dir)
                 close_listener()
                 return  # no hello back: the relay starts a host for the new dir
+            served += 1
             await stream.send(json.dumps({"pid": os.getpid()}).encode() + b"\n")
             scope = hello.get("scope")
             CONNECTION_SCOPE.set(scope if isinstance(scope, str) and scope and not scope_fixed else None)
@@ -137,8 +138,9 @@ async def serve_host(
             log.info("a client connection ended with %r", exc)
         finally:
             sessions -= 1
-            if sessions == 0:
-                held.append(stream)  # its relay exits when this process does, after the save
+            # A stray connection (no hello) before the first client must not stop the host.
+            if sessions == 0 and (served or accepting.cancel_called):
+                held.append(stream)  # closed after the final snapshot: its relay waits for the save
                 log.info("the last client left; saving and stopping")
                 done.set()
             else:
@@ -146,13 +148,12 @@ async def serve_host(
                     await stream.aclose()
 
     async def accept(tg: anyio.abc.TaskGroup) -> None:
-        nonlocal sessions, served
+        nonlocal sessions
         with accepting:
             async with listener:
                 while True:
                     stream = await listener.accept()
                     sessions += 1
-                    served += 1
                     tg.start_soon(session, stream)
 
     async def first_client() -> None:
@@ -180,9 +181,13 @@ async def serve_host(
             tg.cancel_scope.cancel()
     finally:
         close_listener()
+        listener_socket.close()
         if store.needs_final_snapshot:
             # Dying mid-write would lose nothing (the journal has it all) but would throw away
             # the saved index and make the next start rebuild it. Finish first.
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_IGN)
         store.close_with_snapshot()
+        with anyio.CancelScope(shield=True):
+            for stream in held:  # now its relay may exit: the save is done
+                await stream.aclose()

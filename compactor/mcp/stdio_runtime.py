@@ -153,7 +153,7 @@ async def _serve_lines(mcp: MCPServer, stdin: Any, stdout: Any) -> None:
                 slots.release()
 
         async def pump() -> None:
-            async with send:
+            async with send, read_stream:
                 async for item in read_stream:
                     if isinstance(item, Exception):
                         await write_stream.send(SessionMessage(invalid_message_reply(item)))
