@@ -319,7 +319,9 @@ class _Run:
                 total = proc.pss_mib([p for c in conns for p in c.pids])
                 if run and before is not None and total is not None:
                     added.append(total - before)
-                    own = [v for v in (proc.status_kib(p, "VmRSS") for p in conn.pids) if v is not None]
+                    earlier = {p for c in conns[:-1] for p in c.pids}  # a shared host is server 1's
+                    mine = [p for p in conn.pids if p not in earlier]
+                    own = [v for v in (proc.status_kib(p, "VmRSS") for p in mine) if v is not None]
                     if own:
                         rss.append(max(own) / 1024.0)
                 before = total

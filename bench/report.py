@@ -56,7 +56,9 @@ NOTES = (
     "first store after a start: a small store before the timed compaction and before the stall loop,",
     "  so that what only a process's first write loads (the token encoding) is timed there.",
     "servers 2-4: started one by one on the loaded state dir beside the first, one query each; what",
-    "  each adds to the summed PSS of all of them (shared pages count once), median.",
+    "  each adds to the summed PSS of all of them (shared pages count once), median. A server's",
+    "  processes include a detached one it relays to (compactor's shared host), counted once; the",
+    "  RSS row is of the processes each further server adds.",
 )
 
 
