@@ -394,3 +394,23 @@ async def test_the_host_in_process_ignores_a_stray_connection_and_stops_with_its
         assert [it.content for it in again.list_items().items] == ["kept by the in-process host"]
     finally:
         again.close()
+
+
+def test_a_changed_install_is_not_served_by_a_host_running_the_old_code(state_dir: Path) -> None:
+    import compactor
+
+    module = Path(compactor.__file__).parent / "scope.py"
+    before = module.stat()
+    with StdioServer("--state-dir", str(state_dir)) as a:
+        [old_host] = hosts_of(a)
+        try:
+            os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # as an upgrade or an edit
+            with StdioServer("--state-dir", str(state_dir)) as b:
+                hosts = set(hosts_of(b))
+                assert old_host in hosts and len(hosts) == 2  # b started a host of its own
+                [new_host] = hosts - {old_host}
+            wait_gone(new_host)
+        finally:
+            os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+        with StdioServer("--state-dir", str(state_dir)) as c:
+            assert hosts_of(c) == [old_host]  # the same code again: the running host

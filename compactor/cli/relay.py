@@ -50,10 +50,20 @@ class HostFailed(SharingUnavailable):
 
 
 def host_key(settings: dict[str, Any]) -> str:
+    """The name of the host that serves these settings with this code. The code's files (each
+    one's time and size) are part of it: an edited or upgraded install must not be served by a
+    host that still runs the old code (under 1 ms: a stat per module)."""
     from .. import __file__ as package_file
     from .. import __version__
 
-    named = {**settings, "version": __version__, "code": os.path.dirname(package_file), "python": sys.executable}
+    code = os.path.dirname(package_file)
+    stamp: list[tuple[str, int, int]] = []
+    for root, dirs, files in os.walk(code):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            st = os.stat(os.path.join(root, name))
+            stamp.append((os.path.join(root, name), st.st_mtime_ns, st.st_size))
+    named = {**settings, "version": __version__, "code": code, "stamp": stamp, "python": sys.executable}
     return hashlib.sha256(json.dumps(named, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
