@@ -414,3 +414,11 @@ def test_a_changed_install_is_not_served_by_a_host_running_the_old_code(state_di
             os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
         with StdioServer("--state-dir", str(state_dir)) as c:
             assert hosts_of(c) == [old_host]  # the same code again: the running host
+
+
+def test_a_relative_state_dir_is_reported_as_given_as_in_process(tmp_path: Path) -> None:
+    for sharing in ((), ("--no-share",)):
+        with StdioServer("--state-dir", "rel-state", *sharing, cwd=tmp_path) as a:
+            assert a.ok("status")["persistence"]["state_dir"] == "rel-state"
+            a.ok("store", content="kept under the working directory's rel-state")
+    assert (tmp_path / "rel-state" / "journal.jsonl").exists()

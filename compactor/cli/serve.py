@@ -279,7 +279,9 @@ def _host_main(args: argparse.Namespace, state_dir: str, scope: str, path: str, 
     from ..mcp.shared_host import serve_host
     from .relay import release_host_lock
 
-    store = _load_store(args, state_dir=state_dir, database=None, scope=scope)
+    # The path as given, as a server in its own process has it (`status` shows it). A relative
+    # one resolves here as it did for the starting relay: the host runs in its directory.
+    store = _load_store(args, state_dir=args.state_dir, database=None, scope=scope)
     if store is None:
         return 1
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
