@@ -198,7 +198,11 @@ def test_start_warnings_reach_the_starting_client_and_later_logs_the_state_dir(s
     assert "index" in err and "rebuil" in err, err  # the load's warning, while the client waited
     # Once it serves, the host logs to the state dir: its stderr is no longer this client's.
     log_text = (state_dir / C.SHARED_LOG).read_text(encoding="utf-8")
-    for line in ("serving the stdio clients of", "the last client left; saving and stopping"):
+    for line in (
+        "serving the stdio clients of",
+        "a client connected (relay pid",
+        "the last client left; saving and stopping",
+    ):
         assert line in log_text and line not in err, (log_text, err)
     assert os.stat(state_dir / C.SHARED_LOG).st_mode & 0o077 == 0
 

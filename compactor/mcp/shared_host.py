@@ -132,12 +132,14 @@ async def serve_host(
             await stream.send(json.dumps({"pid": os.getpid()}).encode() + b"\n")
             scope = hello.get("scope")
             CONNECTION_SCOPE.set(scope if isinstance(scope, str) and scope and not scope_fixed else None)
+            log.info("a client connected (relay pid %s, scope %s); %d connected", hello.get("pid"), scope, sessions)
             lines = _ConnectionLines(stream, rest)
             await run_stdio(mcp, lines, lines)
         except Exception as exc:
             log.info("a client connection ended with %r", exc)
         finally:
             sessions -= 1
+            log.info("a client left; %d connected", sessions)
             # A stray connection (no hello) before the first client must not stop the host.
             if sessions == 0 and (served or accepting.cancel_called):
                 held.append(stream)  # closed after the final snapshot: its relay waits for the save
