@@ -8,14 +8,18 @@ from pathlib import Path
 _PROC = Path("/proc")
 
 
-def parent_of(pid: int) -> int | None:
+def _stat_field(pid: int, index: int) -> int | None:
+    """A numeric field of /proc/<pid>/stat after the command name (1: parent pid, 3: session id)."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
     # The command name is in parentheses and may itself contain spaces or parentheses.
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[1])
+    return int(stat.rsplit(")", 1)[1].split()[index])
+
+
+def parent_of(pid: int) -> int | None:
+    return _stat_field(pid, 1)
 
 
 def children_of(pid: int) -> set[int]:
@@ -48,11 +52,7 @@ def _identity(pid: int) -> tuple[bytes, str] | None:
 
 
 def _session_of(pid: int) -> int | None:
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[3])
+    return _stat_field(pid, 3)
 
 
 def shared_hosts(pids: list[int]) -> list[int]:

@@ -258,11 +258,7 @@ class DedupIndex:
         keys, key_lens = read("keys", "I"), read("key_lens", "B")
         sigs, sig_lens = read("sigs", "I"), read("sig_lens", "B")
         sizes = read("sizes", "I")
-        if fmt == 1:
-            ids = state["ids"]
-        else:
-            text = bytes(memoryview(state["ids"]).cast("B")).decode("utf-8", "surrogatepass")
-            ids = text.split("\n") if text else []
+        ids = state["ids"] if fmt == 1 else _ids_of(state["ids"])
         if not isinstance(ids, list) or not len(ids) == len(key_lens) == len(sig_lens) == len(sizes):
             raise ValueError("dedup state is inconsistent")
         if sum(key_lens) != len(keys) or sum(sig_lens) != len(sigs) or not all(isinstance(i, str) for i in ids):
@@ -324,14 +320,20 @@ def json_state(state: dict[str, Any]) -> dict[str, Any]:
     """A saved state of either format as format 1 (JSON only), without building buckets."""
     if state.get("format") != 2:
         return state
-    raw = bytes(memoryview(state["ids"]).cast("B")).decode("utf-8", "surrogatepass")
     return {
         "format": 1,
         "byteorder": state["byteorder"],
-        "ids": raw.split("\n") if raw else [],
+        "ids": _ids_of(state["ids"]),
         **{key: base64.b64encode(memoryview(state[key]).cast("B")).decode("ascii") for key in ARRAY_KEYS},
     }
 
 
-# The arrays of a saved state besides its ids (format 2 keeps each as a buffer).
+def _ids_of(buffer: Any) -> list[str]:
+    """Format 2's ids: one buffer of them joined by newlines (`to_arrays`)."""
+    text = bytes(memoryview(buffer).cast("B")).decode("utf-8", "surrogatepass")
+    return text.split("\n") if text else []
+
+
+# The arrays of a saved state besides its ids; format 2 keeps each, and the ids, as a buffer.
 ARRAY_KEYS = ("keys", "key_lens", "sigs", "sig_lens", "sizes")
+BUFFER_KEYS = ("ids", *ARRAY_KEYS)

@@ -783,33 +783,20 @@ def check(state_dir: Path, step: Callable[[str], None] = _no_step) -> DoctorRepo
         report.error("permissions", f"cannot list {dir_}: {exc.strerror or exc}.", f"`chmod 700 {dir_}`")
         return report
     step(f"reading {dir_}…")
-    with contextlib.ExitStack() as stack:
+    with contextlib.ExitStack() as held_open:
         with _shared_lock(dir_, report):
             snap_raw = _read(dir_ / SNAPSHOT, report, "snapshot")
             journal_raw = _read(dir_ / JOURNAL, report, "journal")
             lock_raw = _read(dir_ / LOCK, report, "lock")
             ledger_raw = _read(dir_ / C.FORGET_LEDGER, report, "ledger")
-            held = stack.enter_context(indexfile.hold(dir_))
-        return _check_read(dir_, snap_raw, journal_raw, lock_raw, ledger_raw, held, report, step)
-
-
-def _check_read(
-    dir_: Path,
-    snap_raw: bytes | None,
-    journal_raw: bytes | None,
-    lock_raw: bytes | None,
-    ledger_raw: bytes | None,
-    held: Mapping[str, int],
-    report: DoctorReport,
-    step: Callable[[str], None],
-) -> DoctorReport:
-    """`check` of the files as read under one shared lock (`held`: the index files then)."""
-    if snap_raw is None and not journal_raw and not report.errors:
-        _check_record(dir_, lock_raw, None, None, report)
-        if not report.errors:
-            report.facts["empty"] = True
-        return report
-    snap = _check_snapshot(dir_, snap_raw, report, held)
+            held = held_open.enter_context(indexfile.hold(dir_))
+        if snap_raw is None and not journal_raw and not report.errors:
+            _check_record(dir_, lock_raw, None, None, report)
+            if not report.errors:
+                report.facts["empty"] = True
+            return report
+        # While the index files open under the lock are still open (see `indexfile.hold`).
+        snap = _check_snapshot(dir_, snap_raw, report, held)
     if snap_raw is not None and snap is None:
         return report  # nothing after this means anything without the snapshot
     journal = _check_journal(dir_, journal_raw, report)

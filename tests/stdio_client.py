@@ -20,9 +20,15 @@ from tests.conftest import server_command, server_env
 
 class StdioServer:
     def __init__(
-        self, *args: str, cwd: Path | None = None, client_name: str = "pytest", env: dict[str, str] | None = None
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        client_name: str = "pytest",
+        env: dict[str, str] | None = None,
+        process: subprocess.Popen[bytes] | None = None,
     ) -> None:
-        self.proc = subprocess.Popen(
+        """Start `compactor ARGS`, or (`process`) speak to one already started with pipes."""
+        self.proc = process or subprocess.Popen(
             server_command(*args),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -37,16 +43,6 @@ class StdioServer:
     @staticmethod
     def command(*args: str) -> list[str]:
         return server_command(*args)
-
-    @classmethod
-    def attach(cls, process: subprocess.Popen[bytes], client_name: str = "pytest") -> StdioServer:
-        """A client of a server process already started with pipes (to start several at once)."""
-        self = cls.__new__(cls)
-        self.proc = process
-        self._id = 0
-        self._buf = b""
-        self.initialize(client_name)
-        return self
 
     @property
     def pid(self) -> int:

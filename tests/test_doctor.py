@@ -484,7 +484,7 @@ def test_a_snapshot_written_while_the_doctor_checks_does_not_make_its_index_file
     s.store("the doctor checks while a server keeps working")
     s.snapshot()
     before = {p.name for p in state_dir.glob("index.*.bin")}
-    real = doctor._check_read
+    real = doctor._check_snapshot
 
     def racing(*args: Any, **kwargs: Any) -> Any:
         s.store("written after the doctor read the state files")
@@ -492,7 +492,7 @@ def test_a_snapshot_written_while_the_doctor_checks_does_not_make_its_index_file
         assert not any((state_dir / name).exists() for name in before)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(doctor, "_check_read", racing)
+    monkeypatch.setattr(doctor, "_check_snapshot", racing)
     report = doctor.check(state_dir)
     s.close()
     assert report.errors == [], report.errors

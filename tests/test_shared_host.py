@@ -91,7 +91,7 @@ def test_clients_started_together_get_one_host(state_dir: Path) -> None:
         )
         for _ in range(4)
     ]
-    servers = [StdioServer.attach(p) for p in procs]
+    servers = [StdioServer(process=p) for p in procs]
     try:
         hosts = hosts_of(*servers)
         assert len(hosts) == 1, hosts

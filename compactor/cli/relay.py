@@ -36,9 +36,10 @@ from typing import Any
 
 from .. import constants as C
 
-# The host body: runs in the forked host process with (listener path, lock fd, the pipe its
-# start-up messages go to) and returns an exit code. It closes the pipe once it listens.
-HostMain = Callable[[str, int, int], int]
+# The host body: runs in the forked host process with (listener path, lock fd) and returns an
+# exit code. Its stderr is a pipe to the starting relay until it points it elsewhere, which
+# tells the relay that it listens.
+HostMain = Callable[[str, int], int]
 
 
 class SharingUnavailable(Exception):
@@ -144,7 +145,7 @@ def _start_host(path: Path, lock_fd: int, host_main: HostMain) -> None:
             os.dup2(write_end, 2)
             os.close(null)
             os.close(write_end)
-            code = host_main(str(path), lock_fd, 2)
+            code = host_main(str(path), lock_fd)
         except BaseException:
             import traceback
 
@@ -176,19 +177,11 @@ def connect_or_start(key: str, scope: str, host_main: HostMain) -> socket.socket
         if started:
             raise HostFailed("the host it started exited")  # its reasons went to stderr
         try:
-            lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            lock_fd = _try_lock(lock_path, create=True)
         except OSError as exc:
-            raise SharingUnavailable(f"cannot open {lock_path}: {exc.strerror}") from exc
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(lock_fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise SharingUnavailable(f"cannot lock {lock_path}: {exc.strerror}") from exc
+            raise SharingUnavailable(f"cannot lock {lock_path}: {exc.strerror}") from exc
+        if lock_fd is None:
             time.sleep(C.SHARED_POLL_S)  # a host is starting, or stopping
-            continue
-        if not _still_named(lock_fd, lock_path):
-            os.close(lock_fd)  # a stopping host removed the file we locked: lock the new one
             continue
         sock = _connect(path, scope)  # one may have started between our try and the lock
         if sock is not None:
@@ -207,28 +200,32 @@ def _sweep(base: Path, keep: Path) -> None:
         if lock_path == keep:
             continue
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW)
+            fd = _try_lock(lock_path, create=False)
         except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if _still_named(fd, lock_path):
-                release_host_lock(str(lock_path.with_suffix(".sock")), fd)
-                fd = -1
-        except OSError:
-            pass  # held: a host runs or starts
-        finally:
-            if fd >= 0:
-                os.close(fd)
+            continue  # gone meanwhile
+        if fd is not None:  # nobody holds it: no host runs or starts
+            release_host_lock(str(lock_path.with_suffix(".sock")), fd)
 
 
-def _still_named(fd: int, path: Path) -> bool:
+def _try_lock(path: Path, *, create: bool) -> int | None:
+    """The lock file at `path` open and exclusively locked, or None when someone holds it or a
+    stopping host has removed it (the file we locked is no longer the one named `path`: the
+    caller tries again). OSError for anything else."""
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if create else 0), 0o600)
     try:
-        named = os.stat(path)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        named, mine = os.stat(path), os.fstat(fd)
+        if (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino):
+            return fd
     except FileNotFoundError:
-        return False
-    mine = os.fstat(fd)
-    return (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino)
+        pass
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None
+        raise
+    os.close(fd)
+    return None
 
 
 def release_host_lock(sock_path: str, lock_fd: int) -> None:

@@ -255,8 +255,8 @@ def _run_shared(args: argparse.Namespace) -> int | None:
     state_dir = os.path.abspath(args.state_dir)
     scope = args.scope or project_scope()
 
-    def host_main(path: str, lock_fd: int, messages_fd: int) -> int:
-        return _host_main(args, state_dir, scope, path, lock_fd, messages_fd)
+    def host_main(path: str, lock_fd: int) -> int:
+        return _host_main(args, state_dir, scope, path, lock_fd)
 
     try:
         sock = connect_or_start(host_key(_share_settings(args, state_dir)), scope, host_main)
@@ -271,7 +271,7 @@ def _run_shared(args: argparse.Namespace) -> int | None:
         return relay(sock)
 
 
-def _host_main(args: argparse.Namespace, state_dir: str, scope: str, path: str, lock_fd: int, messages_fd: int) -> int:
+def _host_main(args: argparse.Namespace, state_dir: str, scope: str, path: str, lock_fd: int) -> int:
     """The shared host (mcp/shared_host.py), in the process `relay` forked: load, listen, then
     send what it logs to the state dir's log instead of the starting client's stderr."""
     import anyio
@@ -292,7 +292,7 @@ def _host_main(args: argparse.Namespace, state_dir: str, scope: str, path: str, 
         print(f"compactor: cannot start: cannot listen on {path}: {exc.strerror or exc}", file=sys.stderr)
         store.close()
         return 1
-    _log_to_state_dir(Path(state_dir), messages_fd)
+    _log_to_state_dir(Path(state_dir), sys.stderr.fileno())
     log.info("serving the stdio clients of %s (pid %d)", state_dir, os.getpid())
 
     def stop_listening() -> None:

@@ -192,20 +192,11 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for sig in signals:
                 log.info("received %s, shutting down", signal.Signals(sig).name)
-                final_snapshot()
+                final_snapshot(store)
                 # The stdin reader is a worker thread blocked in read(2) that no cancellation
                 # can interrupt; every acknowledged call is already fsynced, so leave now.
                 sys.stdout.flush()
                 os._exit(0)
-
-    def final_snapshot() -> None:
-        if store.needs_final_snapshot:
-            # A client that closed our stdin sends SIGTERM after a grace period (2 s in the
-            # SDK); dying mid-write would lose nothing (the journal has it all) but would throw
-            # away the saved index and make the next start rebuild it. Finish first.
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_IGN)
-        store.close_with_snapshot()
 
     try:
         async with anyio.create_task_group() as tg:
@@ -215,4 +206,15 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
             await _run_stdio(mcp)
             tg.cancel_scope.cancel()
     finally:
-        final_snapshot()
+        final_snapshot(store)
+
+
+def final_snapshot(store: Store) -> None:
+    """How a stdio server ends (in process or as the shared host): save, then close."""
+    if store.needs_final_snapshot:
+        # A client that closed our stdin sends SIGTERM after a grace period (2 s in the SDK);
+        # dying mid-write would lose nothing (the journal has it all) but would throw away the
+        # saved index and make the next start rebuild it. Finish first.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+    store.close_with_snapshot()

@@ -26,7 +26,7 @@ import anyio.abc
 from .. import constants as C
 from ..runtime import settle_heap
 from ..store import Store
-from .server import CONNECTION_SCOPE, build_server, snapshots
+from .server import CONNECTION_SCOPE, build_server, final_snapshot, snapshots
 from .stdio_runtime import run_stdio
 
 log = logging.getLogger(__name__)
@@ -184,12 +184,7 @@ async def serve_host(
     finally:
         close_listener()
         listener_socket.close()
-        if store.needs_final_snapshot:
-            # Dying mid-write would lose nothing (the journal has it all) but would throw away
-            # the saved index and make the next start rebuild it. Finish first.
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_IGN)
-        store.close_with_snapshot()
+        final_snapshot(store)
         with anyio.CancelScope(shield=True):
             for stream in held:  # now its relay may exit: the save is done
                 await stream.aclose()

@@ -162,9 +162,10 @@ class _Journaled(_StateOps):
         loaded = self._dir.load()
         snap = loaded.snapshot
         state, settings, derived, on_disk = self._state_from_snapshot(snap)
+        saved, changed = on_disk if on_disk is not None else (None, [])
         old_state, old_settings, old_stale = self._s, self.settings, self._index_stale
         self._s, self.settings = state, settings
-        self._index_stale = set(on_disk[1]) if on_disk is not None else set()
+        self._index_stale = set(changed)
         try:
             for batch in loaded.batches:
                 for op in batch:
@@ -172,14 +173,14 @@ class _Journaled(_StateOps):
         except Exception:
             self._s, self.settings, self._index_stale = old_state, old_settings, old_stale
             raise
-        self._on_disk = on_disk[0] if on_disk is not None else None
+        self._on_disk = saved
         for warning in loaded.warnings:
             log.warning("%s", warning)
         self.load_warnings = loaded.warnings
         # A snapshot saved with no index makes the next start rebuild it, and one naming an
         # older index file makes it re-index what changed since: either way the index is
         # worth saving again.
-        self._index_saved = (derived and not (on_disk is not None and on_disk[1])) or not self._s.items
+        self._index_saved = (derived and not changed) or not self._s.items
 
     def _state_from_snapshot(
         self, snap: dict[str, Any] | None
@@ -403,9 +404,8 @@ class _Journaled(_StateOps):
         state = self._s.index.to_state(binary=True)
         arrays = {key: value for key, value in state.items() if isinstance(value, memoryview)}
         dedup = dedup_arrays(self._s) if self._dir.index_in_file else None
-        extra = {f"dedup_{key}": value for key, value in dedup.items()} if dedup is not None else {}
         try:
-            ref = self._dir.save_index(gen, {**arrays, **extra})
+            ref = self._dir.save_index(gen, {**arrays, **(dedup or {})})
         except OSError as exc:
             raise PersistenceError(f"Could not write the index file: {exc.strerror or exc}") from exc
         if ref is None:  # kept inside the snapshot: the same arrays as base64 text, less what a load can derive

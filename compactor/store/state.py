@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import constants as C
-from ..dedup import ARRAY_KEYS, DedupIndex, json_state
+from ..dedup import BUFFER_KEYS, DedupIndex, json_state
 from ..errors import NotFoundError
 from ..index import BM25Index
 from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
@@ -93,13 +93,20 @@ def dedup_state(s: _State) -> dict[str, Any]:
     return s.dedup.to_state()
 
 
+# The near-duplicate buckets' arrays in the index file are named with this prefix.
+_DEDUP_IN_FILE = "dedup_"
+
+
 def dedup_arrays(s: _State) -> dict[str, memoryview] | None:
-    """The buckets as flat native arrays for the binary file beside a snapshot: the buffers
-    read from the last one while they are unchanged (not even parsed), else made from them."""
+    """The buckets as flat native arrays for the binary file beside a snapshot, by their names
+    there: the buffers read from the last one while they are unchanged (not even parsed), else
+    made from them. None when they cannot go there (`DedupIndex.to_arrays`)."""
     saved = s._dedup_saved
     if s._dedup is None and saved is not None and saved.get("format") == 2 and saved["byteorder"] == sys.byteorder:
-        return {key: memoryview(saved[key]) for key in ("ids", *ARRAY_KEYS)}
-    return s.dedup.to_arrays()
+        arrays: dict[str, memoryview] | None = {key: memoryview(saved[key]) for key in BUFFER_KEYS}
+    else:
+        arrays = s.dedup.to_arrays()
+    return {_DEDUP_IN_FILE + key: value for key, value in arrays.items()} if arrays is not None else None
 
 
 # Patch fields that change nothing derived but the active token total (see Store._swap_light).
@@ -380,10 +387,10 @@ class _StateOps:
             if not isinstance(saved, dict):
                 raise ValueError("unknown dedup state format")
             if saved.get("format") == 2:  # its arrays are in the index file, read in place
-                names = [f"dedup_{key}" for key in ("ids", *ARRAY_KEYS)]
-                if not all(name in index_state for name in names):
+                names = {_DEDUP_IN_FILE + key: key for key in BUFFER_KEYS}
+                if not names.keys() <= index_state.keys():
                     raise ValueError("the near-duplicate buckets are not in the index file")
-                saved = {**saved, **{name[len("dedup_") :]: index_state.pop(name) for name in names}}
+                saved = {**saved, **{key: index_state.pop(name) for name, key in names.items()}}
             state.index = BM25Index.from_state(index_state)
             if not ((saved.get("format") == 1 and isinstance(saved.get("ids"), list)) or saved.get("format") == 2):
                 raise ValueError("unknown dedup state format")
