@@ -184,6 +184,10 @@ ARG_SCAN_DEPTH: Final = 3
 # (backpressure), so a client that never reads its replies cannot grow the server's memory.
 # Well above what a client pipelines (Claude Code sends tool calls one at a time).
 MAX_PENDING_REQUESTS: Final = 32
+# Once stdin ends, how long the requests read before it may still run to send their replies
+# (a client that pipes its requests and closes stdin still reads them). Every tool returns
+# well within it; it only stops a handler stuck on the gone client keeping the process up.
+EOF_REPLIES_WAIT_S: Final = 30.0
 # A line the SDK's JSON parser refuses is parsed again only up to this size to find its id:
 # past it (the 50 MB garbage line) the reply keeps id null rather than spend the time.
 MAX_REPARSE_CHARS: Final = 2 << 20

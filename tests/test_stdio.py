@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -206,3 +207,50 @@ def test_a_server_killed_while_busy_leaves_an_index_its_next_start_brings_up_to_
     assert sorted(again.ids()) == sorted(old + new) and again.check_derived() == []
     assert [h.item.id for h in again.query("numbat0", scope="all")] == [new[0]]
     assert [h.item.id for h in again.query("wallaby7", scope="all")] == [old[7]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["own process", "shared host", "memory only"])
+def test_requests_piped_before_stdin_closes_all_get_replies(tmp_path: Path, mode: str):
+    """`printf '...' | compactor`: every request written before stdin closed is answered, and
+    every store it answered is kept. The SDK cancels requests still running when its input
+    ends, so the last replies were lost (their stores done, never confirmed)."""
+    state = tmp_path / "state"
+    args = {"own process": ["--state-dir", str(state), "--no-share"], "shared host": ["--state-dir", str(state)]}
+    messages: list[dict[str, object]] = [
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "pipe", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ]
+    for i in range(1, 25):
+        call = (
+            {"name": "store", "arguments": {"content": f"piped fact {i} about the quokka{i} colony"}}
+            if i % 3
+            else {"name": "query", "arguments": {"query": f"quokka{i - 1}"}}
+        )
+        messages.append({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": call})
+    done = subprocess.run(
+        server_command(*args.get(mode, [])),
+        input=b"".join(json.dumps(m).encode() + b"\n" for m in messages),
+        capture_output=True,
+        env=server_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    replies = {r["id"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert sorted(replies) == list(range(25))
+    stored = {r["result"]["structuredContent"]["id"] for i, r in replies.items() if i and i % 3}
+    assert len(stored) == 16 and not any(r["result"].get("isError") for i, r in replies.items() if i)
+    assert replies[24]["result"]["structuredContent"]["items"][0]["id"] in stored
+    if mode != "memory only":
+        with StdioServer("--state-dir", str(state), "--no-share") as again:
+            assert again.ok("status")["active_items"] == 16

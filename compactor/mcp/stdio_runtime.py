@@ -165,6 +165,13 @@ async def _serve_lines(mcp: MCPServer, stdin: Any, stdout: Any) -> None:
                     elif isinstance(msg, JSONRPCNotification) and msg.method == "notifications/cancelled":
                         answered((msg.params or {}).get("requestId"))  # a cancelled request gets no reply
                     await send.send(item)
+                # End of input. The SDK cancels every request still running once its input
+                # ends, so a client that writes its requests and then closes stdin (a pipe, a
+                # script) would lose the last replies, their writes done but never confirmed.
+                # Each unanswered request holds a slot: holding them all means all are answered.
+                with anyio.move_on_after(C.EOF_REPLIES_WAIT_S):
+                    for _ in range(C.MAX_PENDING_REQUESTS):
+                        await slots.acquire()
 
         async def drain() -> None:
             async with write_stream, outgoing:
