@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -13,6 +16,7 @@ from compactor.errors import InvalidArgumentError
 from compactor.mcp import build_server
 from compactor.scope import project_scope, scope_from_root_uri
 from compactor.store import Store
+from tests.conftest import server_command, server_env
 from tests.stdio_client import StdioServer
 
 
@@ -104,3 +108,99 @@ def test_stdio_servers_in_two_projects(tmp_path: Path, state_dir: Path):
         assert [i["id"] for i in one.ok("query", query="zanzibar")["items"]] == [a]
         assert [i["id"] for i in two.ok("query", query="zanzibar")["items"]] == [b]
         assert {i["id"] for i in two.ok("query", query="zanzibar", scope="all")["items"]} == {a, b}
+
+
+def test_each_in_process_client_keeps_its_own_scope_and_is_asked_for_roots_once(tmp_path: Path):
+    """The SDK makes a new session object for every request: keyed by it, the roots were asked
+    before every call, and a client without roots ran in the scope the last rooted client set."""
+    proj = tmp_path / "proj"
+    (proj / ".git").mkdir(parents=True)
+    store = Store(scope="/the/server/project")
+    asked: list[int] = []
+
+    async def roots(_ctx: object) -> ListRootsResult:
+        asked.append(1)
+        return ListRootsResult(roots=[Root(uri=proj.as_uri(), name="proj")])  # type: ignore[arg-type]
+
+    async def main() -> None:
+        server = build_server(store)
+        with anyio.fail_after(20):
+            async with (
+                Client(server, mode="legacy", list_roots_callback=roots) as rooted,
+                Client(server, mode="legacy") as plain,
+            ):
+                ids = {}
+                for name, client in (("rooted", rooted), ("plain", plain)) * 2:
+                    res = await client.call_tool("store", {"content": f"{name} note about the yak shave"})
+                    assert res.structured_content is not None
+                    ids.setdefault(name, []).append(res.structured_content["id"])
+                for client, scope in ((rooted, str(proj)), (plain, "/the/server/project")):
+                    st = await client.call_tool("status", {})
+                    assert st.structured_content is not None and st.structured_content["scope"] == scope
+                hits = await plain.call_tool("query", {"query": "yak shave"})
+                assert hits.structured_content is not None
+                assert {h["id"] for h in hits.structured_content["items"]} == set(ids["plain"])
+
+        assert {store.get(i).scope for i in ids["rooted"]} == {str(proj)}
+        assert {store.get(i).scope for i in ids["plain"]} == {"/the/server/project"}
+
+    anyio.run(main)
+    assert len(asked) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sharing", [(), ("--no-share",)], ids=["shared host", "own process"])
+def test_a_stdio_client_is_asked_for_its_roots_once(tmp_path: Path, state_dir: Path, sharing: tuple[str, ...]):
+    """Over real stdio: the first tool call asks the client for its roots, later calls do not
+    wait for that round trip again, and every call runs in the root's project."""
+    proj = tmp_path / "proj"
+    (proj / ".git").mkdir(parents=True)
+    proc = subprocess.Popen(
+        server_command("--state-dir", str(state_dir), *sharing),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server_env(),
+        cwd=tmp_path,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    asked = 0
+
+    def send(message: dict[str, object]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+
+    def reply(request_id: int) -> dict[str, Any]:
+        nonlocal asked
+        while True:
+            assert proc.stdout is not None
+            message = json.loads(proc.stdout.readline())
+            if message.get("method") == "roots/list":
+                asked += 1
+                send({"jsonrpc": "2.0", "id": message["id"], "result": {"roots": [{"uri": proj.as_uri()}]}})
+            elif message.get("id") == request_id:
+                return message
+
+    try:
+        capabilities = {"roots": {"listChanged": False}}
+        info = {"name": "rooted", "version": "1"}
+        params = {"protocolVersion": "2025-06-18", "capabilities": capabilities, "clientInfo": info}
+        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
+        reply(0)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for n in range(1, 5):
+            call = {"name": "store", "arguments": {"content": f"note {n}"}} if n < 4 else {"name": "status"}
+            send({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": call})
+            result = reply(n)["result"]
+            assert not result.get("isError"), result
+        assert result["structuredContent"]["scope"] == str(proj)
+        assert asked == 1
+    finally:
+        proc.stdin.close()
+        code = proc.wait(30)
+        proc.stdout.close()
+        assert proc.stderr is not None
+        errors = proc.stderr.read().decode()
+        proc.stderr.close()
+    assert code == 0, errors[-2000:]

@@ -73,6 +73,26 @@ TOOL_ORDER = (
 )
 
 
+class _ClientMap:
+    """A value per client object, by identity (the SDK's `client_params` is a pydantic model:
+    unhashable), held weakly: over HTTP clients come and go, and a new one must not inherit a
+    dead one's entry."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Any], str | None]] = {}
+
+    def __contains__(self, client: Any) -> bool:
+        entry = self._entries.get(id(client))
+        return entry is not None and entry[0]() is client
+
+    def get(self, client: Any) -> str | None:
+        return self._entries[id(client)][1] if client in self else None
+
+    def set(self, client: Any, value: str | None) -> None:
+        key = id(client)
+        self._entries[key] = (weakref.ref(client, lambda _ref: self._entries.pop(key, None)), value)
+
+
 def build_server(
     store: Store, *, name: str = "compactor", scope_fixed: bool = False, **server_options: Any
 ) -> MCPServer:
@@ -80,31 +100,32 @@ def build_server(
     `server_options` go to MCPServer (the HTTP transport's token verifier and auth settings)."""
     mcp: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version=_version(), **server_options)
 
-    # Weak: over HTTP sessions come and go, and a new one must not inherit a dead one's id().
-    seen_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
-    # Over HTTP many clients share this Store: each session's project scope (from its roots)
-    # is set on the Store before each of its calls, which run one at a time on the event loop.
+    # Several clients can share this Store (HTTP, the shared stdio host, in-process clients):
+    # each one's project scope (from its roots, else the connection's or the server's) is set
+    # on the Store before each of its calls, which run one at a time on the event loop.
+    seen_clients = _ClientMap()  # client -> the scope its roots gave, or None
     base_scope = store.scope
-    session_scopes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
-    def session_of(ctx: Context | None) -> Any:
+    def client_of(ctx: Context | None) -> Any:
+        """What stands for the calling client across its calls: the SDK makes a new session
+        object for every request, but each connection keeps the one `client_params` its
+        initialize sent (the session itself where there is none)."""
         try:
-            return ctx.session if ctx is not None else None
+            if ctx is None:
+                return None
+            session = ctx.session
+            return session.client_params or session
         except (AttributeError, RuntimeError, ValueError):
             return None
 
     async def prepare(ctx: Context | None) -> None:
-        """Once per client session: the client's budget default and its project root."""
-        if ctx is None:
+        """Once per client: its budget default and its project root."""
+        client = client_of(ctx)
+        if ctx is None or client is None or client in seen_clients:
             return
-        try:
-            session = ctx.session
-            params = session.client_params
-        except (AttributeError, RuntimeError, ValueError):
-            return
-        if session in seen_sessions:
-            return
-        seen_sessions.add(session)
+        seen_clients.set(client, None)
+        session = ctx.session
+        params = session.client_params
         store.adopt_client_budget(params.client_info.name if params is not None else None)
         if scope_fixed or params is None or params.capabilities.roots is None:
             return
@@ -118,17 +139,15 @@ def build_server(
         for root in roots.roots:
             scope = scope_from_root_uri(str(root.uri))
             if scope:
-                store.scope = session_scopes[session] = scope
+                seen_clients.set(client, scope)
                 return
 
     async def run(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
         store.touch()
         await prepare(ctx)
-        session = session_of(ctx)
-        connection_scope = CONNECTION_SCOPE.get()
-        if session is not None and (len(seen_sessions) > 1 or connection_scope is not None):
-            # Several clients share this Store (HTTP, or the shared stdio host): this one's scope.
-            store.scope = session_scopes.get(session, connection_scope or base_scope)
+        client = client_of(ctx)
+        if client is not None:
+            store.scope = seen_clients.get(client) or CONNECTION_SCOPE.get() or base_scope
         try:
             return fn()
         except CompactorError as exc:
