@@ -192,6 +192,24 @@ def test_invalid_record_imports_nothing(capsys, tmp_path):
     assert not (dst / "journal.jsonl").exists() or "good-one" not in (dst / "journal.jsonl").read_text()
 
 
+def test_a_record_without_text_content_is_refused_for_what_it_is(capsys, tmp_path):
+    """A record the MCP export wrote with summaries_only gets the hint to export again; a
+    content of the wrong type or a record that is not an object is named as such."""
+    path = tmp_path / "bad.json"
+    cases = [
+        ({"id": "a-one", "text": "a summary"}, "items[0] has no content (a summaries_only export)"),
+        ({"id": "a-one"}, "items[0] has no content"),
+        ({"id": "a-one", "content": 5}, "items[0].content is int; it must be a string"),
+        (["a-one"], "items[0] is list, not an object"),
+    ]
+    for record, said in cases:
+        path.write_text(json.dumps({"items": [record]}))
+        code, _, err = run(capsys, "import", str(path), "--state-dir", str(tmp_path / "dst"))
+        assert code == 1 and said in err, err
+        assert "summaries_only" not in err or "text" in record
+    assert not (tmp_path / "dst" / "journal.jsonl").exists()
+
+
 def test_markdown_export_is_refused_on_import(capsys, tmp_path):
     src, dst = tmp_path / "src", tmp_path / "dst"
     build(src, n=60)

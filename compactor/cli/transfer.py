@@ -157,11 +157,13 @@ def _records(doc: Any) -> list[dict[str, Any]]:
     if not isinstance(records, list):
         raise CliError("the JSON holds no items list. Import a file written by `compactor export` (--format json)")
     for i, rec in enumerate(records):
-        if not isinstance(rec, dict) or not isinstance(rec.get("content"), str):
-            raise CliError(
-                f"items[{i}] has no content (a summaries_only export). "
-                "Export again without summaries_only and import that"
-            )
+        if not isinstance(rec, dict):
+            raise CliError(f"items[{i}] is {type(rec).__name__}, not an object with the item's fields")
+        if "content" not in rec:
+            hint = " (a summaries_only export): export again without summaries_only" if "text" in rec else ""
+            raise CliError(f"items[{i}] has no content{hint}")
+        if not isinstance(rec["content"], str):
+            raise CliError(f"items[{i}].content is {type(rec['content']).__name__}; it must be a string")
     return records
 
 
