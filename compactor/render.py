@@ -25,6 +25,11 @@ def item_preview(item: Item) -> str:
     return preview(item.summary or item.content)
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 token`, `2 tokens`: a number with its noun, plural unless it is one."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def budget_line(used: int, budget: int, active: int, archived: int) -> str:
     pct = 100.0 * used / budget if budget else 0.0
     return f"Budget: {used:,}/{budget:,} tokens ({pct:.1f}%) · {active:,} active · {archived:,} archived"

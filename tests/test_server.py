@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -427,3 +428,16 @@ async def test_recall_layout_through_the_client(store: Store) -> None:
     assert r["pinned"] == 1
     cap = store.settings.recall_tokens
     assert cap * 0.8 <= r["tokens"] <= cap
+
+
+def test_store_replies_count_one_token_and_one_item_in_the_singular():
+    async def main() -> None:
+        async with Client(build_server(Store()), mode="legacy") as c:
+            one = await c.call_tool("store", {"content": "x"})
+            assert "(prose, 1 token, " in one.content[0].text  # type: ignore[union-attr]
+            many = await c.call_tool("store", {"content": "two words and some more of them"})
+            assert re.search(r"\(prose, \d+ tokens, ", many.content[0].text)  # type: ignore[union-attr]
+            bulk = await c.call_tool("bulk_store", {"items": [{"content": "y"}]})
+            assert bulk.content[0].text.startswith("Stored 1 item (1 token): ")  # type: ignore[union-attr]
+
+    anyio.run(main)

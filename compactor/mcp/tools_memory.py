@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from .. import bounds
 from .. import constants as C
 from ..models import CompactReport, Item
+from ..render import counted
 from ..store import StoreInput
 from . import contract
 from . import schemas as S
@@ -70,7 +71,7 @@ def register(kit: ToolKit) -> None:
             res = store.store(content, summary=summary, tags=tags, importance=importance, pinned=pinned, scope=scope)
             it = res.item
             text = (
-                f"Stored {it.id} ({it.content_type}, {it.content_tokens:,} tokens, "
+                f"Stored {it.id} ({it.content_type}, {counted(it.content_tokens, 'token')}, "
                 f"tags: {', '.join(it.tags) or '-'}).{redaction_text(res.redacted)}\n"
                 f"{kit.line()}{compaction_text(res.compaction)}"
             )
@@ -131,7 +132,7 @@ def register(kit: ToolKit) -> None:
             res = store.bulk_store([StoreInput(p.content, p.summary, p.tags, p.importance, p.pinned) for p in parsed])
             tokens = sum(it.content_tokens for it in res.items)
             text = (
-                f"Stored {len(res.items)} items ({tokens:,} tokens): "
+                f"Stored {counted(len(res.items), 'item')} ({counted(tokens, 'token')}): "
                 f"{', '.join(it.id for it in res.items[:50])}{' ...' if len(res.items) > 50 else ''}"
                 f"{redaction_text(res.redacted)}\n{kit.line()}{compaction_text(res.compaction)}"
             )
