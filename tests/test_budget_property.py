@@ -102,7 +102,7 @@ def kept(store: Store) -> dict[str, Any]:
         "dup_hints": s.dup_hints,
         "uncovered": s.uncovered,
         "indexed": set(s.index._ids),
-        "deduped": set(s.dedup._keys),
+        "deduped": s.dedup.ids(),
     }
 
 
