@@ -180,7 +180,10 @@ class _Saved:
             all_rows = np.repeat(np.arange(len(self.ids), dtype=np.uint32), np.diff(self.key_starts))
             order = np.argsort(self.keys, kind="stable")
             self._bkeys, self._brows = self.keys[order], all_rows[order]
-        lo, hi = np.searchsorted(self._bkeys, [key, key + 1]).tolist()
+        # A key of the arrays' own type: a Python int made numpy cast all the keys per call.
+        probe = np.uint32(key)
+        lo = int(np.searchsorted(self._bkeys, probe, "left"))
+        hi = int(np.searchsorted(self._bkeys, probe, "right"))
         if hi - lo > most + len(self.dead):
             return None  # more than `most` live whichever rows are dead
         rows: list[int] = [r for r in self._brows[lo:hi].tolist() if r not in self.dead]
