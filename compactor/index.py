@@ -221,11 +221,14 @@ def _in_place64(value: Saved) -> array[int] | memoryview:
 
 class _Postings:
     """Term id -> sorted postings. A loaded index keeps every term's postings in ONE flat array
-    (read through zero-copy memoryview slices); a term gets an array of its own the first time
-    it is written to. At 100k items there are ~2M terms, most with one posting, and an array
-    object per term cost ~100 bytes each and ~1.5 s to build on every start."""
+    (read through zero-copy memoryview slices). New documents have the highest ids, so what
+    they add to a term goes after all it holds: a settled term keeps those in a tail array
+    of its own, read with the flat part as one array only when the term is read or changed
+    in place. At 100k items there are ~2M terms, most with one posting, and an array object
+    per term cost ~100 bytes each and ~1.5 s to build on every start; copying a settled
+    term's postings at its first new document cost ~100 MiB over the first 250 stores."""
 
-    __slots__ = ("_flat", "_frozen", "_n", "_own", "_own_from", "_starts")
+    __slots__ = ("_flat", "_frozen", "_n", "_own", "_own_from", "_starts", "_tail")
 
     def __init__(
         self,
@@ -241,7 +244,8 @@ class _Postings:
             raise ValueError("index state is inconsistent: postings lengths do not add up")
         self._starts = starts
         self._frozen = memoryview(self._flat)
-        self._own: dict[int, array[int]] = {}
+        self._own: dict[int, array[int]] = {}  # a term's whole postings
+        self._tail: dict[int, array[int]] = {}  # a settled term's postings after its flat part
         self._own_from = len(starts) - 1  # term ids from here on always have their own array
         self._n = self._own_from
 
@@ -252,6 +256,8 @@ class _Postings:
         own = self._own.get(tid)
         if own is not None:
             return own
+        if tid in self._tail:
+            return self.writable(tid)
         if tid < self._own_from:
             return self._frozen[self._starts[tid] : self._starts[tid + 1]]
         raise IndexError(tid)
@@ -260,36 +266,57 @@ class _Postings:
         own = self._own.get(tid)
         if own is not None:
             return len(own)
-        return self._starts[tid + 1] - self._starts[tid]
+        tail = self._tail.get(tid)
+        return self._starts[tid + 1] - self._starts[tid] + (len(tail) if tail is not None else 0)
 
     def writable(self, tid: int) -> array[int]:
+        """The term's whole postings as an array of its own, to change in place."""
         own = self._own.get(tid)
         if own is None:
             own = array("I")
             if tid < self._own_from:
                 own.frombytes(self._frozen[self._starts[tid] : self._starts[tid + 1]].cast("B"))
+                tail = self._tail.pop(tid, None)
+                if tail is not None:
+                    own.extend(tail)
             self._own[tid] = own
         return own
+
+    def add(self, tid: int, entry: int) -> None:
+        """Append a posting of a document newer than every one the term holds."""
+        own = self._own.get(tid)
+        if own is None:
+            if tid >= self._own_from:
+                own = self._own[tid] = array("I")
+            else:
+                own = self._tail.get(tid)
+                if own is None:
+                    own = self._tail[tid] = array("I")
+        own.append(entry)
 
     def __setitem__(self, tid: int, postings: array[int]) -> None:
         if not 0 <= tid < self._n:
             raise IndexError(tid)
         self._own[tid] = postings
+        self._tail.pop(tid, None)
 
     def extend_each(self, tids: Sequence[int], entries: memoryview, bounds: Sequence[int]) -> None:
-        """`writable(tids[i])` extended by the uint32s in bytes bounds[i]:bounds[i + 1] of
-        `entries`, for each i, in one loop."""
-        own, own_from, frozen, starts = self._own, self._own_from, self._frozen, self._starts
+        """`add` of the uint32s in bytes bounds[i]:bounds[i + 1] of `entries` to tids[i], for
+        each i, in one loop."""
+        own, tails, own_from = self._own, self._tail, self._own_from
         for i, tid in enumerate(tids):
             arr = own.get(tid)
             if arr is None:
-                arr = own[tid] = array("I")
-                if tid < own_from:
-                    arr.frombytes(frozen[starts[tid] : starts[tid + 1]].cast("B"))
+                if tid >= own_from:
+                    arr = own[tid] = array("I")
+                else:
+                    arr = tails.get(tid)
+                    if arr is None:
+                        arr = tails[tid] = array("I")
             arr.frombytes(entries[bounds[i] : bounds[i + 1]])
 
     def grow(self, n: int) -> None:
-        """Add n terms with no postings yet (`writable` makes their arrays)."""
+        """Add n terms with no postings yet (`add` makes their arrays)."""
         self._n += n
 
     def append(self, postings: array[int]) -> None:
@@ -302,14 +329,14 @@ class _Postings:
     @property
     def flat(self) -> array[int] | memoryview:
         """Every term's postings, in term order (after `settle`)."""
-        if self._own:
+        if self._own or self._tail:
             raise RuntimeError("settle() first")
         return self._flat
 
     @property
     def starts(self) -> array[int] | memoryview:
         """Where each term's postings start in `flat`, and its end (after `settle`)."""
-        if self._own:
+        if self._own or self._tail:
             raise RuntimeError("settle() first")
         return self._starts
 
@@ -323,14 +350,16 @@ class _Postings:
 
     @property
     def unsettled(self) -> int:
-        """Terms with an array of their own: what the next `settle` merges."""
-        return len(self._own)
+        """Terms with an array of their own or a tail: what the next `settle` merges."""
+        return len(self._own) + len(self._tail)
 
     def settle(self) -> None:
         """Move every term's postings back into one flat array: an array object per term
         costs ~100 bytes, and most terms have one posting. O(postings), in numpy."""
         import numpy as np
 
+        for tid in list(self._tail):  # each tail joins its flat part: gather reads one run a term
+            self.writable(tid)
         if not self._own:
             return
         n = self._n
@@ -437,7 +466,7 @@ class BM25Index:
             tid = found if found >= 0 else self._new_term(term)
             tf, s_tf, t_tf = counts.get(term, 0), s_counts.get(term, 0), t_counts.get(term, 0)
             code = tf if not (s_tf or t_tf) and tf < _SPILL else self._code(tid, d, tf, s_tf, t_tf)
-            post.writable(tid).append(d << _TF_BITS | code)
+            post.add(tid, d << _TF_BITS | code)
             df[tid] += 1
             tids.append(tid)
         tids.sort()
