@@ -196,15 +196,39 @@ class _DocTerms:
         return (self[d] for d in range(len(self)))
 
     def flat(self) -> tuple[bytes | memoryview, array[int]]:
-        """(every document's terms concatenated, each document's count), a removed one empty."""
-        if not self._own and not self._tail:
-            import numpy as np
+        """(every document's terms concatenated, each document's count), a removed one empty.
+        The flat part is gathered in numpy around the documents changed or added since: a
+        bytes copy of every document, joined, took ~250 ms at 100k items (numpy: ~55)."""
+        import numpy as np
 
+        starts = np.frombuffer(self._starts, dtype=np.uint64).astype(np.int64)
+        lens64 = np.diff(starts)
+        if not self._own and not self._tail:
             lens: array[int] = array("Q")
-            lens.frombytes(np.diff(np.frombuffer(self._starts, dtype=np.uint64)).tobytes())
+            lens.frombytes(lens64.astype(np.uint64).tobytes())
             return memoryview(self._flat).cast("B"), lens
-        docs = [t if t is not None else array("I") for t in self]
-        return b"".join(t.tobytes() for t in docs), array("Q", map(len, docs))
+        src = starts[:-1]
+        more = array("I")
+        base = len(self._flat)
+        for d in sorted(self._own):
+            terms = self._own[d]
+            lens64[d] = len(terms) if terms is not None else 0
+            src[d] = base + len(more)
+            if terms is not None:
+                more.extend(terms)
+        tail_src, tail_lens = [], []
+        for terms in self._tail:
+            tail_src.append(base + len(more))
+            tail_lens.append(len(terms) if terms is not None else 0)
+            if terms is not None:
+                more.extend(terms)
+        all_src = np.concatenate((src, np.array(tail_src, dtype=np.int64)))
+        all_lens = np.concatenate((lens64, np.array(tail_lens, dtype=np.int64)))
+        frozen = np.frombuffer(self._flat, dtype=np.uint32)
+        out: Any = gather(frozen, all_src, all_lens, np.frombuffer(more, dtype=np.uint32))
+        lens = array("Q")
+        lens.frombytes(all_lens.astype(np.uint64).tobytes())
+        return memoryview(out).cast("B"), lens
 
 
 # The saved index's arrays that only spare a start the work of deriving them from the others.
