@@ -380,3 +380,23 @@ def test_recall_groups_fill_the_cap_without_duplicates(store: Store, clock: Fake
     r2 = store.recall()
     g2 = groups_of(r2.text)
     assert "Related to the task" not in g2 and cap * 0.8 <= r2.tokens <= cap
+
+
+def test_raw_items_archived_as_a_last_resort_are_covered_by_a_summary(store: Store):
+    """Compaction's last resort (still over target once the archive is condensed) archives
+    the lowest-value active items; a raw one among them gets a d1 node in the archive, as a
+    root, like everything eviction archives. It was left with no summary in its lineage
+    (found by the long random walks once pins kept more of the budget)."""
+    store.configure(token_budget=10_000, auto_compact=False)
+    ids = [store.store(f"raw note {i} on the quokka{i} relay and its backoff").item.id for i in range(6)]
+    before = store.tokens_used
+    with store._txn() as txn:
+        store._condense(txn, before // 3, frozenset(), last_resort=True)
+    archived = [i for i in ids if store.get(i).tier == "archived"]
+    assert archived and store.tokens_used <= before // 3
+    for item_id in archived:
+        [node_id] = store.get(item_id).parents
+        node = store.get(node_id)
+        assert node.depth == 1 and node.tier == "archived" and not node.parents and item_id in node.children
+    assert set(ids) <= reachable(store) | {c for r in store.roots() for c in store.get(r.id).children}
+    assert store.check_derived() == []

@@ -127,10 +127,25 @@ class _Dag(_Journaled):
                 ),
                 key=lambda it: (scoring.retention(it, now), it.seq),
             )
+            raw: list[Item] = []
             for it in rest_items:
                 if s.used <= target_tokens:
                     break
                 txn.apply([{"op": "patch", "id": it.id, "set": {"tier": "archived"}}])
+                if not it.depth:
+                    raw.append(s.items[it.id])
+            # A raw item archived here (eviction stopped short, and the summaries made for what
+            # it archived outgrew its estimate) is covered like any other, by a d1 node that goes
+            # to the archive with it as a root: left uncovered, it was in no summary's lineage.
+            by_scope: dict[str, list[Item]] = {}
+            for it in raw:
+                by_scope.setdefault(scope_key(it.scope), []).append(it)
+            for scope_items in by_scope.values():
+                for group in group_coherent(scope_items, C.CHUNK_SIZE, s.index.term_ids):
+                    node_id = self._make_node(txn, 1, group, "archived")
+                    if node_id:
+                        txn.apply([{"op": "patch", "id": node_id, "set": {"tier": "archived"}}])
+                        made.append(node_id)
         return made
 
     def _extend_latest_node(
