@@ -441,3 +441,39 @@ def test_store_replies_count_one_token_and_one_item_in_the_singular():
             assert bulk.content[0].text.startswith("Stored 1 item (1 token): ")  # type: ignore[union-attr]
 
     anyio.run(main)
+
+
+def test_pinning_an_archived_or_summarised_item_keeps_it_in_full_in_active_memory():
+    """pin keeps an item in full for good: one already archived comes back to the active tier,
+    one shown by its summary goes back to its content, and compaction then leaves both."""
+    store = Store()
+    store.configure(token_budget=1_000)
+
+    async def main() -> None:
+        async with Client(build_server(store), mode="legacy") as c:
+            ids = []
+            for i in range(30):
+                text = f"fact {i}: the zebra{i} service calls the giraffe broker over grpc with retries " * 2
+                ids.append((await c.call_tool("store", {"content": text})).structured_content["id"])  # type: ignore[index]
+            archived = next(i for i in ids if store.get(i).tier == "archived")
+            pinned = await c.call_tool("pin", {"id": archived})
+            assert pinned.structured_content is not None and not pinned.is_error
+            assert (pinned.structured_content["tier"], pinned.structured_content["pinned"]) == ("active", True)
+            summarised = (
+                await c.call_tool(
+                    "store", {"content": "long notes on the okapi rollout " * 40, "summary": "okapi rollout"}
+                )
+            ).structured_content["id"]  # type: ignore[index]
+            await c.call_tool("compact", {"target_usage": 0.1})
+            assert store.get(summarised).view == "summary" or store.get(summarised).tier == "archived"
+            again = await c.call_tool("pin", {"id": summarised})
+            assert again.structured_content is not None
+            assert (again.structured_content["tier"], again.structured_content["view"]) == ("active", "content")
+            await c.call_tool("compact", {"target_usage": 0.1})
+            recall = await c.call_tool("recall", {})
+            for item_id in (archived, summarised):
+                it = store.get(item_id)
+                assert (it.tier, it.view, it.pinned) == ("active", "content", True)
+                assert item_id in recall.content[0].text  # type: ignore[union-attr]
+
+    anyio.run(main)

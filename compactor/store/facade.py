@@ -380,7 +380,20 @@ class Store(_Recall, _Compaction, _Ledger):
             return self._s.items[item_id]
 
     def pin(self, item_id: str) -> Item:
-        return self._set_flag(item_id, pinned=True)
+        """Keep an item in full for good: an archived one comes back to the active tier (as
+        `restore` brings it) and one shown by its summary goes back to its content. Pinning
+        left an archived item in the archive, out of recall and of the budget it was pinned
+        to stay in."""
+        with self._locked():
+            self._sync()
+            item = self._get(item_id)
+            changes: dict[str, Any] = {"pinned": True}
+            if item.tier == "archived":
+                changes.update(tier="active", merged_into=None)
+            if item.view == "summary":
+                changes["view"] = "content"
+            self._transact([{"op": "patch", "id": item_id, "set": changes}], protected=frozenset({item_id}))
+            return self._s.items[item_id]
 
     def unpin(self, item_id: str) -> Item:
         return self._set_flag(item_id, pinned=False)
