@@ -62,7 +62,7 @@ from .persist import (
     snapshot_checksum_problem,
     temp_file_pid,
 )
-from .render import examples
+from .render import counted, examples
 from .store import Store
 
 LOCK_WAIT_S = C.DOCTOR_LOCK_WAIT_S
@@ -885,7 +885,8 @@ def render(report: DoctorReport) -> str:
         out.append("  snapshot: none yet")
     journal = f.get("journal")
     if journal:
-        out.append(f"  journal: generation {journal['gen']}, {journal['lines']:,} lines, {journal['bytes']:,} bytes")
+        lines = counted(journal["lines"], "line")
+        out.append(f"  journal: generation {journal['gen']}, {lines} of writes, {journal['bytes']:,} bytes")
     items = f.get("items")
     if items:
         out.append(

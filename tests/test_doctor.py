@@ -97,6 +97,8 @@ def test_healthy_dir_reports_nothing_and_exits_0(state_dir: Path, capsys: pytest
     assert cli_main(["doctor", "--state-dir", str(state_dir)]) == 0
     out = capsys.readouterr().out
     assert "Healthy" in out and f"{made['items']:,} items" in out
+    lines = report.facts["journal"]["lines"]
+    assert f"{lines:,} {'line' if lines == 1 else 'lines'} of writes" in out
     assert doctor.main(["--state-dir", str(state_dir), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["healthy"] is True and data["errors"] == 0 and data["problems"] == []
