@@ -404,14 +404,18 @@ class DedupIndex:
         most = C.DEDUP_MAX_BUCKET
         for key in keys:
             bucket = self._buckets.get(key)
-            members: set[str] = set() if bucket is None else {bucket} if isinstance(bucket, str) else set(bucket)
+            held = 0 if bucket is None else 1 if isinstance(bucket, str) else len(bucket)
+            if held > most:
+                continue  # a key too common to say anything (not even copied)
             if saved is not None:
-                rows = saved.rows_of(key, most - len(members))
+                rows = saved.rows_of(key, most - held)
                 if rows is None:
                     continue
-                members.update(saved.ids[r] for r in rows)
-            if len(members) <= most or len(members) == 1:
-                out |= members
+                out.update(saved.ids[r] for r in rows)
+            if isinstance(bucket, str):
+                out.add(bucket)
+            elif bucket is not None:
+                out |= bucket
         out.discard(item_id)
         return out
 
