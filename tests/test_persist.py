@@ -568,3 +568,14 @@ def test_a_snapshot_whose_index_file_cannot_be_read_back_keeps_the_index_in_memo
     assert [h.item.id for h in store.query("osprey_1 feed", limit=50)] == before and store.check_derived() == []
     store.forget(ids[0])
     assert ids[0] not in {h.item.id for h in store.query("osprey_0 feed")}
+
+
+def test_a_snapshot_whose_index_file_reads_back_unusable_says_it_keeps_the_index(state_dir: Path, monkeypatch, caplog):
+    store = Store(state_dir=state_dir)
+    for i in range(8):
+        store.store(f"note {i} about the {('avocet', 'stilt')[i % 2]} loop")
+    monkeypatch.setattr(type(store._dir), "load_index", lambda self, ref: {})
+    store.snapshot()
+    assert "keeping the index in memory" in caplog.text and "rebuilding" not in caplog.text
+    assert _index_file_of(store) is None and store.check_derived() == []
+    assert len(store.query("stilt", limit=50)) == 4

@@ -409,7 +409,8 @@ class _Journaled(_StateOps):
         try:
             arrays = self._dir.load_index(ref)
             snap = {"index": {**header["index"], **arrays}, "dedup": dict(header["dedup"])}
-            if not self._restore_derived(scratch, snap) or len(scratch.index) != len(self._s.index):
+            kept = "keeping the index in memory, which the file also holds"
+            if not self._restore_derived(scratch, snap, instead=kept) or len(scratch.index) != len(self._s.index):
                 return
         except (IndexFileError, OSError, ValueError) as exc:
             log.info("kept the index in memory after a snapshot: %s", exc)

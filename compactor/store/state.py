@@ -375,9 +375,12 @@ class _StateOps:
             if not ids:
                 del s.by_tag[tag]
 
-    def _restore_derived(self, state: _State, snap: dict[str, Any]) -> bool:
+    def _restore_derived(
+        self, state: _State, snap: dict[str, Any], *, instead: str = "rebuilding it from the items"
+    ) -> bool:
         """Load the search index and dedup buckets saved with a snapshot, so a cold start does
-        not re-tokenise every item. False (rebuild) when absent or unreadable."""
+        not re-tokenise every item. False (rebuild) when absent or unreadable; `instead` says
+        in the warning what the caller does then."""
         # Popped, so the parsed state (hundreds of MB at 100k items) is freed as soon as the
         # index is built, before the items are: that is the peak of a cold start's memory.
         index_state, saved = snap.pop("index", None), snap.pop("dedup", None)
@@ -396,7 +399,7 @@ class _StateOps:
                 raise ValueError("unknown dedup state format")
             state._dedup, state._dedup_saved = None, saved
         except (ValueError, KeyError, TypeError) as exc:
-            log.warning("saved index unusable (%s); rebuilding it from the items", exc)
+            log.warning("saved index unusable (%s); %s", exc, instead)
             state.index, state.dedup = BM25Index(), DedupIndex()
             return False
         return True
