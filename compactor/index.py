@@ -47,7 +47,7 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from itertools import accumulate
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
@@ -196,39 +196,44 @@ class _DocTerms:
         return (self[d] for d in range(len(self)))
 
     def flat(self) -> tuple[bytes | memoryview, array[int]]:
-        """(every document's terms concatenated, each document's count), a removed one empty.
-        The flat part is gathered in numpy around the documents changed or added since: a
-        bytes copy of every document, joined, took ~250 ms at 100k items (numpy: ~55)."""
+        """(every document's terms concatenated, each document's count), a removed one empty."""
         import numpy as np
 
-        starts = np.frombuffer(self._starts, dtype=np.uint64).astype(np.int64)
-        lens64 = np.diff(starts)
         if not self._own and not self._tail:
             lens: array[int] = array("Q")
-            lens.frombytes(lens64.astype(np.uint64).tobytes())
+            lens.frombytes(np.diff(np.frombuffer(self._starts, dtype=np.uint64)).tobytes())
             return memoryview(self._flat).cast("B"), lens
-        src = starts[:-1]
-        more = array("I")
-        base = len(self._flat)
-        for d in sorted(self._own):
-            terms = self._own[d]
-            lens64[d] = len(terms) if terms is not None else 0
-            src[d] = base + len(more)
-            if terms is not None:
-                more.extend(terms)
-        tail_src, tail_lens = [], []
-        for terms in self._tail:
-            tail_src.append(base + len(more))
-            tail_lens.append(len(terms) if terms is not None else 0)
-            if terms is not None:
-                more.extend(terms)
-        all_src = np.concatenate((src, np.array(tail_src, dtype=np.int64)))
-        all_lens = np.concatenate((lens64, np.array(tail_lens, dtype=np.int64)))
-        frozen = np.frombuffer(self._flat, dtype=np.uint32)
-        out: Any = gather(frozen, all_src, all_lens, np.frombuffer(more, dtype=np.uint32))
+        runs = {**self._own, **{self._n + k: terms for k, terms in enumerate(self._tail)}}
+        out, run_lens = _gather_runs(self._flat, self._starts, len(self), runs)
         lens = array("Q")
-        lens.frombytes(all_lens.astype(np.uint64).tobytes())
+        lens.frombytes(run_lens.astype(np.uint64).tobytes())
         return memoryview(out).cast("B"), lens
+
+
+def _gather_runs(
+    flat: array[int] | memoryview, starts: array[int] | memoryview, n: int, runs: Mapping[int, array[int] | None]
+) -> tuple[Any, Any]:
+    """Runs 0..n-1 of uint32s concatenated, run i being flat[starts[i] : starts[i + 1]] unless
+    `runs` replaces it (None: empty); runs past the end of `starts` are empty unless replaced.
+    Returns (the uint32 numpy array, each run's length). In numpy, gathered around the few
+    replaced runs without copying the flat part first (`gather`): copying each run in Python
+    took ~250 ms for the documents of 100k items, and each copy was one more index-sized
+    temporary at a settle's peak."""
+    import numpy as np
+
+    frozen = np.frombuffer(flat, dtype=np.uint32)
+    at = np.frombuffer(starts, dtype=np.uint64)
+    old = len(at) - 1
+    lens = np.zeros(n, dtype=np.int64)
+    src = np.zeros(n, dtype=np.int64)
+    lens[:old] = np.diff(at)
+    src[:old] = at[:-1]
+    ids = np.fromiter(runs.keys(), dtype=np.int64, count=len(runs))
+    run_lens = np.fromiter((len(r) if r is not None else 0 for r in runs.values()), dtype=np.int64, count=len(runs))
+    extra = np.frombuffer(b"".join(r.tobytes() for r in runs.values() if r is not None), dtype=np.uint32)
+    lens[ids] = run_lens
+    src[ids] = len(frozen) + np.cumsum(run_lens) - run_lens
+    return gather(frozen, src, lens, extra), lens
 
 
 # The saved index's arrays that only spare a start the work of deriving them from the others.
@@ -309,14 +314,18 @@ class _Postings:
     def add(self, tid: int, entry: int) -> None:
         """Append a posting of a document newer than every one the term holds."""
         own = self._own.get(tid)
-        if own is None:
-            if tid >= self._own_from:
-                own = self._own[tid] = array("I")
-            else:
-                own = self._tail.get(tid)
-                if own is None:
-                    own = self._tail[tid] = array("I")
-        own.append(entry)
+        (own if own is not None else self._appended(tid)).append(entry)
+
+    def _appended(self, tid: int) -> array[int]:
+        """Where a term with no array of its own takes new postings: its tail when settled,
+        else a new array of its own."""
+        if tid >= self._own_from:
+            own = self._own[tid] = array("I")
+            return own
+        tail = self._tail.get(tid)
+        if tail is None:
+            tail = self._tail[tid] = array("I")
+        return tail
 
     def __setitem__(self, tid: int, postings: array[int]) -> None:
         if not 0 <= tid < self._n:
@@ -327,16 +336,11 @@ class _Postings:
     def extend_each(self, tids: Sequence[int], entries: memoryview, bounds: Sequence[int]) -> None:
         """`add` of the uint32s in bytes bounds[i]:bounds[i + 1] of `entries` to tids[i], for
         each i, in one loop."""
-        own, tails, own_from = self._own, self._tail, self._own_from
+        own = self._own
         for i, tid in enumerate(tids):
             arr = own.get(tid)
             if arr is None:
-                if tid >= own_from:
-                    arr = own[tid] = array("I")
-                else:
-                    arr = tails.get(tid)
-                    if arr is None:
-                        arr = tails[tid] = array("I")
+                arr = self._appended(tid)
             arr.frombytes(entries[bounds[i] : bounds[i + 1]])
 
     def grow(self, n: int) -> None:
@@ -387,22 +391,8 @@ class _Postings:
         if not self._own:
             return
         n = self._n
-        frozen = np.frombuffer(self._flat, dtype=np.uint32)
-        starts = np.frombuffer(self._starts, dtype=np.uint64)
-        lens = np.zeros(n, dtype=np.int64)
-        src = np.zeros(n, dtype=np.int64)
-        old = self._own_from
-        lens[:old] = np.diff(starts)
-        src[:old] = starts[:-1]
-        own = self._own
-        own_ids = np.fromiter(own.keys(), dtype=np.int64, count=len(own))
-        own_lens = np.fromiter(map(len, own.values()), dtype=np.int64, count=len(own))
-        extra = np.frombuffer(b"".join(map(array.tobytes, own.values())), dtype=np.uint32)
-        lens[own_ids] = own_lens
-        src[own_ids] = len(frozen) + np.cumsum(own_lens) - own_lens
-        # Gathered from both without joining them first, and kept as gathered: each copy was
-        # one more postings-sized temporary at the settle's peak.
-        flat = gather(frozen, src, lens, extra).data.cast("B").cast("I")
+        gathered, lens = _gather_runs(self._flat, self._starts, n, self._own)
+        flat = gathered.data.cast("B").cast("I")  # kept as gathered: no postings-sized copy
         new_starts = array("Q", [0])
         new_starts.frombytes(np.cumsum(lens).astype(np.uint64).data.cast("B"))
         self._flat, self._starts = flat, new_starts
