@@ -224,7 +224,11 @@ class DedupIndex:
         self._sig_set: tuple[str, frozenset[int]] | None = None  # see similarity()
 
     def __contains__(self, item_id: str) -> bool:
-        return item_id in self._keys or (self._saved is not None and self._saved.alive(item_id) is not None)
+        return item_id in self._keys or self._saved_row(item_id) is not None
+
+    def _saved_row(self, item_id: str) -> int | None:
+        """The item's live row in the saved state, if that is where it is filed."""
+        return self._saved.alive(item_id) if self._saved is not None else None
 
     def ids(self) -> set[str]:
         """Every item filed here."""
@@ -262,11 +266,10 @@ class DedupIndex:
         size = self._sizes.get(item_id)
         if size is not None:
             return size, self._sigs[item_id]
-        saved = self._saved
-        r = saved.alive(item_id) if saved is not None else None
-        if saved is None or r is None:
+        r = self._saved_row(item_id)
+        if r is None or self._saved is None:
             return 0, []
-        return int(saved.sizes[r]), saved.sig_of(r)
+        return int(self._saved.sizes[r]), self._saved.sig_of(r)
 
     def similarity(self, a: str, b: str) -> float:
         """Jaccard of two items' word sets: exact when both fit in a signature, else the
@@ -290,23 +293,25 @@ class DedupIndex:
         """The ids, and per id in that order its keys, signature and word count, as flat
         arrays (with the length of each id's run): the saved rows still filed, then the rest."""
         ids: list[str] = []
-        keys = array("I")
-        key_lens = array("B")
-        sigs = array("I")
-        sig_lens = array("B")
-        sizes = array("I")
+        out = {
+            "keys": array("I"),
+            "key_lens": array("B"),
+            "sigs": array("I"),
+            "sig_lens": array("B"),
+            "sizes": array("I"),
+        }
         if self._saved is not None:
             ids, saved = self._saved.flat()
-            for arr, part in zip((keys, key_lens, sigs, sig_lens, sizes), saved.values(), strict=True):
-                arr.frombytes(part.tobytes())
-        for i in self._keys:
+            for name, arr in out.items():
+                arr.frombytes(saved[name].tobytes())
+        for i, keys in self._keys.items():
             ids.append(i)
-            keys.extend(self._keys[i])
-            key_lens.append(len(self._keys[i]))
-            sigs.extend(self._sigs[i])
-            sig_lens.append(len(self._sigs[i]))
-            sizes.append(self._sizes.get(i, 0))
-        return ids, {"keys": keys, "key_lens": key_lens, "sigs": sigs, "sig_lens": sig_lens, "sizes": sizes}
+            out["keys"].extend(keys)
+            out["key_lens"].append(len(keys))
+            out["sigs"].extend(self._sigs[i])
+            out["sig_lens"].append(len(self._sigs[i]))
+            out["sizes"].append(self._sizes.get(i, 0))
+        return ids, out
 
     def to_state(self) -> dict[str, Any]:
         """Flat arrays (base64 of native bytes) in JSON, format 1: one decode on load, not one
@@ -369,11 +374,10 @@ class DedupIndex:
 
     def remove(self, item_id: str) -> None:
         self._sig_set = None
-        saved = self._saved
         if item_id not in self._keys:
-            r = saved.alive(item_id) if saved is not None else None
-            if saved is not None and r is not None:
-                saved.dead.add(r)
+            r = self._saved_row(item_id)
+            if r is not None and self._saved is not None:
+                self._saved.dead.add(r)
             return
         self._sigs.pop(item_id, None)
         self._sizes.pop(item_id, None)
@@ -398,7 +402,7 @@ class DedupIndex:
         saved = self._saved
         keys = self._keys.get(item_id)
         if keys is None:
-            r = saved.alive(item_id) if saved is not None else None
+            r = self._saved_row(item_id)
             keys = saved.keys_of(r) if saved is not None and r is not None else ()
         out: set[str] = set()
         most = C.DEDUP_MAX_BUCKET
