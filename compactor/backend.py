@@ -96,9 +96,10 @@ class Persistence(Protocol):
         the snapshot. Raises OSError."""
         ...
 
-    def load_index(self, ref: Mapping[str, Any]) -> dict[str, memoryview]:
+    def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
         """The arrays `save_index` saved under `ref`; raises IndexFileError if they are
-        missing or damaged (the index is then rebuilt from the items)."""
+        missing or damaged (the index is then rebuilt from the items). `verify=False`: arrays
+        this process has just saved, whose checksum need not be read back."""
         ...
 
     def keep_only_index(self, name: str | None) -> None:
@@ -162,8 +163,8 @@ class DirBackend(StateDir):
     def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
         return indexfile.write(self.path, gen, arrays)
 
-    def load_index(self, ref: Mapping[str, Any]) -> dict[str, memoryview]:
-        return indexfile.read(self.path, ref)
+    def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
+        return indexfile.read(self.path, ref, verify=verify)
 
     def keep_only_index(self, name: str | None) -> None:
         indexfile.remove_others(self.path, name)

@@ -618,7 +618,7 @@ class PgBackend:
     def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
         return None
 
-    def load_index(self, ref: Mapping[str, Any]) -> dict[str, memoryview]:
+    def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
         raise IndexFileError("a database snapshot names no index file")
 
     def keep_only_index(self, name: str | None) -> None:

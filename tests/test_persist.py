@@ -562,7 +562,11 @@ def test_a_snapshot_whose_index_file_cannot_be_read_back_keeps_the_index_in_memo
     store = Store(state_dir=state_dir)
     ids = [store.store(f"note {i} about the osprey_{i % 3} feed").item.id for i in range(12)]
     before = [h.item.id for h in store.query("osprey_1 feed", limit=50)]
-    monkeypatch.setattr(type(store._dir), "load_index", lambda self, ref: (_ for _ in ()).throw(IndexFileError("x")))
+
+    def unreadable(self: object, ref: object, **_: object) -> None:
+        raise IndexFileError("x")
+
+    monkeypatch.setattr(type(store._dir), "load_index", unreadable)
     store.snapshot()
     assert _index_file_of(store) is None  # the arrays it merged, kept
     assert [h.item.id for h in store.query("osprey_1 feed", limit=50)] == before and store.check_derived() == []
@@ -574,7 +578,7 @@ def test_a_snapshot_whose_index_file_reads_back_unusable_says_it_keeps_the_index
     store = Store(state_dir=state_dir)
     for i in range(8):
         store.store(f"note {i} about the {('avocet', 'stilt')[i % 2]} loop")
-    monkeypatch.setattr(type(store._dir), "load_index", lambda self, ref: {})
+    monkeypatch.setattr(type(store._dir), "load_index", lambda self, ref, **_: {})
     store.snapshot()
     assert "keeping the index in memory" in caplog.text and "rebuilding" not in caplog.text
     assert _index_file_of(store) is None and store.check_derived() == []

@@ -407,7 +407,7 @@ class _Journaled(_StateOps):
         assert self._dir is not None
         scratch = _State()
         try:
-            arrays = self._dir.load_index(ref)
+            arrays = self._dir.load_index(ref, verify=False)  # written and checksummed just now
             snap = {"index": {**header["index"], **arrays}, "dedup": dict(header["dedup"])}
             kept = "keeping the index in memory, which the file also holds"
             if not self._restore_derived(scratch, snap, instead=kept) or len(scratch.index) != len(self._s.index):
