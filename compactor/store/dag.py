@@ -82,12 +82,10 @@ class _Dag(_Journaled):
         for (scope, depth), level_items in sorted(by_level.items()):
             pending = sorted(level_items, key=lambda it: it.seq)
             if depth == 0:
-                pending = self._extend_latest_node(txn, scope, pending, made, protected)
-                groups = group_coherent(pending, C.CHUNK_SIZE, s.index.term_ids)
-            else:
-                full = len(pending) - len(pending) % C.FANOUT
-                groups = [pending[i : i + C.FANOUT] for i in range(0, full, C.FANOUT)]
-            for group in groups:
+                made.extend(self._cover_raw(txn, self._extend_latest_node(txn, scope, pending, made, protected)))
+                continue
+            full = len(pending) - len(pending) % C.FANOUT
+            for group in (pending[i : i + C.FANOUT] for i in range(0, full, C.FANOUT)):
                 node_id = self._make_node(txn, depth + 1, group, "archived")
                 if node_id:
                     made.append(node_id)
@@ -141,11 +139,20 @@ class _Dag(_Journaled):
             for it in raw:
                 by_scope.setdefault(scope_key(it.scope), []).append(it)
             for scope_items in by_scope.values():
-                for group in group_coherent(scope_items, C.CHUNK_SIZE, s.index.term_ids):
-                    node_id = self._make_node(txn, 1, group, "archived")
-                    if node_id:
-                        txn.apply([{"op": "patch", "id": node_id, "set": {"tier": "archived"}}])
-                        made.append(node_id)
+                for node_id in self._cover_raw(txn, scope_items):
+                    txn.apply([{"op": "patch", "id": node_id, "set": {"tier": "archived"}}])
+                    made.append(node_id)
+        return made
+
+    def _cover_raw(self, txn: _Txn, items: list[Item]) -> list[str]:
+        """d1 nodes over archived raw items of one scope, in coherent groups of neighbours in
+        time (`group_coherent` reads them in seq order); the ids of the nodes made."""
+        made: list[str] = []
+        ordered = sorted(items, key=lambda it: it.seq)
+        for group in group_coherent(ordered, C.CHUNK_SIZE, self._s.index.term_ids):
+            node_id = self._make_node(txn, 1, group, "archived")
+            if node_id:
+                made.append(node_id)
         return made
 
     def _extend_latest_node(
