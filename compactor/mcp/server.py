@@ -118,9 +118,8 @@ def build_server(
         except (AttributeError, RuntimeError, ValueError):
             return None
 
-    async def prepare(ctx: Context | None) -> None:
-        """Once per client: its budget default and its project root."""
-        client = client_of(ctx)
+    async def prepare(ctx: Context | None, client: Any) -> None:
+        """Once per client (`client_of(ctx)`): its budget default and its project root."""
         if ctx is None or client is None or client in seen_clients:
             return
         seen_clients.set(client, None)
@@ -144,8 +143,8 @@ def build_server(
 
     async def run(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
         store.touch()
-        await prepare(ctx)
         client = client_of(ctx)
+        await prepare(ctx, client)
         if client is not None:
             store.scope = seen_clients.get(client) or CONNECTION_SCOPE.get() or base_scope
         try:

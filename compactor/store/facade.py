@@ -11,8 +11,9 @@ made of, one module each.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from .. import bounds
@@ -39,6 +40,11 @@ def _without_source(item: Item, source: str) -> dict[str, Any]:
     still = {tag for tag, _ in kept}
     gone = {tag for tag, src in item.tags_from if src == source} - still
     return {"tags": [t for t in item.tags if t not in gone], "tags_from": kept}
+
+
+# What brings an archived item back to the active tier (restore, and pin): a merged duplicate
+# stands alone again.
+_RESTORED: Mapping[str, Any] = MappingProxyType({"tier": "active", "merged_into": None})
 
 
 def _out_of_bounds(name: str, allowed: str, value: object) -> InvalidArgumentError:
@@ -389,7 +395,7 @@ class Store(_Recall, _Compaction, _Ledger):
             item = self._get(item_id)
             changes: dict[str, Any] = {"pinned": True}
             if item.tier == "archived":
-                changes.update(tier="active", merged_into=None)
+                changes.update(_RESTORED)
             if item.view == "summary":
                 changes["view"] = "content"
             self._transact([{"op": "patch", "id": item_id, "set": changes}], protected=frozenset({item_id}))
@@ -405,7 +411,7 @@ class Store(_Recall, _Compaction, _Ledger):
             item = self._get(item_id)
             if item.tier == "active":
                 return item, None
-            op: Op = {"op": "patch", "id": item_id, "set": {"tier": "active", "merged_into": None}}
+            op: Op = {"op": "patch", "id": item_id, "set": dict(_RESTORED)}
             report = self._transact([op], protected=frozenset({item_id}))
             return self._s.items[item_id], report
 
