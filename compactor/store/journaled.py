@@ -453,13 +453,14 @@ class _Journaled(_StateOps):
             self._rebuild_derived(self._s)
             self._write_snapshot_locked(dict(self._s.items))
 
-    def snapshot(self) -> None:
-        """Write a snapshot and truncate the journal, synchronously (used at shutdown)."""
+    def snapshot(self, *, adopt: bool = True) -> None:
+        """Write a snapshot and truncate the journal, synchronously (used at shutdown; `adopt`
+        as `_write_snapshot_locked`)."""
         if self._dir is None:
             return
         with self._locked():
             self._sync()
-            self._write_snapshot_locked(dict(self._s.items))
+            self._write_snapshot_locked(dict(self._s.items), adopt=adopt)
 
     async def snapshot_async(self) -> None:
         """Snapshot without blocking the event loop: items are frozen, so a shallow copy of the
@@ -536,11 +537,9 @@ class _Journaled(_StateOps):
     def close_with_snapshot(self) -> None:
         """How a server ends: a final snapshot when one is needed (`needs_final_snapshot`),
         then close. A failed snapshot loses nothing (the journal has every change): logged."""
-        if self.needs_final_snapshot and self._dir is not None:
+        if self.needs_final_snapshot:
             try:
-                with self._locked():
-                    self._sync()
-                    self._write_snapshot_locked(dict(self._s.items), adopt=False)
+                self.snapshot(adopt=False)
             except Exception:
                 log.exception("final snapshot failed; the journal still holds every change")
         self.close()
