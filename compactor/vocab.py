@@ -233,6 +233,9 @@ class Vocab:
         if len(live) != n:
             raise ValueError("live mask does not cover the vocabulary")
         old = len(self._lens)
+        if self._appends_only(live):
+            self._settle_appended()
+            return
         lens = np.zeros(n, dtype=np.uint32)
         lens[:old] = self._lens
         hashes = np.zeros(n, dtype=np.uint32)
@@ -254,6 +257,44 @@ class Vocab:
         self._set_lens(lens)
         self._hashes = hashes
         self._index_hashes(live)
+        self._new, self._new_names, self._dead, self._hot = {}, {}, set(), {}
+
+    def _appends_only(self, live: npt.NDArray[np.bool_]) -> bool:
+        """Whether the overlay only adds terms after the settled ones, all live, and no settled
+        term changed since the last settle: what a load of new items leaves."""
+        old, renamed = len(self._lens), self._new_names
+        return (
+            not self._dead
+            and len(renamed) == self._n - old
+            and (not renamed or min(renamed) >= old)
+            and bool(live[old:].all())
+            and bool(np.array_equal(live[:old], self._lens > 0))
+        )
+
+    def _settle_appended(self) -> None:
+        """`settle` when the overlay only appends (`_appends_only`): the arrays grow at their
+        end and the new hashes are merged into the sorted ones, O(vocabulary) copies instead
+        of a gather of every byte and a sort of every hash (~0.3 of ~1 s at 1M terms)."""
+        old = len(self._lens)
+        ids = np.fromiter(self._new_names.keys(), dtype=np.int64, count=len(self._new_names))
+        names = list(self._new_names.values())
+        if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
+            by_id = np.argsort(ids)
+            names = [names[k] for k in by_id.tolist()]
+        encoded = [term.encode("utf-8", "surrogatepass") for term in names]
+        extra_lens = np.fromiter(map(len, encoded), dtype=np.uint32, count=len(encoded))
+        extra_hashes = np.fromiter(map(_crc, encoded), dtype=np.uint32, count=len(encoded))
+        self._blob = np.concatenate(
+            (np.frombuffer(self._blob, dtype=np.uint8), np.frombuffer(b"".join(encoded), dtype=np.uint8))
+        ).data
+        self._set_lens(np.concatenate((self._lens, extra_lens)))
+        self._hashes = np.concatenate((self._hashes, extra_hashes))
+        # Ties keep id order, as the stable sort of `_index_hashes` would: settled ids first.
+        by_hash = np.argsort(extra_hashes, kind="stable")
+        new_sorted = extra_hashes[by_hash]
+        at = np.searchsorted(self._sorted, new_sorted, side="right")
+        self._order = np.insert(self._order, at, (by_hash + old).astype(np.uint32))
+        self._sorted = np.insert(self._sorted, at, new_sorted)
         self._new, self._new_names, self._dead, self._hot = {}, {}, set(), {}
 
     def _set_lens(self, lens: U32) -> None:

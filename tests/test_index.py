@@ -564,3 +564,47 @@ def test_a_loaded_term_takes_new_postings_in_a_tail_without_copying_its_own():
     assert loaded.terms("d0") == {"common", "word0", "alpha"} and hits[0] == "d0" and len(hits) == 43
     again = BM25Index.from_state(loaded.to_state(binary=True))
     assert not again._post._tail and again.search("common", 50) == loaded.search("common", 50)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(0, 4), min_size=1, max_size=12),
+    st.lists(st.tuples(st.sampled_from(["tail", "new", "grow", "own"]), st.integers(0, 30)), max_size=60),
+)
+def test_settling_appended_postings_lays_them_out_as_the_general_merge_does(settled, writes):
+    """`settle` takes a masked copy when only tails and new terms hold postings and a gather
+    otherwise: both give the same flat array and lengths, for any mix of writes."""
+    lens = list(settled)
+    flat = array("I", range(1, sum(lens) + 1))
+
+    def build() -> index_module._Postings:
+        post = index_module._Postings(array("I", flat), lens)
+        doc = 1_000
+        for kind, k in writes:
+            doc += 1
+            if kind == "tail":
+                post.add(k % len(lens), doc)
+            elif kind == "new" and len(post) > len(lens):
+                post.add(len(lens) + k % (len(post) - len(lens)), doc)
+            elif kind == "grow":
+                post.grow(1 + k % 3)
+            elif kind == "own":  # a settled term rewritten in place: the general merge only
+                post[k % len(lens)] = array("I", [doc])
+        return post
+
+    fast, general = build(), build()
+    appended = fast.unsettled and min(fast._own, default=len(fast)) >= fast._own_from
+    with patch.object(
+        index_module._Postings,
+        "_appended_flat",
+        lambda self: index_module._gather_runs(self._flat, self._starts, self._n, self._own, self._tail),
+    ):
+        general.settle()
+    with patch.object(
+        index_module._Postings, "_appended_flat", autospec=True, side_effect=index_module._Postings._appended_flat
+    ) as spy:
+        fast.settle()
+    assert spy.call_count == (1 if appended else 0)
+    assert list(fast.flat) == list(general.flat) and list(fast.starts) == list(general.starts)
+    settled_now = range(len(fast.starts) - 1)  # a term grown with no postings yet stays unsettled
+    assert [list(fast[t]) for t in settled_now] == [list(general[t]) for t in settled_now]

@@ -132,3 +132,60 @@ def test_gather_concatenates_the_segments_for_any_chunk_size(segments, chunk, ed
         split = vocab_module.gather(src[:edge], starts, lens, src[edge:])
     assert got.dtype == src.dtype and got.tolist() == want
     assert split.dtype == src.dtype and split.tolist() == want
+
+
+def _settled_arrays(v: Vocab) -> dict[str, bytes]:
+    return {
+        "blob": bytes(v._blob),
+        "lens": v._lens.tobytes(),
+        "hashes": v._hashes.tobytes(),
+        "starts": v._starts.tobytes(),
+        "order": v._order.tobytes(),
+        "sorted": v._sorted.tobytes(),
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "add", "release", "settle", "reload"]), st.integers(0, 40))))
+def test_a_settle_of_appended_terms_leaves_the_arrays_a_full_settle_leaves(ops):
+    """The settle that only appends (`_settle_appended`) and the general one agree array for
+    array, CRC ties included (the hash below makes many)."""
+    with patch.object(vocab_module, "_crc", lambda data: len(data) % 3):
+        fast, full = Vocab(), Vocab()
+        model: dict[str, int] = {}
+        free: list[int] = []
+        for op, k in ops:
+            term = f"t{k}" * (1 + k % 3)
+            if op == "add" and term not in model:
+                tid = free.pop() if free else len(fast)
+                for v in (fast, full):
+                    v.assign(term, tid)
+                model[term] = tid
+            elif op == "release" and term in model:
+                tid = model.pop(term)
+                for v in (fast, full):
+                    v.release(tid)
+                free.append(tid)
+            elif op in ("settle", "reload"):
+                live = _live(fast, set(free))
+                fast.settle(live)
+                with patch.object(Vocab, "_appends_only", lambda self, live: False):
+                    full.settle(live)
+                assert _settled_arrays(fast) == _settled_arrays(full)
+                if op == "reload":
+                    fast, full = _reload(fast, live), _reload(full, live)
+            probe = [f"t{i}" * (1 + i % 3) for i in range(41)]
+            assert fast.lookup(probe) == [model.get(t, -1) for t in probe]
+
+
+def test_a_load_of_new_terms_settles_by_appending():
+    v = Vocab()
+    for tid in range(50):
+        v.assign(f"first{tid}", tid)
+    v.settle(_live(v, set()))
+    for tid in range(50, 120):
+        v.assign(f"then{tid}", tid)
+    with patch.object(Vocab, "_settle_appended", autospec=True, side_effect=Vocab._settle_appended) as appended:
+        v.settle(_live(v, set()))
+    assert appended.call_count == 1
+    assert v.lookup(["first3", "then99", "nope"]) == [3, 99, -1]
