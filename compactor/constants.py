@@ -106,6 +106,11 @@ DEDUP_MAX_BUCKET: Final = 64
 # Bottom-64 min-hash signature: Jaccard estimated within ~0.06 (one standard deviation at
 # J = 0.7), in 320 bytes an item instead of the whole word set.
 DEDUP_SIGNATURE: Final = 64
+# The near-duplicate buckets merge the items added since their saved state into its flat
+# arrays once there are this many, or an eighth as many as it holds if that is more: the
+# index's policy (INDEX_SETTLE_*), for the same reason.
+DEDUP_MERGE_MIN: Final = 4_096
+DEDUP_MERGE_SHARE: Final = 8
 
 # --- content ------------------------------------------------------------------------------
 MAX_CONTENT_BYTES: Final = 1024 * 1024

@@ -250,6 +250,30 @@ class DedupIndex:
         self._sizes[item_id] = len(hashes)
         for key in keys:
             self._file(key, item_id)
+        saved = len(self._saved.ids) if self._saved is not None else 0
+        if len(self._keys) > max(C.DEDUP_MERGE_MIN, saved // C.DEDUP_MERGE_SHARE):
+            self.merge()
+
+    def merge(self) -> None:
+        """Move the items added since the saved state into it, as flat arrays (`_Saved`), and
+        drop its removed rows. Nothing found changes. The dicts and buckets cost ~750 bytes
+        an item and the flat rows ~400; each merge is O(items) in numpy, and as the saved
+        state grows by a share of itself each time their total stays linear."""
+        import numpy as np
+
+        ids, arrays = self._flat()
+        self._buckets, self._keys, self._sigs, self._sizes = {}, {}, {}, {}
+        self._sig_set = None
+        self._saved = None
+        if ids:
+            self._saved = _Saved(
+                ids,
+                np.frombuffer(arrays["keys"], dtype=np.uint32),
+                np.frombuffer(arrays["key_lens"], dtype=np.uint8),
+                np.frombuffer(arrays["sigs"], dtype=np.uint32),
+                np.frombuffer(arrays["sig_lens"], dtype=np.uint8),
+                np.frombuffer(arrays["sizes"], dtype=np.uint32),
+            )
 
     def _file(self, key: int, item_id: str) -> None:
         bucket = self._buckets.get(key)

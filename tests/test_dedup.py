@@ -53,11 +53,12 @@ def _reloads(index: DedupIndex) -> list[DedupIndex]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(_OPS, _OPS, st.sampled_from([2, 3, C.DEDUP_MAX_BUCKET]))
-def test_candidates_follow_shared_keys_through_adds_removes_and_reload(before, after, max_bucket):
+@given(_OPS, _OPS, st.sampled_from([2, 3, C.DEDUP_MAX_BUCKET]), st.sampled_from([0, 2, C.DEDUP_MERGE_MIN]))
+def test_candidates_follow_shared_keys_through_adds_removes_and_reload(before, after, max_bucket, merge_min):
     """Adds and removes, a reload (the saved state read in place), then more adds and removes
-    on the original and on both reloads: all three agree with the model throughout."""
-    with patch.object(C, "DEDUP_MAX_BUCKET", max_bucket):
+    on the original and on both reloads: all three agree with the model throughout, whether
+    the items added since merge into the flat rows after every add, every few, or never."""
+    with patch.object(C, "DEDUP_MAX_BUCKET", max_bucket), patch.object(C, "DEDUP_MERGE_MIN", merge_min):
         index = DedupIndex()
         model: dict[str, tuple[int, ...]] = {}
         apply = [index]
@@ -233,3 +234,28 @@ def test_the_first_write_after_a_start_reads_the_saved_buckets_in_place(tmp_path
     again.forget(ids[5])
     assert ids[5] not in dedup and dedup.ids() == (set(ids) - {ids[5]}) | {copy.id}
     assert again.check_derived() == []
+
+
+def test_a_store_finds_near_duplicates_of_items_its_buckets_merged_into_flat_rows(tmp_path):
+    """Past DEDUP_MERGE_MIN items the buckets move into flat rows while the store writes;
+    a later copy of a merged item is still noticed, a forgotten one leaves, and a restart
+    agrees."""
+    from compactor.store import Store
+
+    texts = [f"note {i}: the {word} service retries the upstream call after a timeout" for i, word in enumerate(_WORDS)]
+    with patch.object(C, "DEDUP_MERGE_MIN", 3):
+        store = Store(state_dir=tmp_path)
+        ids = [store.store(text).item.id for text in texts]
+        dedup = store._s.dedup
+        assert dedup._saved is not None and len(dedup._keys) <= 3
+        copy = store.store(texts[1] + " again").item
+        assert copy.dup_of == ids[1]
+        store.forget(ids[2])
+        assert ids[2] not in dedup and store.check_derived() == []
+        store.snapshot()
+        store.close()
+        again = Store(state_dir=tmp_path)
+        later = again.store(texts[4] + " once more").item
+        assert later.dup_of == ids[4]
+        assert again._s.dedup.ids() == (set(ids) - {ids[2]}) | {copy.id, later.id}
+        assert again.check_derived() == []
