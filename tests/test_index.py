@@ -4,8 +4,10 @@ import math
 import random
 from array import array
 from collections import Counter
+from typing import Any
 from unittest.mock import patch
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -570,10 +572,12 @@ def test_a_loaded_term_takes_new_postings_in_a_tail_without_copying_its_own():
 @given(
     st.lists(st.integers(0, 4), min_size=1, max_size=12),
     st.lists(st.tuples(st.sampled_from(["tail", "new", "grow", "own"]), st.integers(0, 30)), max_size=60),
+    st.sampled_from([1, 2, 5, index_module._SETTLE_CHUNK]),
 )
-def test_settling_appended_postings_lays_them_out_as_the_general_merge_does(settled, writes):
-    """`settle` takes a masked copy when only tails and new terms hold postings and a gather
-    otherwise: both give the same flat array and lengths, for any mix of writes."""
+def test_settling_appended_postings_lays_them_out_as_the_general_merge_does(settled, writes, chunk):
+    """`settle` takes a masked copy (a chunk of the output at a time) when only tails and new
+    terms hold postings and a gather otherwise: both give the same flat array and lengths, for
+    any mix of writes and any chunk size."""
     lens = list(settled)
     flat = array("I", range(1, sum(lens) + 1))
 
@@ -594,15 +598,19 @@ def test_settling_appended_postings_lays_them_out_as_the_general_merge_does(sett
 
     fast, general = build(), build()
     appended = fast.unsettled and min(fast._own, default=len(fast)) >= fast._own_from
-    with patch.object(
-        index_module._Postings,
-        "_appended_flat",
-        lambda self: index_module._gather_runs(self._flat, self._starts, self._n, self._own, self._tail),
-    ):
+
+    def gathered(self: index_module._Postings) -> tuple[Any, Any]:
+        out, lens = index_module._gather_runs(self._flat, self._starts, self._n, self._own, self._tail)
+        return out, np.concatenate(([0], np.cumsum(lens))).astype(np.uint64)
+
+    with patch.object(index_module._Postings, "_appended_flat", gathered):
         general.settle()
-    with patch.object(
-        index_module._Postings, "_appended_flat", autospec=True, side_effect=index_module._Postings._appended_flat
-    ) as spy:
+    with (
+        patch.object(index_module, "_SETTLE_CHUNK", chunk),
+        patch.object(
+            index_module._Postings, "_appended_flat", autospec=True, side_effect=index_module._Postings._appended_flat
+        ) as spy,
+    ):
         fast.settle()
     assert spy.call_count == (1 if appended else 0)
     assert list(fast.flat) == list(general.flat) and list(fast.starts) == list(general.starts)
