@@ -13,7 +13,7 @@ import base64
 import sys
 import zlib
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import constants as C
@@ -148,16 +148,17 @@ class _Saved:
 
     __slots__ = ("_bkeys", "_brows", "dead", "ids", "key_starts", "keys", "row", "sig_starts", "sigs", "sizes")
 
-    def __init__(self, ids: list[str], keys: Any, key_lens: Any, sigs: Any, sig_lens: Any, sizes: Any) -> None:
+    def __init__(self, ids: list[str], arrays: Mapping[str, Any]) -> None:
+        """`arrays`: numpy arrays by name (ARRAY_KEYS), of the types `array_types` gives."""
         import numpy as np
 
         self.ids = ids
         self.row = {item_id: r for r, item_id in enumerate(ids)}
         if len(self.row) != len(ids):
             raise ValueError("dedup state is inconsistent: an id is listed twice")
-        self.keys, self.sigs, self.sizes = keys, sigs, sizes
-        self.key_starts = np.concatenate(([0], np.cumsum(key_lens, dtype=np.int64)))
-        self.sig_starts = np.concatenate(([0], np.cumsum(sig_lens, dtype=np.int64)))
+        self.keys, self.sigs, self.sizes = arrays["keys"], arrays["sigs"], arrays["sizes"]
+        self.key_starts = np.concatenate(([0], np.cumsum(arrays["key_lens"], dtype=np.int64)))
+        self.sig_starts = np.concatenate(([0], np.cumsum(arrays["sig_lens"], dtype=np.int64)))
         self.dead: set[int] = set()
         self._bkeys: Any = None
         self._brows: Any = None
@@ -264,16 +265,8 @@ class DedupIndex:
         ids, arrays = self._flat()
         self._buckets, self._keys, self._sigs, self._sizes = {}, {}, {}, {}
         self._sig_set = None
-        self._saved = None
-        if ids:
-            self._saved = _Saved(
-                ids,
-                np.frombuffer(arrays["keys"], dtype=np.uint32),
-                np.frombuffer(arrays["key_lens"], dtype=np.uint8),
-                np.frombuffer(arrays["sigs"], dtype=np.uint32),
-                np.frombuffer(arrays["sig_lens"], dtype=np.uint8),
-                np.frombuffer(arrays["sizes"], dtype=np.uint32),
-            )
+        types = array_types()
+        self._saved = _Saved(ids, {k: np.frombuffer(a, dtype=types[k]) for k, a in arrays.items()}) if ids else None
 
     def _file(self, key: int, item_id: str) -> None:
         bucket = self._buckets.get(key)
@@ -325,9 +318,11 @@ class DedupIndex:
             "sizes": array("I"),
         }
         if self._saved is not None:
+            import numpy as np
+
             ids, saved = self._saved.flat()
             for name, arr in out.items():
-                arr.frombytes(saved[name].tobytes())
+                arr.frombytes(saved[name].view(np.uint8))  # each made just now, contiguous: read in place
         for i, keys in self._keys.items():
             ids.append(i)
             out["keys"].extend(keys)
@@ -382,18 +377,18 @@ class DedupIndex:
             return arr.byteswap() if swap and arr.itemsize > 1 else arr
 
         self = cls()
-        keys, key_lens = read("keys", np.uint32), read("key_lens", np.uint8)
-        sigs, sig_lens = read("sigs", np.uint32), read("sig_lens", np.uint8)
-        sizes = read("sizes", np.uint32)
+        arrays = {key: read(key, dtype) for key, dtype in array_types().items()}
         ids = state["ids"] if fmt == 1 else _ids_of(state["ids"])
-        if not isinstance(ids, list) or not len(ids) == len(key_lens) == len(sig_lens) == len(sizes):
+        if not isinstance(ids, list) or not len(ids) == len(arrays["key_lens"]) == len(arrays["sig_lens"]) == len(
+            arrays["sizes"]
+        ):
             raise ValueError("dedup state is inconsistent")
-        if int(key_lens.sum()) != len(keys) or int(sig_lens.sum()) != len(sigs):
+        if int(arrays["key_lens"].sum()) != len(arrays["keys"]) or int(arrays["sig_lens"].sum()) != len(arrays["sigs"]):
             raise ValueError("dedup state is inconsistent")
         if fmt == 1 and not all(isinstance(i, str) for i in ids):  # format 2's are decoded text
             raise ValueError("dedup state is inconsistent")
         if ids:
-            self._saved = _Saved(ids, keys, key_lens, sigs, sig_lens, sizes)
+            self._saved = _Saved(ids, arrays)
         return self
 
     def remove(self, item_id: str) -> None:
@@ -479,4 +474,13 @@ def _ids_of(buffer: Any) -> list[str]:
 
 # The arrays of a saved state besides its ids; format 2 keeps each, and the ids, as a buffer.
 ARRAY_KEYS = ("keys", "key_lens", "sigs", "sig_lens", "sizes")
+
+
+def array_types() -> dict[str, Any]:
+    """Each array's numpy type, by name (the array module codes of `DedupIndex._flat`)."""
+    import numpy as np
+
+    return {"keys": np.uint32, "key_lens": np.uint8, "sigs": np.uint32, "sig_lens": np.uint8, "sizes": np.uint32}
+
+
 BUFFER_KEYS = ("ids", *ARRAY_KEYS)

@@ -215,6 +215,15 @@ class _DocTerms:
 _SETTLE_CHUNK: Final = 1 << 22
 
 
+def _by_term(arrays: Mapping[int, array[int]]) -> tuple[Any, list[array[int]], Any]:
+    """(the term ids in ascending order, their arrays in that order, each one's length)."""
+    import numpy as np
+
+    ids = np.sort(np.fromiter(arrays.keys(), dtype=np.int64, count=len(arrays)))
+    ordered = [arrays[t] for t in ids.tolist()]
+    return ids, ordered, np.fromiter(map(len, ordered), dtype=np.int64, count=len(ordered))
+
+
 def _gather_runs(
     flat: array[int] | memoryview,
     starts: array[int] | memoryview,
@@ -247,9 +256,7 @@ def _gather_runs(
         return gather(frozen, src, lens, np.frombuffer(b"".join(pieces), dtype=np.uint32)), lens
     # A tail is a second segment right after its run's own: no copy of the run joined to its
     # tail first (a Python step a term, ~60k terms at each settle of a 50k-item load).
-    tail_ids = np.sort(np.fromiter(tails.keys(), dtype=np.int64, count=len(tails)))
-    tail_arrays = [tails[t] for t in tail_ids.tolist()]
-    tail_lens = np.fromiter(map(len, tail_arrays), dtype=np.int64, count=len(tail_arrays))
+    tail_ids, tail_arrays, tail_lens = _by_term(tails)
     tail_src = len(frozen) + int(run_lens.sum()) + np.cumsum(tail_lens) - tail_lens
     pieces.extend(t.tobytes() for t in tail_arrays)
     extra = np.frombuffer(b"".join(pieces), dtype=np.uint32)
@@ -434,9 +441,7 @@ class _Postings:
         frozen = np.frombuffer(self._flat, dtype=np.uint32)
         at = np.frombuffer(self._starts, dtype=np.uint64)
         old, n = len(at) - 1, self._n
-        tail_ids = np.sort(np.fromiter(self._tail.keys(), dtype=np.int64, count=len(self._tail)))
-        tails = [self._tail[t] for t in tail_ids.tolist()]
-        tail_lens = np.fromiter(map(len, tails), dtype=np.int64, count=len(tails))
+        tail_ids, tails, tail_lens = _by_term(self._tail)
         own = self._own
         fresh: list[array[int] | None] = list(own.values())
         if len(own) != n - old or any(t != old + k for k, t in enumerate(own)):  # not every id in order

@@ -240,13 +240,10 @@ class Vocab:
         lens[:old] = self._lens
         hashes = np.zeros(n, dtype=np.uint32)
         hashes[:old] = self._hashes
-        renamed = self._new_names
-        ids = np.fromiter(renamed.keys(), dtype=np.int64, count=len(renamed))
-        encoded = [term.encode("utf-8", "surrogatepass") for term in renamed.values()]
-        extra = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        extra_lens = np.fromiter(map(len, encoded), dtype=np.uint32, count=len(encoded))
+        ids, joined, extra_lens, extra_hashes = self._overlay()
+        extra = np.frombuffer(joined, dtype=np.uint8)
         lens[ids] = extra_lens
-        hashes[ids] = np.fromiter(map(_crc, encoded), dtype=np.uint32, count=len(encoded))
+        hashes[ids] = extra_hashes
         # Where each id's bytes are now: the old blob, or after it for the overlay's terms.
         src_starts = np.zeros(n, dtype=np.uint64)
         src_starts[:old] = self._starts
@@ -258,6 +255,18 @@ class Vocab:
         self._hashes = hashes
         self._index_hashes(live)
         self._new, self._new_names, self._dead, self._hot = {}, {}, set(), {}
+
+    def _overlay(self) -> tuple[npt.NDArray[np.int64], bytes, U32, U32]:
+        """The overlay's ids in ascending order, their terms' UTF-8 joined in that order, and
+        each term's length and CRC-32."""
+        ids = np.fromiter(self._new_names.keys(), dtype=np.int64, count=len(self._new_names))
+        names = list(self._new_names.values())
+        if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
+            by_id = np.argsort(ids)
+            ids, names = ids[by_id], [names[k] for k in by_id.tolist()]
+        encoded = [term.encode("utf-8", "surrogatepass") for term in names]
+        lens = np.fromiter(map(len, encoded), dtype=np.uint32, count=len(encoded))
+        return ids, b"".join(encoded), lens, np.fromiter(map(_crc, encoded), dtype=np.uint32, count=len(encoded))
 
     def _appends_only(self, live: npt.NDArray[np.bool_]) -> bool:
         """Whether the overlay only adds terms after the settled ones, all live, and no settled
@@ -276,16 +285,9 @@ class Vocab:
         end and the new hashes are merged into the sorted ones, O(vocabulary) copies instead
         of a gather of every byte and a sort of every hash (~0.3 of ~1 s at 1M terms)."""
         old = len(self._lens)
-        ids = np.fromiter(self._new_names.keys(), dtype=np.int64, count=len(self._new_names))
-        names = list(self._new_names.values())
-        if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
-            by_id = np.argsort(ids)
-            names = [names[k] for k in by_id.tolist()]
-        encoded = [term.encode("utf-8", "surrogatepass") for term in names]
-        extra_lens = np.fromiter(map(len, encoded), dtype=np.uint32, count=len(encoded))
-        extra_hashes = np.fromiter(map(_crc, encoded), dtype=np.uint32, count=len(encoded))
+        _, joined, extra_lens, extra_hashes = self._overlay()  # ids old, old + 1, ...
         self._blob = np.concatenate(
-            (np.frombuffer(self._blob, dtype=np.uint8), np.frombuffer(b"".join(encoded), dtype=np.uint8))
+            (np.frombuffer(self._blob, dtype=np.uint8), np.frombuffer(joined, dtype=np.uint8))
         ).data
         self._set_lens(np.concatenate((self._lens, extra_lens)))
         self._hashes = np.concatenate((self._hashes, extra_hashes))
