@@ -442,10 +442,7 @@ class _Postings:
         at = np.frombuffer(self._starts, dtype=np.uint64)
         old, n = len(at) - 1, self._n
         tail_ids, tails, tail_lens = _by_term(self._tail)
-        own = self._own
-        fresh: list[array[int] | None] = list(own.values())
-        if len(own) != n - old or any(t != old + k for k, t in enumerate(own)):  # not every id in order
-            fresh = [own.get(t) for t in range(old, n)]
+        fresh = [self._own.get(t) for t in range(old, n)]  # the new terms, by id
         fresh_lens = np.fromiter((len(a) if a is not None else 0 for a in fresh), dtype=np.int64, count=n - old)
         head = len(frozen) + int(tail_lens.sum())
         out = np.empty(head + int(fresh_lens.sum()), dtype=np.uint32)
