@@ -122,3 +122,15 @@ def test_query_terms_are_the_distinct_tokens_less_stop_words(text):
     tokens = set(tokenize(text))
     assert len(terms) == len(set(terms))
     assert set(terms) == (tokens - QUERY_STOPWORDS or tokens)
+
+
+def test_the_expansion_cache_is_bounded_and_changes_no_result():
+    from compactor import analyze
+
+    text = " ".join(f"fooBar{i}.py mod_{i}/x.ts" for i in range(analyze._CACHE_MAX))
+    analyze._cache.clear()
+    first = tokenize(text)
+    assert 0 < len(analyze._cache) <= analyze._CACHE_MAX
+    assert tokenize(text) == first  # from a cache that was cleared on the way, partly refilled
+    analyze._cache.clear()
+    assert tokenize(text) == first
