@@ -210,9 +210,9 @@ class _DocTerms:
         return memoryview(out).cast("B"), lens
 
 
-# Postings a settle's masked copy (`_Postings._appended_flat`) moves per step: its mask is one
-# byte each, 4 MiB.
-_SETTLE_CHUNK: Final = 1 << 22
+# Postings a settle (`_Postings._appended_flat`) moves up per step: a mask of a byte each and
+# a copy of their source, 5 MiB of temporaries.
+_SETTLE_CHUNK: Final = 1 << 20
 
 
 def _by_term(arrays: Mapping[int, array[int]]) -> tuple[Any, list[array[int]], Any]:
@@ -418,52 +418,57 @@ class _Postings:
         if not self._own and not self._tail:
             return
         n = self._n
+        flat: array[int] | memoryview
         if min(self._own, default=n) >= self._own_from:
-            gathered, starts = self._appended_flat()
+            flat, starts = self._appended_flat()
         else:  # some settled term was rewritten in place (a removal compacted it)
             gathered, lens = _gather_runs(self._flat, self._starts, n, self._own, self._tail)
             starts = np.zeros(n + 1, dtype=np.uint64)
             np.cumsum(lens, out=starts[1:], dtype=np.uint64)
-        # Both kept as made: no postings-sized (or terms-sized) copy.
-        flat = gathered.data.cast("B").cast("I")
+            flat = gathered.data.cast("B").cast("I")  # kept as made: no postings-sized copy
         self._flat, self._starts = flat, starts.data.cast("B").cast("Q")
         self._frozen = memoryview(flat)
         self._own, self._tail = {}, {}
         self._own_from = n
 
-    def _appended_flat(self) -> tuple[Any, Any]:
-        """`settle`'s new flat array and term starts (with the end) when only tails and new terms hold
-        postings (what adding documents leaves): the flat part moves up in one masked copy
-        with each tail put in after its term, and the new terms follow. A gather instead
-        indexes every posting (~0.8 s and ~140 MiB of temporaries for 20M postings)."""
+    def _appended_flat(self) -> tuple[array[int], Any]:
+        """`settle`'s new flat array and term starts (with the end) when only tails and new
+        terms hold postings (what adding documents leaves). The flat array grows in place
+        when nothing else reads it: the new terms' postings go on its end, and the flat part
+        moves up, from the top down, to put each tail in after its term. A copy of the old
+        array beside the new one was the load's peak (~80 MiB more at 100k items); a gather
+        also indexed every posting (~0.8 s and ~140 MiB of temporaries for 20M postings)."""
         import numpy as np
 
-        frozen = np.frombuffer(self._flat, dtype=np.uint32)
         at = np.frombuffer(self._starts, dtype=np.uint64)
         old, n = len(at) - 1, self._n
         tail_ids, tails, tail_lens = _by_term(self._tail)
         fresh = [self._own.get(t) for t in range(old, n)]  # the new terms, by id
         fresh_lens = np.fromiter((len(a) if a is not None else 0 for a in fresh), dtype=np.int64, count=n - old)
-        head = len(frozen) + int(tail_lens.sum())
-        out = np.empty(head + int(fresh_lens.sum()), dtype=np.uint32)
+        # Everything that can fail for want of memory comes before the first posting moves.
+        tail_blob = b"".join(map(array.tobytes, tails))
+        fresh_blob = b"".join(a.tobytes() for a in fresh if a is not None)
         # The k-th tail posting (in term order) lands k places after where its term ended.
         dest = np.repeat(at[tail_ids + 1].astype(np.int64), tail_lens)
         dest += np.arange(len(dest), dtype=np.int64)
-        # The flat part fills the places left, a chunk of the output at a time: a mask of the
-        # whole would be a byte a posting more at the settle's peak.
-        taken = done = 0
-        for lo in range(0, head, _SETTLE_CHUNK):
-            hi = min(lo + _SETTLE_CHUNK, head)
-            upto = int(np.searchsorted(dest, hi))
-            keep = np.ones(hi - lo, dtype=bool)
-            keep[dest[taken:upto] - lo] = False
-            moved = hi - lo - (upto - taken)
-            out[lo:hi][keep] = frozen[done : done + moved]
-            taken, done = upto, done + moved
-        out[dest] = np.frombuffer(b"".join(map(array.tobytes, tails)), dtype=np.uint32)
-        out[head:] = np.frombuffer(b"".join(a.tobytes() for a in fresh if a is not None), dtype=np.uint32)
-        # Where each term starts now: where it started, after the tails of the terms before it.
         starts = np.empty(n + 1, dtype=np.uint64)
+        out = self._grown(tail_blob, fresh_blob)  # the flat part, then room for the tails, then the new terms
+        head = len(out) - len(fresh_blob) // 4
+        buf = np.frombuffer(out, dtype=np.uint32)
+        # The flat part fills the places the tails leave, a chunk at a time from the top: each
+        # chunk's postings come from at or below it, where nothing has been written yet.
+        bottom = int(dest[0]) if len(dest) else head  # below the first tail nothing moves
+        hi = head
+        while hi > bottom:
+            lo = max(hi - _SETTLE_CHUNK, bottom)
+            below, upto = int(np.searchsorted(dest, lo)), int(np.searchsorted(dest, hi))
+            keep = np.ones(hi - lo, dtype=bool)
+            keep[dest[below:upto] - lo] = False
+            buf[lo:hi][keep] = buf[lo - below : hi - upto].copy()  # a copy: the two overlap
+            hi = lo
+        buf[dest] = np.frombuffer(tail_blob, dtype=np.uint32)
+        del buf  # `out` may grow again at the next settle only with no view of it left
+        # Where each term starts now: where it started, after the tails of the terms before it.
         shift = starts[: old + 1]
         shift[:] = 0
         shift[tail_ids + 1] = tail_lens
@@ -472,6 +477,26 @@ class _Postings:
         np.cumsum(fresh_lens, out=starts[old + 1 :], dtype=np.uint64)
         starts[old + 1 :] += np.uint64(head)
         return out, starts
+
+    def _grown(self, *blobs: bytes) -> array[int]:
+        """The flat postings with `blobs` appended: the same array, grown in place (a large
+        block is remapped, not copied), unless it is not ours to change (a memory-mapped
+        file, a settle's numpy result) or something still reads it (a slice handed out):
+        then a copy."""
+        flat = self._flat
+        if isinstance(flat, array):
+            self._frozen = memoryview(b"")  # our own view of it would forbid the resize
+            try:
+                for blob in blobs:  # only the first can fail, before anything changed
+                    flat.frombytes(blob)
+                return flat
+            except BufferError:
+                self._frozen = memoryview(flat)
+        out: array[int] = array("I")
+        out.frombytes(memoryview(flat).cast("B"))
+        for blob in blobs:
+            out.frombytes(blob)
+        return out
 
 
 class _Field:

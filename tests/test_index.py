@@ -572,17 +572,20 @@ def test_a_loaded_term_takes_new_postings_in_a_tail_without_copying_its_own():
     st.lists(st.integers(0, 4), min_size=1, max_size=12),
     st.lists(st.tuples(st.sampled_from(["tail", "new", "grow", "own"]), st.integers(0, 30)), max_size=60),
     st.sampled_from([1, 2, 5, index_module._SETTLE_CHUNK]),
+    st.sampled_from(["array", "mapped", "read"]),
 )
-def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, writes, chunk):
-    """`settle` takes a masked copy (a chunk of the output at a time) when only tails and new
-    terms hold postings, and a gather with each tail as a second segment otherwise: either way
-    the flat array is every term's postings in term order, as reading each term gave them
-    before, for any mix of writes and any chunk size."""
+def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, writes, chunk, source):
+    """`settle` moves the flat part up in place (a chunk at a time, from the top) when only
+    tails and new terms hold postings, and gathers with each tail as a second segment
+    otherwise: either way the flat array is every term's postings in term order, as reading
+    each term gave them before, for any mix of writes and any chunk size. It grows the array
+    it holds only when that is its own and nobody reads it: not a memory-mapped file's
+    (`mapped`), nor while a slice handed out is still read (`read`), which keeps its values."""
     lens = list(settled)
     flat = array("I", range(1, sum(lens) + 1))
 
     def build() -> index_module._Postings:
-        post = index_module._Postings(array("I", flat), lens)
+        post = index_module._Postings(memoryview(array("I", flat)) if source == "mapped" else array("I", flat), lens)
         doc = 1_000
         for kind, k in writes:
             doc += 1
@@ -601,6 +604,9 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
         return
     want = [list(read[t]) if t < read._own_from or t in read._own else [] for t in range(len(read))]
     appended = min(post._own, default=len(post)) >= post._own_from
+    before = post._flat
+    held = post[0] if source == "read" and lens[0] and 0 not in post._tail and 0 not in post._own else None
+    held_values = list(held) if held is not None else None
     with (
         patch.object(index_module, "_SETTLE_CHUNK", chunk),
         patch.object(
@@ -611,4 +617,15 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
     assert spy.call_count == (1 if appended else 0)
     assert list(post.flat) == [p for term in want for p in term]
     assert list(post.starts) == [0, *accumulate(len(term) for term in want)]
+    assert [list(post[t]) for t in range(len(post))] == want
+    assert (post.flat is before) == (appended and source != "mapped" and held is None)
+    if held is not None:
+        assert list(held) == held_values
+    # A second round on what the first made: a flat array grown in place grows again.
+    post.grow(2)
+    want.extend([[], []])
+    for doc, t in enumerate((0, len(post) - 1, len(post) // 2), start=5_000):
+        post.add(t, doc)
+        want[t].append(doc)
+    post.settle()
     assert [list(post[t]) for t in range(len(post))] == want
