@@ -1,3 +1,4 @@
+import zlib
 from unittest.mock import patch
 
 import numpy as np
@@ -189,3 +190,57 @@ def test_a_load_of_new_terms_settles_by_appending():
         v.settle(_live(v, set()))
     assert appended.call_count == 1
     assert v.lookup(["first3", "then99", "nope"]) == [3, 99, -1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=30, unique=True),
+    st.lists(st.text(min_size=1, max_size=12), max_size=30, unique=True),
+)
+def test_terms_of_any_characters_keep_their_bytes_and_hashes_through_a_settle(first, then):
+    """A settle encodes its new terms in one piece and cuts it by each term's UTF-8 length:
+    non-ASCII and lone surrogates (which agent text carries) included, each term keeps its
+    own bytes and CRC-32, found and named as before."""
+    then = [t for t in then if t not in first]
+    v = Vocab()
+    for tid, term in enumerate(first):
+        v.assign(term, tid)
+    v.settle(_live(v, set()))
+    for term in then:
+        v.assign(term, len(v))
+    v.settle(_live(v, set()))
+    terms = [*first, *then]
+    assert v.lookup(terms) == list(range(len(terms)))
+    assert [v.name(tid) for tid in range(len(terms))] == terms
+    encoded = [t.encode("utf-8", "surrogatepass") for t in terms]
+    assert v._hashes.tolist() == [zlib.crc32(e) for e in encoded]
+    assert bytes(v._blob) == b"".join(encoded)
+
+
+def test_an_appending_settle_grows_the_blob_in_place_unless_it_is_read():
+    """Appended terms' bytes go on the end of the blob the vocabulary owns, without a copy of
+    it; while a reader holds a view of it (a snapshot writing it), a copy is made instead and
+    the view keeps the bytes it reads."""
+    v = Vocab()
+    names: dict[str, int] = {}
+
+    def grow(prefix: str, count: int) -> None:
+        for _ in range(count):
+            term = f"{prefix}{len(v)}"
+            names[term] = len(v)
+            v.assign(term, len(v))
+        v.settle(_live(v, set()))
+
+    grow("first", 40)
+    grow("then", 30)  # the blob becomes the vocabulary's own here (a copy of what it was)
+    owner = v._blob.obj
+    grow("more", 30)
+    assert v._blob.obj is owner and isinstance(owner, bytearray)
+    held = v.to_state(_live(v, set()))["blob"]
+    seen = bytes(held)
+    grow("again", 30)
+    assert v._blob.obj is not owner and bytes(held) == seen
+    del held
+    grow("last", 5)
+    assert v.lookup(list(names)) == list(names.values()) and v.lookup(["absent"]) == [-1]
+    assert all(v.name(tid) == term for term, tid in names.items())
