@@ -213,6 +213,8 @@ class _DocTerms:
 # Postings a settle (`_Postings._appended_flat`) moves up per step: a mask of a byte each and
 # a copy of their source, 5 MiB of temporaries.
 _SETTLE_CHUNK: Final = 1 << 20
+# Term starts a settle moves up per step: three 8-byte temporaries each, 1.5 MiB.
+_STARTS_CHUNK: Final = 1 << 16
 
 
 def _by_term(arrays: Mapping[int, array[int]]) -> tuple[Any, list[array[int]], Any]:
@@ -419,19 +421,21 @@ class _Postings:
             return
         n = self._n
         flat: array[int] | memoryview
+        starts: array[int] | memoryview
         if min(self._own, default=n) >= self._own_from:
             flat, starts = self._appended_flat()
         else:  # some settled term was rewritten in place (a removal compacted it)
             gathered, lens = _gather_runs(self._flat, self._starts, n, self._own, self._tail)
-            starts = np.zeros(n + 1, dtype=np.uint64)
-            np.cumsum(lens, out=starts[1:], dtype=np.uint64)
-            flat = gathered.data.cast("B").cast("I")  # kept as made: no postings-sized copy
-        self._flat, self._starts = flat, starts.data.cast("B").cast("Q")
+            made = np.zeros(n + 1, dtype=np.uint64)
+            np.cumsum(lens, out=made[1:], dtype=np.uint64)
+            # Both kept as made: no postings-sized (or terms-sized) copy.
+            flat, starts = gathered.data.cast("B").cast("I"), made.data.cast("B").cast("Q")
+        self._flat, self._starts = flat, starts
         self._frozen = memoryview(flat)
         self._own, self._tail = {}, {}
         self._own_from = n
 
-    def _appended_flat(self) -> tuple[array[int], Any]:
+    def _appended_flat(self) -> tuple[array[int], array[int]]:
         """`settle`'s new flat array and term starts (with the end) when only tails and new
         terms hold postings (what adding documents leaves). The flat array grows in place
         when nothing else reads it: the new terms' postings go on its end, and the flat part
@@ -446,14 +450,27 @@ class _Postings:
         fresh = [self._own.get(t) for t in range(old, n)]  # the new terms, by id
         fresh_lens = np.fromiter((len(a) if a is not None else 0 for a in fresh), dtype=np.int64, count=n - old)
         # Everything that can fail for want of memory comes before the first posting moves.
-        tail_blob = b"".join(map(array.tobytes, tails))
-        fresh_blob = b"".join(a.tobytes() for a in fresh if a is not None)
+        # Appended array to array: a bytes object a term to join was ~20 MiB at 200k new terms.
+        tail_run, fresh_run = array("I"), array("I")
+        for tail in tails:
+            tail_run.extend(tail)
+        for postings in fresh:
+            if postings is not None:
+                fresh_run.extend(postings)
         # The k-th tail posting (in term order) lands k places after where its term ended.
         dest = np.repeat(at[tail_ids + 1].astype(np.int64), tail_lens)
         dest += np.arange(len(dest), dtype=np.int64)
-        starts = np.empty(n + 1, dtype=np.uint64)
-        out = self._grown(tail_blob, fresh_blob)  # the flat part, then room for the tails, then the new terms
-        head = len(out) - len(fresh_blob) // 4
+        # Term k moves up by the tails of the terms before it: before[i] for the first i tails.
+        before = np.zeros(len(tail_lens) + 1, dtype=np.uint64)
+        np.cumsum(tail_lens, out=before[1:], dtype=np.uint64)
+        del at  # the starts may grow in place below only with no view of them left
+        flat = self._flat
+        self._frozen = memoryview(b"")  # our own view of it would forbid growing it in place
+        try:
+            out = _extended(flat, "I", tail_run, fresh_run)  # the flat part, room for the tails, the new terms
+        finally:
+            self._frozen = memoryview(flat)
+        head = len(out) - len(fresh_run)
         buf = np.frombuffer(out, dtype=np.uint32)
         # The flat part fills the places the tails leave, a chunk at a time from the top: each
         # chunk's postings come from at or below it, where nothing has been written yet.
@@ -466,37 +483,36 @@ class _Postings:
             keep[dest[below:upto] - lo] = False
             buf[lo:hi][keep] = buf[lo - below : hi - upto].copy()  # a copy: the two overlap
             hi = lo
-        buf[dest] = np.frombuffer(tail_blob, dtype=np.uint32)
+        buf[dest] = np.frombuffer(tail_run, dtype=np.uint32)
         del buf  # `out` may grow again at the next settle only with no view of it left
-        # Where each term starts now: where it started, after the tails of the terms before it.
-        shift = starts[: old + 1]
-        shift[:] = 0
-        shift[tail_ids + 1] = tail_lens
-        np.cumsum(shift, out=shift)
-        shift += at
-        np.cumsum(fresh_lens, out=starts[old + 1 :], dtype=np.uint64)
-        starts[old + 1 :] += np.uint64(head)
+        # The starts, in place too: each settled term's moves up, and the new terms' follow.
+        fresh_starts = np.cumsum(fresh_lens, dtype=np.uint64)
+        fresh_starts += np.uint64(head)
+        starts = _extended(self._starts, "Q", fresh_starts.tobytes())
+        view = np.frombuffer(starts, dtype=np.uint64)
+        for lo in range(0, old + 1, _STARTS_CHUNK):
+            hi = min(lo + _STARTS_CHUNK, old + 1)
+            view[lo:hi] += before[np.searchsorted(tail_ids, np.arange(lo, hi), side="left")]
+        del view
         return out, starts
 
-    def _grown(self, *blobs: bytes) -> array[int]:
-        """The flat postings with `blobs` appended: the same array, grown in place (a large
-        block is remapped, not copied), unless it is not ours to change (a memory-mapped
-        file, a settle's numpy result) or something still reads it (a slice handed out):
-        then a copy."""
-        flat = self._flat
-        if isinstance(flat, array):
-            self._frozen = memoryview(b"")  # our own view of it would forbid the resize
-            try:
-                for blob in blobs:  # only the first can fail, before anything changed
-                    flat.frombytes(blob)
-                return flat
-            except BufferError:
-                self._frozen = memoryview(flat)
-        out: array[int] = array("I")
-        out.frombytes(memoryview(flat).cast("B"))
-        for blob in blobs:
-            out.frombytes(blob)
-        return out
+
+def _extended(arr: array[int] | memoryview, typecode: str, *blobs: bytes | array[int]) -> array[int]:
+    """`arr` with `blobs` appended: the same array, grown in place (a large block is remapped,
+    not copied), when it is an array that nothing else reads; else a copy (of a memory-mapped
+    file's or a settle's numpy result, or while a view of it is still held)."""
+    if isinstance(arr, array):
+        try:
+            for blob in blobs:  # only the first can fail, before anything changed
+                arr.frombytes(memoryview(blob).cast("B"))
+            return arr
+        except BufferError:
+            pass
+    out: array[int] = array(typecode)
+    out.frombytes(memoryview(arr).cast("B"))
+    for blob in blobs:
+        out.frombytes(memoryview(blob).cast("B"))
+    return out
 
 
 class _Field:

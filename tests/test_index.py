@@ -580,7 +580,8 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
     otherwise: either way the flat array is every term's postings in term order, as reading
     each term gave them before, for any mix of writes and any chunk size. It grows the array
     it holds only when that is its own and nobody reads it: not a memory-mapped file's
-    (`mapped`), nor while a slice handed out is still read (`read`), which keeps its values."""
+    (`mapped`), nor while a slice handed out is still read (`read`), which keeps its values.
+    The term starts grow in place likewise, a chunk of terms at a time."""
     lens = list(settled)
     flat = array("I", range(1, sum(lens) + 1))
 
@@ -604,11 +605,12 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
         return
     want = [list(read[t]) if t < read._own_from or t in read._own else [] for t in range(len(read))]
     appended = min(post._own, default=len(post)) >= post._own_from
-    before = post._flat
+    before, starts_before = post._flat, post._starts
     held = post[0] if source == "read" and lens[0] and 0 not in post._tail and 0 not in post._own else None
     held_values = list(held) if held is not None else None
     with (
         patch.object(index_module, "_SETTLE_CHUNK", chunk),
+        patch.object(index_module, "_STARTS_CHUNK", chunk),
         patch.object(
             index_module._Postings, "_appended_flat", autospec=True, side_effect=index_module._Postings._appended_flat
         ) as spy,
@@ -619,6 +621,7 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
     assert list(post.starts) == [0, *accumulate(len(term) for term in want)]
     assert [list(post[t]) for t in range(len(post))] == want
     assert (post.flat is before) == (appended and source != "mapped" and held is None)
+    assert (post._starts is starts_before) == appended  # an array of its own from the start
     if held is not None:
         assert list(held) == held_values
     # A second round on what the first made: a flat array grown in place grows again.
