@@ -288,7 +288,7 @@ class _Postings:
     per term cost ~100 bytes each and ~1.5 s to build on every start; copying a settled
     term's postings at its first new document cost ~100 MiB over the first 250 stores."""
 
-    __slots__ = ("_flat", "_frozen", "_n", "_own", "_own_from", "_starts", "_tail")
+    __slots__ = ("_flat", "_frozen", "_n", "_one", "_ones", "_own", "_own_from", "_starts", "_tail")
 
     def __init__(
         self,
@@ -306,8 +306,13 @@ class _Postings:
         self._frozen = memoryview(self._flat)
         self._own: dict[int, array[int]] = {}  # a term's whole postings
         self._tail: dict[int, array[int]] = {}  # a settled term's postings after its flat part
-        self._own_from = len(starts) - 1  # term ids from here on always have their own array
+        self._own_from = len(starts) - 1  # term ids from here on are new since the last settle
         self._n = self._own_from
+        # A new term's one posting, by id - _own_from, while it has just one (0: none; no
+        # posting is 0, its code being at least 1): most new terms are an id, a hash or a path
+        # seen once, and an array and a dict slot each were ~150 bytes a term until a settle.
+        self._one: array[int] = array("I")
+        self._ones = 0
 
     def __len__(self) -> int:
         return self._n
@@ -318,14 +323,19 @@ class _Postings:
             return own
         if tid in self._tail:
             return self.writable(tid)
-        if tid < self._own_from:
+        if 0 <= tid < self._own_from:
             return self._frozen[self._starts[tid] : self._starts[tid + 1]]
+        if self._own_from <= tid < self._n:
+            one = self._one[tid - self._own_from]
+            return array("I", (one,) if one else ())
         raise IndexError(tid)
 
     def length(self, tid: int) -> int:
         own = self._own.get(tid)
         if own is not None:
             return len(own)
+        if tid >= self._own_from:
+            return 1 if self._one[tid - self._own_from] else 0
         tail = self._tail.get(tid)
         return self._starts[tid + 1] - self._starts[tid] + (len(tail) if tail is not None else 0)
 
@@ -333,54 +343,82 @@ class _Postings:
         """The term's whole postings as an array of its own, to change in place."""
         own = self._own.get(tid)
         if own is None:
-            own = array("I")
             if tid < self._own_from:
+                own = array("I")
                 own.frombytes(self._frozen[self._starts[tid] : self._starts[tid + 1]].cast("B"))
                 tail = self._tail.pop(tid, None)
                 if tail is not None:
                     own.extend(tail)
-            self._own[tid] = own
+                self._own[tid] = own
+            else:
+                own = self._owned(tid)
         return own
 
     def add(self, tid: int, entry: int) -> None:
         """Append a posting of a document newer than every one the term holds."""
         own = self._own.get(tid)
-        (own if own is not None else self._appended(tid)).append(entry)
+        if own is not None:
+            own.append(entry)
+        elif tid >= self._own_from and not self._one[tid - self._own_from]:
+            self._one[tid - self._own_from] = entry
+            self._ones += 1
+        else:
+            self._appended(tid).append(entry)
 
     def _appended(self, tid: int) -> array[int]:
-        """Where a term with no array of its own takes new postings: its tail when settled,
-        else a new array of its own."""
+        """Where a term with no array of its own takes more postings: its tail when settled,
+        else an array of its own (with its one posting so far)."""
         if tid >= self._own_from:
-            own = self._own[tid] = array("I")
-            return own
+            return self._owned(tid)
         tail = self._tail.get(tid)
         if tail is None:
             tail = self._tail[tid] = array("I")
         return tail
+
+    def _owned(self, tid: int) -> array[int]:
+        """A new term's array of its own, made from its one posting (if any)."""
+        k = tid - self._own_from
+        one = self._one[k]
+        own = self._own[tid] = array("I", (one,) if one else ())
+        if one:
+            self._one[k] = 0
+            self._ones -= 1
+        return own
 
     def __setitem__(self, tid: int, postings: array[int]) -> None:
         if not 0 <= tid < self._n:
             raise IndexError(tid)
         self._own[tid] = postings
         self._tail.pop(tid, None)
+        if tid >= self._own_from and self._one[tid - self._own_from]:
+            self._one[tid - self._own_from] = 0
+            self._ones -= 1
 
     def extend_each(self, tids: Sequence[int], entries: memoryview, bounds: Sequence[int]) -> None:
         """`add` of the uint32s in bytes bounds[i]:bounds[i + 1] of `entries` to tids[i], for
         each i, in one loop."""
-        own = self._own
+        own, one, first = self._own, self._one, self._own_from
+        words = entries.cast("I")
         for i, tid in enumerate(tids):
             arr = own.get(tid)
             if arr is None:
+                lo, hi = bounds[i], bounds[i + 1]
+                if tid >= first and hi - lo == 4 and not one[tid - first]:
+                    one[tid - first] = words[lo >> 2]
+                    self._ones += 1
+                    continue
                 arr = self._appended(tid)
             arr.frombytes(entries[bounds[i] : bounds[i + 1]])
 
     def grow(self, n: int) -> None:
-        """Add n terms with no postings yet (`add` makes their arrays)."""
+        """Add n terms with no postings yet."""
         self._n += n
+        self._one.frombytes(bytes(4 * n))
 
     def append(self, postings: array[int]) -> None:
         self._own[self._n] = postings
         self._n += 1
+        self._one.append(0)
 
     def __iter__(self) -> Iterator[array[int] | memoryview]:
         return (self[tid] for tid in range(len(self)))
@@ -388,14 +426,14 @@ class _Postings:
     @property
     def flat(self) -> array[int] | memoryview:
         """Every term's postings, in term order (after `settle`)."""
-        if self._own or self._tail:
+        if self.unsettled:
             raise RuntimeError("settle() first")
         return self._flat
 
     @property
     def starts(self) -> array[int] | memoryview:
         """Where each term's postings start in `flat`, and its end (after `settle`)."""
-        if self._own or self._tail:
+        if self.unsettled:
             raise RuntimeError("settle() first")
         return self._starts
 
@@ -409,15 +447,15 @@ class _Postings:
 
     @property
     def unsettled(self) -> int:
-        """Terms with an array of their own or a tail: what the next `settle` merges."""
-        return len(self._own) + len(self._tail)
+        """Terms with postings outside the flat array: what the next `settle` merges."""
+        return len(self._own) + len(self._tail) + self._ones
 
     def settle(self) -> None:
         """Move every term's postings back into one flat array: an array object per term
         costs ~100 bytes, and most terms have one posting. O(postings), in numpy."""
         import numpy as np
 
-        if not self._own and not self._tail:
+        if not self.unsettled:
             return
         n = self._n
         flat: array[int] | memoryview
@@ -425,6 +463,9 @@ class _Postings:
         if min(self._own, default=n) >= self._own_from:
             flat, starts = self._appended_flat()
         else:  # some settled term was rewritten in place (a removal compacted it)
+            for k, one in enumerate(self._one):  # the gather takes each run as an array
+                if one:
+                    self._own[self._own_from + k] = array("I", (one,))
             gathered, lens = _gather_runs(self._flat, self._starts, n, self._own, self._tail)
             made = np.zeros(n + 1, dtype=np.uint64)
             np.cumsum(lens, out=made[1:], dtype=np.uint64)
@@ -433,6 +474,7 @@ class _Postings:
         self._flat, self._starts = flat, starts
         self._frozen = memoryview(flat)
         self._own, self._tail = {}, {}
+        self._one, self._ones = array("I"), 0
         self._own_from = n
 
     def _appended_flat(self) -> tuple[array[int], array[int]]:
@@ -447,16 +489,19 @@ class _Postings:
         at = np.frombuffer(self._starts, dtype=np.uint64)
         old, n = len(at) - 1, self._n
         tail_ids, tails, tail_lens = _by_term(self._tail)
-        fresh = [self._own.get(t) for t in range(old, n)]  # the new terms, by id
-        fresh_lens = np.fromiter((len(a) if a is not None else 0 for a in fresh), dtype=np.int64, count=n - old)
+        # The new terms' postings, by id: an array of their own, or their one posting.
+        fresh: list[array[int] | int] = [self._own.get(t, one) for t, one in enumerate(self._one, old)]
+        fresh_lens = np.fromiter((len(a) if isinstance(a, array) else int(a > 0) for a in fresh), np.int64, n - old)
         # Everything that can fail for want of memory comes before the first posting moves.
         # Appended array to array: a bytes object a term to join was ~20 MiB at 200k new terms.
         tail_run, fresh_run = array("I"), array("I")
         for tail in tails:
             tail_run.extend(tail)
         for postings in fresh:
-            if postings is not None:
+            if isinstance(postings, array):
                 fresh_run.extend(postings)
+            elif postings:
+                fresh_run.append(postings)
         # The k-th tail posting (in term order) lands k places after where its term ended.
         dest = np.repeat(at[tail_ids + 1].astype(np.int64), tail_lens)
         dest += np.arange(len(dest), dtype=np.int64)

@@ -603,7 +603,7 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
     post, read = build(), build()  # reading a tailed term joins it to its flat part: a copy reads
     if not post.unsettled:
         return
-    want = [list(read[t]) if t < read._own_from or t in read._own else [] for t in range(len(read))]
+    want = [list(read[t]) for t in range(len(read))]
     appended = min(post._own, default=len(post)) >= post._own_from
     before, starts_before = post._flat, post._starts
     held = post[0] if source == "read" and lens[0] and 0 not in post._tail and 0 not in post._own else None
@@ -632,3 +632,54 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
         want[t].append(doc)
     post.settle()
     assert [list(post[t]) for t in range(len(post))] == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), max_size=6),
+    st.lists(
+        st.tuples(st.sampled_from(["grow", "add", "batch", "set", "write", "settle"]), st.integers(0, 40)),
+        max_size=40,
+    ),
+)
+def test_postings_read_back_what_was_written_between_and_across_settles(settled, ops):
+    """Every way of writing postings (one at a time, a batch, replacing a term's, changing
+    one in place), on settled terms and new ones (a new term holds its first posting
+    without an array until it gets a second), reads back as written after each step, and
+    a settle changes nothing read."""
+    model = [[1_000 * t + i for i in range(n)] for t, n in enumerate(settled)]
+    post = index_module._Postings(array("I", [p for term in model for p in term]), settled)
+    doc = 100_000
+    for kind, k in ops:
+        doc += 1
+        if kind == "grow":
+            post.grow(1 + k % 3)
+            model.extend([] for _ in range(1 + k % 3))
+        elif not model:
+            continue
+        elif kind == "add":
+            post.add(k % len(model), doc)
+            model[k % len(model)].append(doc)
+        elif kind == "batch":  # one or two postings each, as `_post_many` sends them
+            tids = sorted({(k * j) % len(model) for j in range(1, 4)})
+            runs = [[doc] * (1 + (t + k) % 2) for t in tids]
+            entries = array("I", [p for run in runs for p in run])
+            bounds = [0, *accumulate(4 * len(run) for run in runs)]
+            post.extend_each(tids, memoryview(entries.tobytes()), bounds)
+            for t, run in zip(tids, runs, strict=True):
+                model[t].extend(run)
+        elif kind == "set":
+            t = k % len(model)
+            model[t] = model[t][1:]
+            post[t] = array("I", model[t])
+        elif kind == "write":
+            t = k % len(model)
+            post.writable(t).append(doc)
+            model[t].append(doc)
+        else:
+            post.settle()
+            assert not post.unsettled and list(post.flat) == [p for term in model for p in term]
+        assert [list(post[t]) for t in range(len(post))] == model
+        assert [post.length(t) for t in range(len(post))] == [len(term) for term in model]
+        assert post._ones == sum(1 for one in post._one if one)
+        assert not any(one and post._own_from + k in post._own for k, one in enumerate(post._one))
