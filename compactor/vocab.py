@@ -79,6 +79,7 @@ class Vocab:
     per-term arrays (document frequency, postings) indexed by them."""
 
     __slots__ = (
+        "_added",
         "_blob",
         "_dead",
         "_hashes",
@@ -110,7 +111,10 @@ class Vocab:
         self._sorted: U32 = np.zeros(0, dtype=np.uint32)  # their hashes, ascending
         # The overlay: terms given an id since the last settle (a reused settled id included).
         self._new: dict[str, int] = {}
-        self._new_names: dict[int, str] = {}
+        self._new_names: dict[int, str] = {}  # settled ids given another term
+        # The terms of the ids past the settled ones, by id (None: released): a list slot a
+        # term, not a dict entry (~40 bytes more), for up to an eighth of the vocabulary.
+        self._added: list[str | None] = []
         # Settled ids released since the last settle: their settled name no longer holds.
         self._dead: set[int] = set()
         # Settled terms found by recent lookups: the common words of every new document are
@@ -200,6 +204,12 @@ class Vocab:
 
     def name(self, tid: int) -> str:
         """The term of a live id."""
+        settled = len(self._lens)
+        if tid >= settled:
+            added = self._added[tid - settled]
+            if added is None:
+                raise IndexError(tid)
+            return added
         renamed = self._new_names.get(tid)
         if renamed is not None:
             return renamed
@@ -215,11 +225,22 @@ class Vocab:
         elif not 0 <= tid < self._n:
             raise IndexError(tid)
         self._new[term] = tid
-        self._new_names[tid] = term
+        settled = len(self._lens)
+        if tid < settled:
+            self._new_names[tid] = term
+        elif tid - settled == len(self._added):
+            self._added.append(term)
+        else:
+            self._added[tid - settled] = term
 
     def release(self, tid: int) -> None:
         """The term of `tid` is gone; the id may be assigned again."""
-        term = self._new_names.pop(tid, None)
+        settled = len(self._lens)
+        if tid >= settled:
+            term = self._added[tid - settled]
+            self._added[tid - settled] = None
+        else:
+            term = self._new_names.pop(tid, None)
         if term is not None:
             del self._new[term]
         elif tid < len(self._lens):
@@ -255,16 +276,21 @@ class Vocab:
         self._set_lens(lens)
         self._hashes = hashes
         self._index_hashes(live)
-        self._new, self._new_names, self._dead, self._hot = {}, {}, set(), {}
+        self._new, self._new_names, self._added, self._dead, self._hot = {}, {}, [], set(), {}
 
     def _overlay(self) -> tuple[npt.NDArray[np.int64], bytes, U32, U32]:
         """The overlay's ids in ascending order, their terms' UTF-8 joined in that order, and
         each term's length and CRC-32."""
-        ids = np.fromiter(self._new_names.keys(), dtype=np.int64, count=len(self._new_names))
-        names = list(self._new_names.values())
-        if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
-            by_id = np.argsort(ids)
-            ids, names = ids[by_id], [names[k] for k in by_id.tolist()]
+        renamed = sorted(self._new_names.items())
+        settled = len(self._lens)
+        added = [(settled + k, term) for k, term in enumerate(self._added) if term is not None]
+        ids = np.fromiter((tid for tid, _ in renamed), dtype=np.int64, count=len(renamed))
+        if len(added) == len(self._added):  # none released: the ids past the settled ones, all
+            ids = np.concatenate((ids, np.arange(settled, settled + len(added), dtype=np.int64)))
+        else:
+            ids = np.concatenate((ids, np.fromiter((tid for tid, _ in added), dtype=np.int64, count=len(added))))
+        names = [term for _, term in renamed]
+        names.extend(term for _, term in added)
         # Encoded as one string, not a bytes object a term: at 200k new terms those were
         # ~30 MiB more at the settle's peak, the largest part of it.
         text = "".join(names)
@@ -282,11 +308,12 @@ class Vocab:
     def _appends_only(self, live: npt.NDArray[np.bool_]) -> bool:
         """Whether the overlay only adds terms after the settled ones, all live, and no settled
         term changed since the last settle: what a load of new items leaves."""
-        old, renamed = len(self._lens), self._new_names
+        old = len(self._lens)
         return (
             not self._dead
-            and len(renamed) == self._n - old
-            and (not renamed or min(renamed) >= old)
+            and not self._new_names
+            and len(self._added) == self._n - old
+            and None not in self._added
             and bool(live[old:].all())
             and bool(np.array_equal(live[:old], self._lens > 0))
         )
@@ -315,7 +342,7 @@ class Vocab:
         at = np.searchsorted(self._sorted, new_sorted, side="right")
         self._order = np.insert(self._order, at, (by_hash + old).astype(np.uint32))
         self._sorted = np.insert(self._sorted, at, new_sorted)
-        self._new, self._new_names, self._dead, self._hot = {}, {}, set(), {}
+        self._new, self._new_names, self._added, self._dead, self._hot = {}, {}, [], set(), {}
 
     def _grown_blob(self, extra: bytes) -> memoryview:
         """The blob with `extra` appended: the same bytearray grown in place (a large block is

@@ -244,3 +244,22 @@ def test_an_appending_settle_grows_the_blob_in_place_unless_it_is_read():
     grow("last", 5)
     assert v.lookup(list(names)) == list(names.values()) and v.lookup(["absent"]) == [-1]
     assert all(v.name(tid) == term for term, tid in names.items())
+
+
+def test_a_new_term_released_before_the_settle_leaves_its_id_empty():
+    """Terms added since the last settle are held by id; one released before the settle
+    (its item forgotten at once) leaves a gap that the terms after it do not slide into,
+    and its id can be given to another term after the settle."""
+    v = Vocab()
+    v.assign("kept", 0)
+    v.settle(_live(v, set()))
+    for tid, term in enumerate(("gone", "after", "last"), start=1):
+        v.assign(term, tid)
+    v.release(1)
+    v.settle(_live(v, {1}))
+    assert v.lookup(["kept", "gone", "after", "last"]) == [0, -1, 2, 3]
+    assert [v.name(t) for t in (0, 2, 3)] == ["kept", "after", "last"] and v.free_ids() == [1]
+    v.assign("again", 1)
+    assert v.lookup(["again", "after"]) == [1, 2] and v.name(1) == "again"
+    v.settle(_live(v, set()))
+    assert v.lookup(["again", "after", "last"]) == [1, 2, 3]
