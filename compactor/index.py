@@ -542,21 +542,21 @@ class _Postings:
         return out, starts
 
 
-def _extended(arr: array[int] | memoryview, typecode: str, *blobs: bytes | array[int]) -> array[int]:
-    """`arr` with `blobs` appended: the same array, grown in place (a large block is remapped,
+def _extended(arr: array[int] | memoryview, typecode: str, *parts: bytes | array[int]) -> array[int]:
+    """`arr` with `parts` appended: the same array, grown in place (a large block is remapped,
     not copied), when it is an array that nothing else reads; else a copy (of a memory-mapped
     file's or a settle's numpy result, or while a view of it is still held)."""
     if isinstance(arr, array):
         try:
-            for blob in blobs:  # only the first can fail, before anything changed
-                arr.frombytes(memoryview(blob).cast("B"))
+            for part in parts:  # only the first resize can fail, before anything changed
+                arr.frombytes(memoryview(part).cast("B"))
             return arr
         except BufferError:
             pass
     out: array[int] = array(typecode)
     out.frombytes(memoryview(arr).cast("B"))
-    for blob in blobs:
-        out.frombytes(memoryview(blob).cast("B"))
+    for part in parts:
+        out.frombytes(memoryview(part).cast("B"))
     return out
 
 

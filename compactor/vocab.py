@@ -113,7 +113,7 @@ class Vocab:
         self._new: dict[str, int] = {}
         self._new_names: dict[int, str] = {}  # settled ids given another term
         # The terms of the ids past the settled ones, by id (None: released): a list slot a
-        # term, not a dict entry (~40 bytes more), for up to an eighth of the vocabulary.
+        # term, not a dict entry (~40 bytes more), for every term waiting for a settle.
         self._added: list[str | None] = []
         # Settled ids released since the last settle: their settled name no longer holds.
         self._dead: set[int] = set()
