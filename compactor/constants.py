@@ -107,8 +107,9 @@ DEDUP_MAX_BUCKET: Final = 64
 # J = 0.7), in 320 bytes an item instead of the whole word set.
 DEDUP_SIGNATURE: Final = 64
 # The near-duplicate buckets merge the items added since their saved state into its flat
-# arrays once there are this many, or an eighth as many as it holds if that is more: the
-# index's policy (INDEX_SETTLE_*), for the same reason.
+# arrays once there are this many, or an eighth as many as it holds if that is more: what
+# waits in dicts costs ~750 bytes an item against ~400 merged, and each merge is O(items), so
+# a step that grows with the state keeps their total linear (as INDEX_SETTLE_* for the index).
 DEDUP_MERGE_MIN: Final = 4_096
 DEDUP_MERGE_SHARE: Final = 8
 

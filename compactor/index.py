@@ -652,8 +652,7 @@ class BM25Index:
         self._dl.append(float(len(body)))
         self._total_len += len(body)
         self._last = (doc_id, terms.keys())
-        if self._vocab.unsettled > max(C.INDEX_SETTLE_MIN, self._vocab.settled // C.INDEX_SETTLE_SHARE):
-            self.settle()
+        self._settle_if_due()
 
     def add_many(self, docs: Sequence[tuple[str, str, str | None, Sequence[str]]]) -> list[Collection[str]]:
         """`add` of each (doc_id, content, summary, tags) in order, with the same result (term
@@ -741,8 +740,7 @@ class BM25Index:
             self._ids[doc_id] = first + k
             self._ext.append(doc_id)
         self._last = (docs[-1][0], terms_out[-1])
-        if self._vocab.unsettled > max(C.INDEX_SETTLE_MIN, self._vocab.settled // C.INDEX_SETTLE_SHARE):
-            self.settle()
+        self._settle_if_due()
         return terms_out
 
     def _post_many(self, first: int, tids: array[int], codes: array[int], doc_lens: list[int]) -> None:
@@ -765,6 +763,11 @@ class BM25Index:
         df[uniq] += np.diff(bounds).astype(np.uint32)
         del df
         self._post.extend_each(uniq.tolist(), memoryview(entries.tobytes()), (bounds * 4).tolist())
+
+    def _settle_if_due(self) -> None:
+        """`settle` once the terms waiting for it are a share of the settled ones (INDEX_SETTLE_*)."""
+        if self._vocab.unsettled > max(C.INDEX_SETTLE_MIN, self._vocab.settled // C.INDEX_SETTLE_SHARE):
+            self.settle()
 
     def settle(self) -> None:
         """Merge the terms and postings written since the last settle into the flat arrays

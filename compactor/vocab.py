@@ -283,14 +283,12 @@ class Vocab:
         each term's length and CRC-32."""
         renamed = sorted(self._new_names.items())
         settled = len(self._lens)
-        added = [(settled + k, term) for k, term in enumerate(self._added) if term is not None]
-        ids = np.fromiter((tid for tid, _ in renamed), dtype=np.int64, count=len(renamed))
-        if len(added) == len(self._added):  # none released: the ids past the settled ones, all
-            ids = np.concatenate((ids, np.arange(settled, settled + len(added), dtype=np.int64)))
-        else:
-            ids = np.concatenate((ids, np.fromiter((tid for tid, _ in added), dtype=np.int64, count=len(added))))
         names = [term for _, term in renamed]
-        names.extend(term for _, term in added)
+        # The ids past the settled ones, less the released: no pair made a term (~200k a merge).
+        kept = np.fromiter((term is not None for term in self._added), dtype=bool, count=len(self._added))
+        added = np.flatnonzero(kept) + settled
+        names.extend(term for term in self._added if term is not None)
+        ids = np.concatenate((np.fromiter((tid for tid, _ in renamed), dtype=np.int64, count=len(renamed)), added))
         # Encoded as one string, not a bytes object a term: at 200k new terms those were
         # ~30 MiB more at the settle's peak, the largest part of it.
         text = "".join(names)
