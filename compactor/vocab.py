@@ -324,16 +324,17 @@ class Vocab:
         _, joined, extra_lens, extra_hashes = self._overlay()  # ids old, old + 1, ...
         end = len(self._blob)  # where the new terms' bytes start: nothing was released
         self._blob = self._grown_blob(joined)
-        # One array after another, each old one freed before the next is made (it used to
-        # be a cumsum of every length, and its temporaries, on top of both): the settle's peak.
-        self._lens = np.concatenate((self._lens, extra_lens))
+        # Grown in place, one after another: a copy beside the old array (2 MiB of starts at
+        # 264k terms) was a 10k-item load's last settle's peak.
+        self._lens_at = self._starts_at = memoryview(b"")  # views would forbid the growth
+        self._append_to("_lens", extra_lens)
         self._lens_at = self._lens.data
         extra_starts = np.cumsum(extra_lens, dtype=np.uint64)
         extra_starts -= extra_lens
         extra_starts += np.uint64(end)
-        self._starts = np.concatenate((self._starts, extra_starts))
+        self._append_to("_starts", extra_starts)
         self._starts_at = self._starts.data
-        self._hashes = np.concatenate((self._hashes, extra_hashes))
+        self._append_to("_hashes", extra_hashes)
         # Ties keep id order, as the stable sort of `_index_hashes` would: settled ids first.
         by_hash = np.argsort(extra_hashes, kind="stable")
         new_sorted = extra_hashes[by_hash]
@@ -341,6 +342,29 @@ class Vocab:
         self._order = np.insert(self._order, at, (by_hash + old).astype(np.uint32))
         self._sorted = np.insert(self._sorted, at, new_sorted)
         self._new, self._new_names, self._added, self._dead, self._hot = {}, {}, [], set(), {}
+
+    def _append_to(self, name: str, extra: npt.NDArray[Any]) -> bool:
+        """Append `extra` to the array in attribute `name`: the same array, grown in place
+        (realloc: a large block is remapped, not copied), when it owns its data and nothing
+        else refers to it (numpy checks); else a new one (the first time after a load, whose
+        arrays are the index file's, or while a reader holds a view). True when in place."""
+        arr = getattr(self, name)
+        setattr(self, name, None)  # `arr` is then the one reference, as numpy's check needs
+        try:
+            size = len(arr)
+            grown = bool(arr.flags.owndata and arr.flags.writeable)
+            if grown:
+                try:
+                    arr.resize(size + len(extra), refcheck=True)
+                except ValueError:
+                    grown = False
+            if grown:
+                arr[size:] = extra
+            else:
+                arr = np.concatenate((arr, extra))
+        finally:
+            setattr(self, name, arr)  # the old array, should anything fail
+        return grown
 
     def _grown_blob(self, extra: bytes) -> memoryview:
         """The blob with `extra` appended: the same bytearray grown in place (a large block is
