@@ -319,13 +319,21 @@ class _Postings:
         return self._n
 
     def __getitem__(self, tid: int) -> array[int] | memoryview:
+        """The term's postings, to read; change them through `writable` or assignment."""
         own = self._own.get(tid)
         if own is not None:
             return own
-        if tid in self._tail:
-            return self.writable(tid)
         if 0 <= tid < self._own_from:
-            return self._frozen[self._starts[tid] : self._starts[tid + 1]]
+            flat = self._frozen[self._starts[tid] : self._starts[tid + 1]]
+            tail = self._tail.get(tid)
+            if tail is None:
+                return flat
+            # A copy that is not kept: kept, it made a query's common terms arrays of their
+            # own until the next settle, which then had to gather every posting.
+            joined: array[int] = array("I")
+            joined.frombytes(flat.cast("B"))
+            joined.extend(tail)
+            return joined
         if self._own_from <= tid < self._n:
             one = self._one[tid - self._own_from]
             return array("I", (one,) if one else ())
