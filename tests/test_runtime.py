@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from compactor import constants as C
 from compactor.runtime import PROCESS, Runtime
-from compactor.store import Store
+from compactor.store import Store, StoreInput
 
 
 def test_bulk_work_pauses_the_collector_and_resumes_it():
@@ -70,6 +72,87 @@ def test_a_tuned_allocator_gives_a_large_freed_block_back():
     assert _given_back_mib("tuned") >= 3.5
     # Untuned, glibc keeps it (the behaviour the tuning is for).
     assert _given_back_mib("plain") < 1.0
+
+
+_WRITE_BLOCK = """
+import ctypes
+import sys
+from compactor.runtime import PROCESS, Runtime, tune_allocator
+
+def rss_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+assert tune_allocator()
+# No trimming of the heap's top, which would give back a freed heap block there as well.
+ctypes.CDLL(None).mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+runtime = Runtime() if sys.argv[1] == "other" else PROCESS  # another runtime was not tuned
+out = []
+for inside in (True, False):  # not again inside: a freed heap block is reused before a mapping
+    with runtime.write_work() if inside else runtime.bulk_work():
+        block = bytearray(512 << 10)  # a 10k-item merge's arrays are ~1 MiB
+    before = rss_mib()
+    del block
+    out.append(before - rss_mib())
+print(" ".join(f"{x:.2f}" for x in out))
+"""
+
+
+def _write_block_given_back(mode: str) -> list[float]:
+    out = subprocess.run([sys.executable, "-c", _WRITE_BLOCK, mode], capture_output=True, text=True, check=True)
+    return [float(x) for x in out.stdout.split()]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator is what is tuned")
+def test_a_tuned_process_gives_back_a_middling_block_made_in_a_write():
+    """Inside `write_work` a block above WRITE_MMAP_THRESHOLD gets a mapping of its own and is
+    given back when freed; outside (a read), the threshold is the higher one again and the
+    same block stays in the heap. Only PROCESS, the runtime `tune_allocator` tuned, moves it."""
+    assert C.WRITE_MMAP_THRESHOLD < 512 << 10 < C.MALLOC_MMAP_THRESHOLD
+    inside, outside = _write_block_given_back("tuned")
+    assert inside >= 0.4 and outside < 0.1
+    assert all(x < 0.1 for x in _write_block_given_back("other"))
+
+
+def test_the_index_merges_inside_write_work_and_a_query_scores_outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Writes (and the merges they make) run inside `write_work`; a query's scoring, whose
+    per-term arrays must stay on the heap, runs outside it (its access-time journal write
+    comes after)."""
+    from compactor.index import BM25Index
+
+    class Spy(Runtime):
+        depth = 0
+
+        @contextlib.contextmanager
+        def write_work(self) -> Iterator[None]:
+            self.depth += 1
+            try:
+                with super().write_work():
+                    yield
+            finally:
+                self.depth -= 1
+
+    spy = Spy()
+    seen: list[tuple[str, int]] = []
+    settle, search = BM25Index.settle, BM25Index.search
+
+    def settle_spy(self: BM25Index) -> None:
+        seen.append(("settle", spy.depth))
+        settle(self)
+
+    def search_spy(self: BM25Index, *args: Any, **kwargs: Any) -> Any:
+        seen.append(("search", spy.depth))
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(C, "INDEX_SETTLE_MIN", 0)  # a merge at every write
+    monkeypatch.setattr(BM25Index, "settle", settle_spy)
+    monkeypatch.setattr(BM25Index, "search", search_spy)
+    store = Store(state_dir=tmp_path / "state", runtime=spy)
+    store.store("the retry loop needs a jittered backoff")
+    store.bulk_store([StoreInput("a second note on backoff"), StoreInput("a third note on retries")])
+    assert store.query("backoff")
+    assert ("settle", 1) in seen and ("search", 0) in seen
+    assert all(depth == (kind == "settle") for kind, depth in seen)
 
 
 def test_the_server_tunes_the_allocator_before_it_loads_the_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):

@@ -308,12 +308,13 @@ class _Journaled(_StateOps):
         """Ops applied inside the block are journaled together when it ends, or all undone if
         it raises (the journal write included), leaving memory exactly as it was."""
         txn = _Txn(self)
-        try:
-            yield txn
-            txn.commit(sync=sync)
-        except BaseException:
-            txn.rollback()
-            raise
+        with self.runtime.write_work():
+            try:
+                yield txn
+                txn.commit(sync=sync)
+            except BaseException:
+                txn.rollback()
+                raise
 
     def _persist_ops(self, ops: list[Op], sync: bool) -> None:
         """Journal applied ops, or raise so the caller's transaction is undone: a write that
