@@ -38,6 +38,9 @@ def _crc(data: Buffer) -> int:
 # Output elements a `gather` pass works on at once: its index temporaries (three int64s an
 # element) stay ~6 MiB however large the index grows.
 GATHER_CHUNK = 1 << 18
+# Entries `Vocab._insert_into` moves per step (at least; a 32nd of the array on large ones):
+# 20 bytes of temporaries each, against np.insert's copy of the whole array.
+INSERT_CHUNK = 1 << 14
 
 
 def gather(
@@ -339,8 +342,8 @@ class Vocab:
         by_hash = np.argsort(extra_hashes, kind="stable")
         new_sorted = extra_hashes[by_hash]
         at = np.searchsorted(self._sorted, new_sorted, side="right")
-        self._order = np.insert(self._order, at, (by_hash + old).astype(np.uint32))
-        self._sorted = np.insert(self._sorted, at, new_sorted)
+        self._insert_into("_order", at, (by_hash + old).astype(np.uint32))
+        self._insert_into("_sorted", at, new_sorted)
         self._new, self._new_names, self._added, self._dead, self._hot = {}, {}, [], set(), {}
 
     def _append_to(self, name: str, extra: npt.NDArray[Any]) -> bool:
@@ -365,6 +368,29 @@ class Vocab:
         finally:
             setattr(self, name, arr)  # the old array, should anything fail
         return grown
+
+    def _insert_into(self, name: str, at: npt.NDArray[np.intp], values: U32) -> None:
+        """`np.insert(array, at, values)` for the array in attribute `name` (`at` ascending),
+        made in place when the array can grow (`_append_to`): its entries move up from the top
+        down, a chunk at a time, each past the values inserted at or before it. np.insert made
+        the whole array anew beside the old one."""
+        size = len(getattr(self, name))
+        self._append_to(name, np.zeros(len(values), dtype=values.dtype))
+        arr = getattr(self, name)
+        step = max(INSERT_CHUNK, size >> 5)
+        hi, bottom = size, int(at[0]) if len(at) else size  # below the first insert nothing moves
+        while hi > bottom:
+            lo = max(hi - step, bottom)
+            # Each moves past the values inserted at or before it: those below the chunk, and
+            # a running count of those within it (cheaper than a search per entry).
+            below = int(np.searchsorted(at, lo, side="left"))
+            upto = int(np.searchsorted(at, hi - 1, side="right"))
+            dest = np.bincount(at[below:upto] - lo, minlength=hi - lo)
+            np.cumsum(dest, out=dest)
+            dest += np.arange(lo + below, hi + below, dtype=np.intp)
+            arr[dest] = arr[lo:hi]  # numpy copies the source first where the two overlap
+            hi = lo
+        arr[at + np.arange(len(at))] = values
 
     def _grown_blob(self, extra: bytes) -> memoryview:
         """The blob with `extra` appended: the same bytearray grown in place (a large block is

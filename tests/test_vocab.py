@@ -147,12 +147,19 @@ def _settled_arrays(v: Vocab) -> dict[str, bytes]:
     }
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["add", "add", "release", "settle", "reload"]), st.integers(0, 40))))
-def test_a_settle_of_appended_terms_leaves_the_arrays_a_full_settle_leaves(ops):
-    """The settle that only appends (`_settle_appended`) and the general one agree array for
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["add", "add", "release", "settle", "reload"]), st.integers(0, 40))),
+    st.sampled_from([1, 2, 5, vocab_module.INSERT_CHUNK]),
+)
+def test_a_settle_of_appended_terms_leaves_the_arrays_a_full_settle_leaves(ops, chunk):
+    """The settle that only appends (`_settle_appended`, which inserts the new terms into
+    the hash order in place, `chunk` entries a step) and the general one agree array for
     array, CRC ties included (the hash below makes many)."""
-    with patch.object(vocab_module, "_crc", lambda data: len(data) % 3):
+    with (
+        patch.object(vocab_module, "_crc", lambda data: len(data) % 3),
+        patch.object(vocab_module, "INSERT_CHUNK", chunk),
+    ):
         fast, full = Vocab(), Vocab()
         model: dict[str, int] = {}
         free: list[int] = []
@@ -178,6 +185,29 @@ def test_a_settle_of_appended_terms_leaves_the_arrays_a_full_settle_leaves(ops):
                     fast, full = _reload(fast, live), _reload(full, live)
             probe = [f"t{i}" * (1 + i % 3) for i in range(41)]
             assert fast.lookup(probe) == [model.get(t, -1) for t in probe]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 30), max_size=80),
+    st.lists(st.integers(0, 30), max_size=40),
+    st.sampled_from([1, 2, 5, vocab_module.INSERT_CHUNK]),
+    st.booleans(),
+)
+def test_inserting_in_place_gives_what_np_insert_gives(old_keys, new_keys, chunk, loaded):
+    """`_insert_into` (the hash order's insert at an appending settle) equals np.insert for
+    any insert positions and chunk size, on an array the vocabulary owns (moved in place)
+    and on a loaded one (copied first). Each entry is distinct, so a misplaced one shows."""
+    at = np.searchsorted(
+        np.sort(np.array(old_keys, dtype=np.uint32)), np.sort(np.array(new_keys, dtype=np.uint32)), side="right"
+    )
+    old = np.arange(len(old_keys), dtype=np.uint32)
+    values = np.arange(1_000, 1_000 + len(new_keys), dtype=np.uint32)
+    v = Vocab()
+    v._order = np.frombuffer(old.tobytes(), dtype=np.uint32) if loaded else old.copy()
+    with patch.object(vocab_module, "INSERT_CHUNK", chunk):
+        v._insert_into("_order", at, values)
+    assert v._order.tolist() == np.insert(old, at, values).tolist()
 
 
 def test_a_load_of_new_terms_settles_by_appending():
@@ -250,7 +280,8 @@ def test_an_appending_settle_grows_the_blob_in_place_unless_it_is_read():
 def test_an_appending_settle_grows_the_term_arrays_in_place_unless_they_are_read():
     """Each new term's length, start and CRC-32 go on the end of the arrays the vocabulary
     owns, as its bytes go on the blob's (a copy beside the old starts, 2 MiB at 264k terms,
-    was a 10k-item load's last settle's peak). A loaded state's arrays (a file's, read in
+    was a 10k-item load's last settle's peak), and its place in the hash order is made in
+    the arrays of that order. A loaded state's arrays (a file's, read in
     place) are copied at the first settle instead, as is an array a reader holds a view of,
     and the view keeps the values it reads. (Holding an array itself would stop numpy from
     growing it, so the test asks `_append_to` which way it went.)"""
@@ -283,14 +314,15 @@ def test_an_appending_settle_grows_the_term_arrays_in_place_unless_they_are_read
         derived=(bytes(state["starts"]), bytes(state["order"]), bytes(state["sorted"])),
     )
     del state
-    assert grow("then", 30) == {"_lens": False, "_starts": False, "_hashes": False}
-    assert grow("more", 30) == {"_lens": True, "_starts": True, "_hashes": True}
+    every = ("_lens", "_starts", "_hashes", "_order", "_sorted")
+    assert grow("then", 30) == dict.fromkeys(every, False)
+    assert grow("more", 30) == dict.fromkeys(every, True)
     held = v.to_state(_live(v, set()))["lens"]
     seen = bytes(held)
-    assert grow("again", 30) == {"_lens": False, "_starts": True, "_hashes": True}
+    assert grow("again", 30) == {**dict.fromkeys(every, True), "_lens": False}
     assert bytes(held) == seen
     del held
-    assert grow("last", 5) == {"_lens": True, "_starts": True, "_hashes": True}
+    assert grow("last", 5) == dict.fromkeys(every, True)
     assert v.lookup(list(names)) == list(names.values()) and v.lookup(["absent"]) == [-1]
     assert all(v.name(tid) == term for term, tid in names.items())
     assert v._hashes.tolist() == [zlib.crc32(term.encode()) for term in names]
