@@ -173,6 +173,10 @@ class _Saved:
     def sig_of(self, r: int) -> list[int]:
         return self.sigs[self.sig_starts[r] : self.sig_starts[r + 1]].tolist()  # type: ignore[no-any-return]
 
+    def drop_buckets(self) -> None:
+        """Free the sorted bucket arrays (8 bytes a key); the next `rows_of` makes them again."""
+        self._bkeys = self._brows = None
+
     def rows_of(self, key: int, most: int) -> list[int] | None:
         """The live rows filed under `key`, or None when they are more than `most`."""
         import numpy as np
@@ -194,10 +198,17 @@ class _Saved:
         """The live rows' ids and arrays, in row order (`DedupIndex._flat`)."""
         import numpy as np
 
-        live = np.ones(len(self.ids), dtype=bool)
-        if self.dead:
-            live[np.fromiter(self.dead, dtype=np.int64, count=len(self.dead))] = False
         key_lens, sig_lens = np.diff(self.key_starts), np.diff(self.sig_starts)
+        if not self.dead:  # the arrays themselves: a masked copy of each was a third of a merge's peak
+            return list(self.ids), {
+                "keys": self.keys,
+                "key_lens": key_lens.astype(np.uint8),
+                "sigs": self.sigs,
+                "sig_lens": sig_lens.astype(np.uint8),
+                "sizes": self.sizes,
+            }
+        live = np.ones(len(self.ids), dtype=bool)
+        live[np.fromiter(self.dead, dtype=np.int64, count=len(self.dead))] = False
         return [i for i, ok in zip(self.ids, live.tolist(), strict=True) if ok], {
             "keys": self.keys[np.repeat(live, key_lens)],
             "key_lens": key_lens[live].astype(np.uint8),
@@ -262,6 +273,8 @@ class DedupIndex:
         state grows by a share of itself each time their total stays linear."""
         import numpy as np
 
+        if self._saved is not None:
+            self._saved.drop_buckets()  # made anew for the new rows: not held through the merge
         ids, arrays = self._flat()
         self._buckets, self._keys, self._sigs, self._sizes = {}, {}, {}, {}
         self._sig_set = None
@@ -322,7 +335,7 @@ class DedupIndex:
 
             ids, saved = self._saved.flat()
             for name, arr in out.items():
-                arr.frombytes(saved[name].view(np.uint8))  # each made just now, contiguous: read in place
+                arr.frombytes(saved[name].view(np.uint8))  # contiguous (made just now, or as read): read in place
         for i, keys in self._keys.items():
             ids.append(i)
             out["keys"].extend(keys)

@@ -259,3 +259,39 @@ def test_a_store_finds_near_duplicates_of_items_its_buckets_merged_into_flat_row
         assert later.dup_of == ids[4]
         assert again._s.dedup.ids() == (set(ids) - {ids[2]}) | {copy.id, later.id}
         assert again.check_derived() == []
+
+
+def test_a_merge_copies_the_saved_rows_once_and_lets_their_buckets_go_first():
+    """A merge reads saved rows of which none was removed as they are, not through a masked
+    copy of each array, and frees the saved rows' sorted buckets before it flattens (the
+    next lookup makes them for the new rows): both were held at once at its peak, ~40 MiB
+    at 100k items. With a removed row, the masked copy leaves it out."""
+    from compactor.dedup import _Saved
+
+    index = DedupIndex()
+    for k in range(6):
+        index.add(f"a{k}", {_WORDS[k], _WORDS[k + 1], "shared"})
+    index.merge()
+    saved = index._saved
+    assert saved is not None
+    assert index.candidates("a1")  # a lookup makes the saved rows' buckets
+    assert saved._bkeys is not None
+    ids, arrays = saved.flat()
+    assert ids == saved.ids and ids is not saved.ids
+    assert arrays["keys"] is saved.keys and arrays["sigs"] is saved.sigs and arrays["sizes"] is saved.sizes
+    held: list[object] = []
+    flat = _Saved.flat
+
+    def spy(self: _Saved) -> object:
+        held.append(self._bkeys)
+        return flat(self)
+
+    index.add("b0", {"other", "words"})
+    with patch.object(_Saved, "flat", spy):
+        index.merge()
+    assert held == [None]
+    before = _entries(index)
+    index.remove("a2")
+    ids, arrays = index._saved.flat()
+    assert "a2" not in ids and arrays["keys"] is not index._saved.keys
+    assert _entries(index) == {i: e for i, e in before.items() if i != "a2"}
