@@ -195,7 +195,8 @@ class _Saved:
         return rows if len(rows) <= most else None
 
     def flat(self) -> tuple[list[str], dict[str, Any]]:
-        """The live rows' ids and arrays, in row order (`DedupIndex._flat`)."""
+        """The live rows' ids and arrays, in row order (`DedupIndex._flat`): with no row
+        removed, its own arrays, to read and not to change."""
         import numpy as np
 
         key_lens, sig_lens = np.diff(self.key_starts), np.diff(self.sig_starts)
