@@ -54,7 +54,7 @@ from typing import Any, Final, NamedTuple
 
 from compactor import constants as C
 from compactor.analyze import query_terms, tokenize
-from compactor.vocab import Vocab, gather
+from compactor.vocab import Vocab, gather, insert_grown
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
 BM25_K1: Final = C.BM25_K1
@@ -210,9 +210,9 @@ class _DocTerms:
         return memoryview(out).cast("B"), lens
 
 
-# Postings a settle (`_Postings._appended_flat`) moves up per step: a mask of a byte each and
-# a copy of their source, 320 KiB of temporaries. A step of 1M postings made its copy the
-# last settle's peak in a 10k-item load (+3 MiB); the steps' overhead does not show at 20M.
+# Postings a settle (`_Postings._appended_flat`) moves up per step (`insert_grown`): 320 KiB
+# of temporaries. A step of 1M postings made its copy the last settle's peak in a 10k-item
+# load (+3 MiB); the steps' overhead does not show at 20M.
 _SETTLE_CHUNK: Final = 1 << 16
 # Term starts a settle moves up per step: three 8-byte temporaries each, 1.5 MiB.
 _STARTS_CHUNK: Final = 1 << 16
@@ -526,18 +526,8 @@ class _Postings:
             self._frozen = memoryview(flat)
         head = len(out) - len(fresh_run)
         buf = np.frombuffer(out, dtype=np.uint32)
-        # The flat part fills the places the tails leave, a chunk at a time from the top: each
-        # chunk's postings come from at or below it, where nothing has been written yet.
-        bottom = int(dest[0]) if len(dest) else head  # below the first tail nothing moves
-        hi = head
-        while hi > bottom:
-            lo = max(hi - _SETTLE_CHUNK, bottom)
-            below, upto = int(np.searchsorted(dest, lo)), int(np.searchsorted(dest, hi))
-            keep = np.ones(hi - lo, dtype=bool)
-            keep[dest[below:upto] - lo] = False
-            buf[lo:hi][keep] = buf[lo - below : hi - upto].copy()  # a copy: the two overlap
-            hi = lo
-        buf[dest] = np.frombuffer(tail_run, dtype=np.uint32)
+        # The tails go in after their terms, the flat part moving up around them.
+        insert_grown(buf[:head], dest, np.frombuffer(tail_run, dtype=np.uint32), _SETTLE_CHUNK)
         del buf  # `out` may grow again at the next settle only with no view of it left
         # The starts, in place too: each settled term's moves up, and the new terms' follow.
         fresh_starts = np.cumsum(fresh_lens, dtype=np.uint64)

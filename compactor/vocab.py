@@ -38,9 +38,27 @@ def _crc(data: Buffer) -> int:
 # Output elements a `gather` pass works on at once: its index temporaries (three int64s an
 # element) stay ~6 MiB however large the index grows.
 GATHER_CHUNK = 1 << 18
-# Entries `Vocab._insert_into` moves per step (at least; a 32nd of the array on large ones):
-# 20 bytes of temporaries each, against np.insert's copy of the whole array.
-INSERT_CHUNK = 1 << 14
+# Entries `Vocab._insert_into` moves per step (`insert_grown`): 320 KiB of temporaries,
+# against np.insert's copy of the whole array.
+INSERT_CHUNK = 1 << 16
+
+
+def insert_grown(buf: npt.NDArray[Any], dest: npt.NDArray[np.int64], values: Any, step: int) -> None:
+    """`np.insert` made in place: `buf` holds the old entries, then room for `values`, and
+    value k goes to dest[k] (ascending: its np.insert position plus k). The old entries move
+    up around the values from the top down, `step` places at a time (a mask of a byte each
+    and a copy of their source), each step's entries coming from at or below it, where
+    nothing has been written yet."""
+    hi = len(buf)
+    bottom = int(dest[0]) if len(dest) else hi  # below the first value nothing moves
+    while hi > bottom:
+        lo = max(hi - step, bottom)
+        below, upto = int(np.searchsorted(dest, lo)), int(np.searchsorted(dest, hi))
+        keep = np.ones(hi - lo, dtype=bool)
+        keep[dest[below:upto] - lo] = False
+        buf[lo:hi][keep] = buf[lo - below : hi - upto].copy()  # a copy: the two overlap
+        hi = lo
+    buf[dest] = values
 
 
 def gather(
@@ -371,26 +389,10 @@ class Vocab:
 
     def _insert_into(self, name: str, at: npt.NDArray[np.intp], values: U32) -> None:
         """`np.insert(array, at, values)` for the array in attribute `name` (`at` ascending),
-        made in place when the array can grow (`_append_to`): its entries move up from the top
-        down, a chunk at a time, each past the values inserted at or before it. np.insert made
-        the whole array anew beside the old one."""
-        size = len(getattr(self, name))
+        made in place when the array can grow (`_append_to`, then `insert_grown`). np.insert
+        made the whole array anew beside the old one."""
         self._append_to(name, np.zeros(len(values), dtype=values.dtype))
-        arr = getattr(self, name)
-        step = max(INSERT_CHUNK, size >> 5)
-        hi, bottom = size, int(at[0]) if len(at) else size  # below the first insert nothing moves
-        while hi > bottom:
-            lo = max(hi - step, bottom)
-            # Each moves past the values inserted at or before it: those below the chunk, and
-            # a running count of those within it (cheaper than a search per entry).
-            below = int(np.searchsorted(at, lo, side="left"))
-            upto = int(np.searchsorted(at, hi - 1, side="right"))
-            dest = np.bincount(at[below:upto] - lo, minlength=hi - lo)
-            np.cumsum(dest, out=dest)
-            dest += np.arange(lo + below, hi + below, dtype=np.intp)
-            arr[dest] = arr[lo:hi]  # numpy copies the source first where the two overlap
-            hi = lo
-        arr[at + np.arange(len(at))] = values
+        insert_grown(getattr(self, name), at + np.arange(len(at)), values, INSERT_CHUNK)
 
     def _grown_blob(self, extra: bytes) -> memoryview:
         """The blob with `extra` appended: the same bytearray grown in place (a large block is
