@@ -248,6 +248,14 @@ def test_terms_of_any_characters_keep_their_bytes_and_hashes_through_a_settle(fi
     assert bytes(v._blob) == b"".join(encoded)
 
 
+def _add_terms(v: Vocab, names: dict[str, int], prefix: str, count: int) -> None:
+    """Give `count` new terms the next ids, and note each term's id in `names`."""
+    for _ in range(count):
+        term = f"{prefix}{len(v)}"
+        names[term] = len(v)
+        v.assign(term, len(v))
+
+
 def test_an_appending_settle_grows_the_blob_in_place_unless_it_is_read():
     """Appended terms' bytes go on the end of the blob the vocabulary owns, without a copy of
     it; while a reader holds a view of it (a snapshot writing it), a copy is made instead and
@@ -256,10 +264,7 @@ def test_an_appending_settle_grows_the_blob_in_place_unless_it_is_read():
     names: dict[str, int] = {}
 
     def grow(prefix: str, count: int) -> None:
-        for _ in range(count):
-            term = f"{prefix}{len(v)}"
-            names[term] = len(v)
-            v.assign(term, len(v))
+        _add_terms(v, names, prefix, count)
         v.settle(_live(v, set()))
 
     grow("first", 40)
@@ -281,9 +286,9 @@ def test_an_appending_settle_grows_the_term_arrays_in_place_unless_they_are_read
     """Each new term's length, start and CRC-32 go on the end of the arrays the vocabulary
     owns, as its bytes go on the blob's (a copy beside the old starts, 2 MiB at 264k terms,
     was a 10k-item load's last settle's peak), and its place in the hash order is made in
-    the arrays of that order. A loaded state's arrays (a file's, read in
-    place) are copied at the first settle instead, as is an array a reader holds a view of,
-    and the view keeps the values it reads. (Holding an array itself would stop numpy from
+    the arrays of that order. A loaded state's arrays (a file's, read in place) are copied
+    at the first settle instead, as is an array a reader holds a view of, and the view keeps
+    the values it reads. (Holding an array itself would stop numpy from
     growing it, so the test asks `_append_to` which way it went.)"""
     v = Vocab()
     names: dict[str, int] = {}
@@ -296,10 +301,7 @@ def test_an_appending_settle_grows_the_term_arrays_in_place_unless_they_are_read
         return grown
 
     def grow(prefix: str, count: int) -> dict[str, bool]:
-        for _ in range(count):
-            term = f"{prefix}{len(v)}"
-            names[term] = len(v)
-            v.assign(term, len(v))
+        _add_terms(v, names, prefix, count)
         ways.clear()
         with patch.object(Vocab, "_append_to", spy):
             v.settle(_live(v, set()))
