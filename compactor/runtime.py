@@ -99,6 +99,23 @@ def settle_heap(*, collect: bool) -> None:
     gc.freeze()
 
 
+@contextlib.contextmanager
+def long_lived() -> Iterator[None]:
+    """For what lives as long as the process (the server's store, loaded at its start): no
+    cyclic collection while the block makes it, then everything frozen (`settle_heap` without
+    a collection) before collection resumes. Resumed first, the next collections walked every
+    object the load had made, a pause before the first reply (at 100k items, one pass of
+    ~160 ms and one of ~120 ms)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        settle_heap(collect=False)
+        if enabled:
+            gc.enable()
+
+
 # mallopt's parameter number for the mmap threshold (glibc's malloc.h).
 _M_MMAP_THRESHOLD = -3
 

@@ -24,6 +24,30 @@ def test_bulk_work_pauses_the_collector_and_resumes_it():
     assert gc.isenabled()
 
 
+def test_long_lived_freezes_what_it_made_before_collection_resumes():
+    from compactor.runtime import long_lived
+
+    class Node:
+        pass
+
+    gc.unfreeze()
+    try:
+        with long_lived():
+            assert not gc.isenabled()
+            made = Node()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > 0
+        assert all(o is not made for o in gc.get_objects())  # frozen: no collection walks it
+        gc.unfreeze()
+        gc.disable()
+        with long_lived():
+            pass
+        assert not gc.isenabled()  # a caller's own pause is kept
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
 def test_background_write_shortens_the_switch_interval_and_restores_it():
     before = sys.getswitchinterval()
     with PROCESS.background_write():
@@ -180,3 +204,40 @@ def test_the_server_tunes_the_allocator_before_it_loads_the_store(monkeypatch: p
     # --no-share: the server loads in this process (the shared host tunes in its own the same way).
     assert run_server(["--state-dir", str(tmp_path / "state"), "--no-share"]) == 0
     assert calls == ["tune", "load"]
+
+
+def test_the_server_freezes_the_store_it_loaded_before_collection_resumes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """Collection resumed after a load walked every object the load made: at 100k items a
+    ~160 ms and a ~120 ms pass before the first reply."""
+    import anyio
+
+    from compactor.cli.serve import run_server
+
+    seeded = Store(state_dir=tmp_path / "state")
+    seeded.bulk_store([StoreInput(f"note {i} on the retry loop") for i in range(50)])
+    seeded.close()
+    loaded: list[Store] = []
+    collecting: list[bool] = []
+    real_init = Store.__init__
+
+    def init(self: Store, *args: Any, **kwargs: Any) -> None:
+        collecting.append(gc.isenabled())
+        real_init(self, *args, **kwargs)
+        loaded.append(self)
+
+    monkeypatch.setattr(Store, "__init__", init)
+    monkeypatch.setattr(anyio, "run", lambda *a, **k: None)
+    gc.unfreeze()
+    try:
+        assert run_server(["--state-dir", str(tmp_path / "state"), "--no-share"]) == 0
+        assert collecting == [False]
+        assert gc.isenabled()
+        store = loaded[0]
+        assert len(store) == 50
+        frozen = {id(store._s), id(store._s.items), *map(id, store._s.items.values())}
+        assert not frozen & {id(o) for o in gc.get_objects()}
+        store.close()
+    finally:
+        gc.unfreeze()

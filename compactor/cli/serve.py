@@ -206,18 +206,19 @@ def run_server(argv: Sequence[str]) -> int:
 
 def _load_store(args: argparse.Namespace, *, state_dir: Any, database: str | None, scope: str) -> Store | None:
     """The server's Store as the options say, or None after saying on stderr why it cannot start."""
-    from ..runtime import tune_allocator
+    from ..runtime import long_lived, tune_allocator
     from ..store import Store
 
     tune_allocator()  # before the load: its temporaries are the first large blocks
     try:
-        store = Store(
-            budget=args.budget,
-            state_dir=state_dir,
-            database=database,
-            scope=scope,
-            redact_secrets=not args.no_redact,
-        )
+        with long_lived():
+            store = Store(
+                budget=args.budget,
+                state_dir=state_dir,
+                database=database,
+                scope=scope,
+                redact_secrets=not args.no_redact,
+            )
         if args.max_items is not None or args.max_archive_tokens is not None:
             store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
     except CompactorError as exc:
