@@ -152,6 +152,30 @@ def test_query_tag_filter_keeps_any_tag(store: Store):
     assert only_tags == {b.id}
 
 
+def test_a_start_files_no_tags_until_a_tag_filter_asks(state_dir):
+    """Filing every item's tags was ~0.14 s of a 100k-item start; changes made before the
+    first filter are in it all the same."""
+    first = Store(state_dir=state_dir)
+    ids = [first.store(f"kestrel note {i}", tags=["bird", f"n{i % 3}"]).item.id for i in range(9)]
+    first.close()
+    store = Store(state_dir=state_dir)
+    assert store._s._by_tag is None
+    store.update(ids[0], tags=["moth"])
+    store.forget(ids[1])
+    late = store.store("kestrel note late", tags=["bird", "moth"]).item
+    assert store._s._by_tag is None
+    assert {h.item.id for h in store.query(tags="moth")} == {ids[0], late.id}
+    assert {h.item.id for h in store.query("kestrel", tags=["bird"], limit=50)} == {*ids[2:], late.id}
+    filed: dict[str, set[str]] = {}
+    for item in store._s.items.values():
+        for tag in item.tags:
+            filed.setdefault(tag, set()).add(item.id)
+    assert store._s.by_tag == filed
+    store.update(late.id, tags=["owl"])  # kept from here on, as before
+    assert {h.item.id for h in store.query(tags="owl")} == {late.id}
+    assert {h.item.id for h in store.query(tags="moth")} == {ids[0]}
+
+
 def test_query_needs_text_or_tags(store: Store):
     with pytest.raises(InvalidArgumentError):
         store.query()
