@@ -47,7 +47,7 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
@@ -1095,6 +1095,8 @@ class BM25Index:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> BM25Index:
         """Inverse of `to_state`; ValueError if the state has another format or is inconsistent."""
+        import numpy as np
+
         if state.get("format") != _STATE_FORMAT:
             raise ValueError(f"unknown index state format {state.get('format')!r}")
         swap = state["byteorder"] != sys.byteorder
@@ -1125,16 +1127,25 @@ class BM25Index:
             raise ValueError("index state is inconsistent: term tables differ in length")
         if not len(self._ext) == len(self._dl) == len(doc_terms) == len(self._summary.lens) == len(self._tags.lens):
             raise ValueError("index state is inconsistent: document tables differ in length")
-        for d, e in enumerate(self._ext):
-            if e is None:
-                doc_terms[d] = None
+        self._ids = {e: d for d, e in enumerate(self._ext) if e is not None}
+        if len(self._ids) < len(self._ext):
+            for d, e in enumerate(self._ext):
+                if e is None:
+                    doc_terms[d] = None
         self._doc_terms = doc_terms
         self._free_terms = self._vocab.free_ids()
-        self._ids = {e: d for d, e in enumerate(self._ext) if e is not None}
-        self._total_len = sum(int(x) for x in self._dl if x >= 0)
+        # Totals over the live documents (length >= 0), in numpy: at 100k documents the
+        # Python sums were ~30 ms of a start. Lengths are whole numbers, exact as doubles.
+        dl = np.frombuffer(self._dl, dtype=np.float64)
+        live = dl >= 0
+        self._total_len = int(dl[live].sum())
         for field in (self._summary, self._tags):
-            field.total = sum(n for n, x in zip(field.lens, self._dl, strict=True) if x >= 0)
+            field.total = int(np.frombuffer(field.lens, dtype=np.uint32)[live].sum(dtype=np.int64))
         return self
+
+    def holds_all(self, doc_ids: Iterable[str]) -> bool:
+        """Whether every one of `doc_ids` is indexed."""
+        return all(map(self._ids.__contains__, doc_ids))
 
 
 class _Scorer:

@@ -301,6 +301,12 @@ def test_state_survives_json_and_refuses_other_formats():
     restored = BM25Index.from_state(orjson.loads(orjson.dumps(index.to_state())))
     assert restored.search("alpha beta") == index.search("alpha beta")
     assert restored.terms("c") == index.terms("c")
+    assert restored._ext[0] is None and restored._doc_terms[0] is None  # "a" stays removed
+    assert (restored.avg_doc_len, restored._summary.total, restored._tags.total) == (
+        index.avg_doc_len,
+        index._summary.total,
+        index._tags.total,
+    )
     restored.add("a", "alpha again")
     assert "a" in restored
     with pytest.raises(ValueError, match="format"):

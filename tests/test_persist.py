@@ -583,3 +583,19 @@ def test_a_snapshot_whose_index_file_reads_back_unusable_says_it_keeps_the_index
     assert "keeping the index in memory" in caplog.text and "rebuilding" not in caplog.text
     assert _index_file_of(store) is None and store.check_derived() == []
     assert len(store.query("stilt", limit=50)) == 4
+
+
+def test_a_saved_index_naming_other_ids_than_the_items_is_rebuilt(state_dir: Path, caplog):
+    store = Store(state_dir=state_dir)
+    for i in range(6):
+        store.store(f"heron note {i} about the weir")
+    store.snapshot()
+    store.close()
+    path = state_dir / "snapshot.json"
+    snap = orjson.loads(path.read_bytes())
+    renamed = snap["items"][0]["id"] = "renamed00000"  # as many items as the index holds, one id not
+    path.write_bytes(orjson.dumps(snap))
+    again = Store(state_dir=state_dir)
+    assert "saved index does not match the items; rebuilding it" in caplog.text
+    assert renamed in {h.item.id for h in again.query("heron weir", limit=10)}
+    assert again.check_derived() == []

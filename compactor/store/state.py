@@ -422,7 +422,7 @@ class _StateOps:
     @staticmethod
     def _index_holds(index: BM25Index, ids: Sequence[str]) -> bool:
         """Whether a saved index holds exactly the snapshot's items (as ids in file order)."""
-        return len(index) == len(ids) and all(item_id in index for item_id in ids)
+        return len(index) == len(ids) and index.holds_all(ids)
 
     def _rebuild_derived(self, state: _State) -> None:
         """The search index and near-duplicate buckets made anew from every item, indexed a
