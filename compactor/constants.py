@@ -222,9 +222,14 @@ SHARED_LOG: Final = "server.log"
 SHARED_LOG_MAX_BYTES: Final = 1 << 20
 
 # --- limits -------------------------------------------------------------------------------
-# Active items beyond this many move to the archive (lowest value first), down to 90% of it:
-# a 100k-token budget holds a few thousand items, so this only bites with a huge budget.
+# Active items beyond this many move to the archive (lowest value first): a 100k-token budget
+# holds a few thousand items, so this only bites with a huge budget.
 MAX_ITEMS_DEFAULT: Final = 100_000
+# Crossing it moves more than the excess, a tenth of the limit: the pass that picks them reads
+# every active item, so it is paid once per many stores. But at most MAX_ITEMS_SLACK more: one
+# store archives and condenses them all (a tenth of the default limit took one store 3.6 s).
+MAX_ITEMS_SLACK_SHARE: Final = 10
+MAX_ITEMS_SLACK: Final = 1_000
 # ~200 MB of text: past it `compactor prune` proposes removing the lowest-value archived raw
 # items (nothing is ever deleted automatically). Large enough for 100k typical items.
 MAX_ARCHIVE_TOKENS_DEFAULT: Final = 50_000_000

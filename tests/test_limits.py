@@ -6,8 +6,10 @@ import random
 from pathlib import Path
 
 import orjson
+import pytest
 
-from compactor.store import Store
+from compactor import constants as C
+from compactor.store import Store, StoreInput
 
 
 def words(seed: int, n: int = 40) -> str:
@@ -24,6 +26,25 @@ def test_max_items_archives_oldest_low_value_never_errors(store: Store):
     assert keep in active and ids[-1] in active  # valuable and just-stored items stay
     assert store.get(ids[0]).tier == "archived"
     assert all(store.get(i).content == words(ids.index(i) + 1) for i in ids)  # nothing lost
+
+
+def test_crossing_max_items_archives_a_tenth_more_than_the_excess_at_most_the_slack(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+):
+    """One store at the default limit archived and condensed a tenth of it, 10,000 items
+    (3.6 s at 100k items); now never more than MAX_ITEMS_SLACK beyond the excess."""
+    store.configure(max_items=100, token_budget=10_000_000)
+    store.bulk_store([StoreInput(words(i)) for i in range(100)])
+    assert store.status().archived_items == 0
+    store.store(words(100))  # 101 active: the excess, 1, and a tenth of the limit, 10
+    assert store.status().archived_items == 11
+    monkeypatch.setattr(C, "MAX_ITEMS_SLACK", 3)
+    store.bulk_store([StoreInput(words(i)) for i in range(101, 112)])  # back at the limit
+    archived = store.status().archived_items
+    active = store.status().active_items
+    store.bulk_store([StoreInput(words(i)) for i in range(112, 112 + 101 - active)])
+    assert store.status().archived_items == archived + (101 - 100) + 3
+    assert all(store.get(i).content for i in store.ids())  # nothing lost
 
 
 def test_max_archive_tokens_deletes_nothing_and_prune_removes_only_when_told(state_dir: Path):

@@ -60,8 +60,8 @@ class _Compaction(_Dag):
             report = CompactReport(tokens_before=s.used, tokens_after=s.used, target_tokens=s.used, trigger="auto")
         now = self._clock()
         # The oldest low-value items go to the archive (and are condensed like any other),
-        # down to 90% of the limit so the O(active) pass is paid once per many stores.
-        over_items += settings.max_items // 10
+        # some more than the excess so the O(active) pass is paid once per many stores.
+        over_items += min(settings.max_items // C.MAX_ITEMS_SLACK_SHARE, C.MAX_ITEMS_SLACK)
         movable = [
             s.items[s.by_seq[q]]
             for q in s.order["active"]
