@@ -384,8 +384,10 @@ class _StateOps:
     @staticmethod
     def _untag(s: _State, tag: str, item_id: str) -> None:
         by_tag = s._by_tag
-        ids = by_tag.get(tag) if by_tag is not None else None
-        if by_tag is not None and ids is not None:
+        if by_tag is None:  # not made yet: nothing to keep
+            return
+        ids = by_tag.get(tag)
+        if ids is not None:
             ids.discard(item_id)
             if not ids:
                 del by_tag[tag]
