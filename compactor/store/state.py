@@ -364,7 +364,10 @@ class _StateOps:
     @staticmethod
     def _order(s: _State, item: Item) -> None:
         seq = item.seq
-        per = s.scope_order.setdefault(scope_key(item.scope), {"active": [], "archived": []})
+        key = scope_key(item.scope)
+        per = s.scope_order.get(key)
+        if per is None:  # not setdefault: its default would be made for every item
+            per = s.scope_order[key] = {"active": [], "archived": []}
         for seqs in (s.order[item.tier], per[item.tier]):
             # A snapshot lists items in seq order and new items take the next seq: most land last.
             if not seqs or seqs[-1] < seq:
@@ -449,7 +452,8 @@ class _StateOps:
         were restored from a snapshot and already hold it."""
         s.items[item.id] = item
         self._order(s, item)
-        s.next_seq = max(s.next_seq, item.seq + 1)
+        if item.seq >= s.next_seq:
+            s.next_seq = item.seq + 1
         by_tag = s._by_tag
         if by_tag is not None:
             for tag in item.tags:
@@ -458,9 +462,12 @@ class _StateOps:
             s.views.add(item.id, item.file_paths)
         if derived:
             self._derive(s, item)
-        if item.tier == "archived":
+        tier = item.tier
+        if tier == "archived":
             s.archived_tokens += item.content_tokens
-        if item.tier == "active":
+            if not item.parents:
+                s.uncovered.add(item.id)
+        elif tier == "active":
             s.used += item.view_tokens
             if item.dup_of:
                 s.dup_hints.add(item.id)
@@ -469,9 +476,7 @@ class _StateOps:
                 s.pinned_used += item.view_tokens
             if item.depth:
                 s.active_nodes.add(item.id)
-        s.type_counts[item.content_type][item.tier] += 1
-        if item.tier == "archived" and not item.parents:
-            s.uncovered.add(item.id)
+        s.type_counts[item.content_type][tier] += 1
 
     @staticmethod
     def _derive(s: _State, item: Item) -> None:
