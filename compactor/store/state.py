@@ -72,12 +72,29 @@ class _State:
     def by_tag(self) -> dict[str, set[str]]:
         """Item ids by tag."""
         if self._by_tag is None:
-            by_tag: dict[str, set[str]] = {}
+            self._by_tag = {}
             for item in self.items.values():
-                for tag in item.tags:
-                    by_tag.setdefault(tag, set()).add(item.id)
-            self._by_tag = by_tag
+                self.tag(item)
         return self._by_tag
+
+    def tag(self, item: Item) -> None:
+        """File `item` under each of its tags, once `by_tag` is made (until then, nothing)."""
+        by_tag = self._by_tag
+        if by_tag is not None:
+            for tag in item.tags:
+                by_tag.setdefault(tag, set()).add(item.id)
+
+    def untag(self, item: Item) -> None:
+        """`tag` undone: `item` leaves its tags, and a tag left with no item goes."""
+        by_tag = self._by_tag
+        if by_tag is None:
+            return
+        for tag in item.tags:
+            ids = by_tag.get(tag)
+            if ids is not None:
+                ids.discard(item.id)
+                if not ids:
+                    del by_tag[tag]
 
     @property
     def dedup(self) -> DedupIndex:
@@ -326,12 +343,9 @@ class _StateOps:
         if old.content_type != new.content_type or old.tier != new.tier:
             s.type_counts[old.content_type][old.tier] -= 1
             s.type_counts[new.content_type][new.tier] += 1
-        by_tag = s._by_tag
-        if old.tags != new.tags and by_tag is not None:
-            for tag in old.tags:
-                self._untag(s, tag, old.id)
-            for tag in new.tags:
-                by_tag.setdefault(tag, set()).add(new.id)
+        if old.tags != new.tags:
+            s.untag(old)
+            s.tag(new)
         if old.file_paths != new.file_paths:
             s.views.remove(old.id, old.file_paths)
             s.views.add(new.id, new.file_paths)
@@ -383,17 +397,6 @@ class _StateOps:
             if i < len(seqs) and seqs[i] == item.seq:
                 del seqs[i]
         s.by_seq.pop(item.seq, None)
-
-    @staticmethod
-    def _untag(s: _State, tag: str, item_id: str) -> None:
-        by_tag = s._by_tag
-        if by_tag is None:  # not made yet: nothing to keep
-            return
-        ids = by_tag.get(tag)
-        if ids is not None:
-            ids.discard(item_id)
-            if not ids:
-                del by_tag[tag]
 
     def _restore_derived(
         self, state: _State, snap: dict[str, Any], *, instead: str = "rebuilding it from the items"
@@ -454,10 +457,8 @@ class _StateOps:
         self._order(s, item)
         if item.seq >= s.next_seq:
             s.next_seq = item.seq + 1
-        by_tag = s._by_tag
-        if by_tag is not None:
-            for tag in item.tags:
-                by_tag.setdefault(tag, set()).add(item.id)
+        if s._by_tag is not None:  # checked here too: a start files every item through here
+            s.tag(item)
         if item.file_paths:
             s.views.add(item.id, item.file_paths)
         if derived:
@@ -488,8 +489,7 @@ class _StateOps:
     def _drop(self, s: _State, item: Item) -> None:
         del s.items[item.id]
         self._unorder(s, item)
-        for tag in item.tags:
-            self._untag(s, tag, item.id)
+        s.untag(item)
         s.index.remove(item.id)
         if item.file_paths:
             s.views.remove(item.id, item.file_paths)
