@@ -6,7 +6,7 @@ import contextlib
 import gc
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -179,11 +179,30 @@ def test_the_index_merges_inside_write_work_and_a_query_scores_outside(tmp_path:
     assert all(depth == (kind == "settle") for kind, depth in seen)
 
 
-def test_the_server_tunes_the_allocator_before_it_loads_the_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def _start_server(monkeypatch: pytest.MonkeyPatch, state_dir: Path, on_load: Callable[[], None]) -> list[Store]:
+    """`run_server` on `state_dir` in this process (--no-share; the shared host loads in its own
+    the same way), stopped where it would start serving: `on_load()` runs as each Store is
+    begun, and the Stores made are returned."""
     import anyio
 
-    from compactor import runtime
     from compactor.cli.serve import run_server
+
+    loaded: list[Store] = []
+    real_init = Store.__init__
+
+    def init(self: Store, *args: Any, **kwargs: Any) -> None:
+        on_load()
+        real_init(self, *args, **kwargs)
+        loaded.append(self)
+
+    monkeypatch.setattr(Store, "__init__", init)
+    monkeypatch.setattr(anyio, "run", lambda *a, **k: None)
+    assert run_server(["--state-dir", str(state_dir), "--no-share"]) == 0
+    return loaded
+
+
+def test_the_server_tunes_the_allocator_before_it_loads_the_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    from compactor import runtime
 
     calls: list[str] = []
 
@@ -191,18 +210,8 @@ def test_the_server_tunes_the_allocator_before_it_loads_the_store(monkeypatch: p
         calls.append("tune")
         return True
 
-    real_init = Store.__init__
-
-    def init(self: Store, *args: Any, **kwargs: Any) -> None:
-        calls.append("load")
-        real_init(self, *args, **kwargs)
-
     monkeypatch.setattr(runtime, "tune_allocator", tune)
-
-    monkeypatch.setattr(Store, "__init__", init)
-    monkeypatch.setattr(anyio, "run", lambda *a, **k: None)
-    # --no-share: the server loads in this process (the shared host tunes in its own the same way).
-    assert run_server(["--state-dir", str(tmp_path / "state"), "--no-share"]) == 0
+    _start_server(monkeypatch, tmp_path / "state", lambda: calls.append("load"))
     assert calls == ["tune", "load"]
 
 
@@ -211,27 +220,13 @@ def test_the_server_freezes_the_store_it_loaded_before_collection_resumes(
 ):
     """Collection resumed after a load walked every object the load made: at 100k items a
     ~160 ms and a ~120 ms pass before the first reply."""
-    import anyio
-
-    from compactor.cli.serve import run_server
-
     seeded = Store(state_dir=tmp_path / "state")
     seeded.bulk_store([StoreInput(f"note {i} on the retry loop") for i in range(50)])
     seeded.close()
-    loaded: list[Store] = []
     collecting: list[bool] = []
-    real_init = Store.__init__
-
-    def init(self: Store, *args: Any, **kwargs: Any) -> None:
-        collecting.append(gc.isenabled())
-        real_init(self, *args, **kwargs)
-        loaded.append(self)
-
-    monkeypatch.setattr(Store, "__init__", init)
-    monkeypatch.setattr(anyio, "run", lambda *a, **k: None)
     gc.unfreeze()
     try:
-        assert run_server(["--state-dir", str(tmp_path / "state"), "--no-share"]) == 0
+        loaded = _start_server(monkeypatch, tmp_path / "state", lambda: collecting.append(gc.isenabled()))
         assert collecting == [False]
         assert gc.isenabled()
         store = loaded[0]
