@@ -261,6 +261,11 @@ SNAPSHOT_SYNC_BYTES: Final = 4 << 20
 # The index file is checksummed at load this many bytes at a time, each chunk's pages dropped
 # from the process once read (a multiple of the page size): the check leaves no trace in RSS.
 INDEX_FILE_CHECK_CHUNK: Final = 4 << 20
+# A transaction unmaps the index file's pages it has read every this many ops it applies, and at
+# its commit if it applied as many (`indexfile.release`): a compaction's merge of a
+# near-duplicate reads ~110 KiB of scattered pages of the file, so at most ~30 MiB of them stay
+# resident; a release costs ~2 ms.
+INDEX_FILE_RELEASE_OPS: Final = 256
 
 # --- summary DAG --------------------------------------------------------------------------
 # 20 archived items to a d1 node and 5 nodes to the next depth, up to depth 4: 20 * 5**3 =

@@ -295,3 +295,80 @@ def test_once_too_much_changed_a_background_snapshot_names_no_index_file_until_a
     again = Store(state_dir=d)
     assert again.check_derived() == [] and again.query("again")[0].item.id == ids[0]
     again.close()
+
+
+def _resident_kib(path: Path) -> int:
+    """This process's resident KiB of its memory maps of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):
+            inside = len(fields) >= 6 and fields[5] == str(path)
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+def test_release_unmaps_the_pages_read_and_later_reads_see_the_same_bytes(tmp_path: Path):
+    blocks = {f"a{i}": os.urandom(1 << 20) for i in range(4)}
+    ref = indexfile.write(tmp_path, 3, blocks)
+    path = tmp_path / ref["name"]
+    arrays = indexfile.read(tmp_path, ref)
+    mapped = indexfile.mapping(arrays)
+    assert mapped is not None and indexfile.mapping({"x": memoryview(b"abc")}) is None
+    assert {k: bytes(v) for k, v in arrays.items()} == blocks
+    assert _resident_kib(path) >= 4 << 10
+    indexfile.release(mapped)
+    assert _resident_kib(path) == 0
+    assert {k: bytes(v) for k, v in arrays.items()} == blocks  # read again from the page cache
+    assert _resident_kib(path) >= 4 << 10
+
+
+def test_a_large_transaction_unmaps_the_index_file_pages_it_read_and_a_store_does_not(tmp_path: Path):
+    """Each scattered read of the memory-mapped index maps the 64 KiB around it: a compaction of
+    100k items left ~150 MiB of the file resident. A transaction of many ops unmaps them every
+    INDEX_FILE_RELEASE_OPS ops and at its commit; one store leaves them (a release costs ~2 ms)."""
+    from unittest.mock import patch
+
+    from compactor import constants as C
+
+    d = tmp_path / "state"
+    store = Store(state_dir=d)
+    store.bulk_store([StoreInput(f"{WORDS[i % 8]} note {i} about parse_config_{i} in src/m{i}.py") for i in range(300)])
+    store.snapshot()
+    store.close()
+    path = d / _header(d)["index_file"]["name"]
+    store = Store(state_dir=d)
+    found = {f"parse_config_{i}": _search_ids(store, f"parse_config_{i}")[0] for i in range(0, 300, 7)}
+    assert _resident_kib(path) > 0
+    store.store("one more note about golf")
+    assert _resident_kib(path) > 0
+    from compactor.store.journaled import _Txn
+
+    applied: list[int] = []
+    commit = _Txn.commit
+
+    def counted(txn: _Txn, sync: bool = True) -> None:
+        applied.append(txn._applied)
+        commit(txn, sync)
+
+    with (
+        patch.object(C, "INDEX_FILE_RELEASE_OPS", 8),
+        patch.object(indexfile, "release", wraps=indexfile.release) as release,
+        patch.object(_Txn, "commit", counted),
+    ):
+        store.configure(token_budget=2_000, auto_compact=False)
+        report = store.compact()
+    assert report.archived and max(applied) > 16
+    # Every 8 ops applied, and once more at the commit of a transaction of 8 or more.
+    assert release.call_count == sum(n // 8 + (n >= 8) for n in applied)
+    assert _resident_kib(path) == 0
+    with (
+        patch.object(C, "INDEX_FILE_RELEASE_OPS", 8),
+        patch.object(indexfile, "release", wraps=indexfile.release) as release,
+    ):
+        store.restore(report.archived[0])  # a few ops: below the threshold, nothing released
+        assert release.call_count == 0
+    assert {term: _search_ids(store, term)[0] for term in found} == found
+    assert store.check_derived() == []  # the index read through the released map equals a rebuild
+    store.close()

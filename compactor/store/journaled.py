@@ -55,6 +55,9 @@ class _Txn:
         # thousands of ops, and each pair would be one more object for the cyclic collector.
         self._undo_keys: list[str] = []
         self._undo_prev: list[Any] = []
+        # Ops applied so far: a large transaction unmaps the index file's pages it has read
+        # every C.INDEX_FILE_RELEASE_OPS of them, and once more at its end.
+        self._applied = 0
 
     def apply(self, ops: list[Op]) -> None:
         store = self._store
@@ -62,6 +65,9 @@ class _Txn:
         run: list[Op] = []  # consecutive puts of new items, indexed together (`_put_new`)
         run_ids: set[str] = set()
         for op in ops:
+            self._applied += 1
+            if self._applied % C.INDEX_FILE_RELEASE_OPS == 0:
+                store._s.release_index_pages()
             if op["op"] == "put" and (item_id := op["item"]["id"]) not in items and item_id not in run_ids:
                 run.append(op)
                 run_ids.add(item_id)
@@ -94,6 +100,8 @@ class _Txn:
 
     def commit(self, sync: bool = True) -> None:
         self._store._persist_ops(self.ops, sync)
+        if self._applied >= C.INDEX_FILE_RELEASE_OPS:
+            self._store._s.release_index_pages()
 
     def rollback(self) -> None:
         store = self._store
@@ -418,6 +426,7 @@ class _Journaled(_StateOps):
             return
         self._s.index = scratch.index
         self._s._dedup, self._s._dedup_saved = scratch._dedup, scratch._dedup_saved
+        self._s.index_file = scratch.index_file
 
     def _saved_index(self, gen: int) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
         """The search index's state for the snapshot's header, the reference of the file its

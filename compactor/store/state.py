@@ -10,11 +10,13 @@ import bisect
 import logging
 import re
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import constants as C
+from .. import indexfile
 from ..dedup import BUFFER_KEYS, DedupIndex, json_state
 from ..errors import NotFoundError
 from ..index import BM25Index
@@ -22,6 +24,9 @@ from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pair
 from ..render import examples
 from ..tokens import TokenCounter
 from ..views import ViewIndex
+
+if TYPE_CHECKING:
+    import mmap
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +60,9 @@ class _State:
     # need near-duplicate buckets, so a start that answers queries does without them.
     _dedup: DedupIndex | None = field(default_factory=DedupIndex)
     _dedup_saved: dict[str, Any] | None = None
+    # The memory map of the index file the index and buckets were read from, if any. Weak: once
+    # settles have copied what they read, the map (and a file deleted since) goes with them.
+    index_file: weakref.ref[mmap.mmap] | None = None
     views: ViewIndex = field(default_factory=ViewIndex)  # file views by the paths they show
     dup_hints: set[str] = field(default_factory=set)  # active items with a near-duplicate noted
     uncovered: set[str] = field(default_factory=set)  # archived, no summary covers them
@@ -95,6 +103,12 @@ class _State:
                 ids.discard(item.id)
                 if not ids:
                     del by_tag[tag]
+
+    def release_index_pages(self) -> None:
+        """Unmap the index file's pages this process has read (`indexfile.release`)."""
+        mapped = self.index_file() if self.index_file is not None else None
+        if mapped is not None:
+            indexfile.release(mapped)
 
     @property
     def dedup(self) -> DedupIndex:
@@ -409,6 +423,7 @@ class _StateOps:
         index_state, saved = snap.pop("index", None), snap.pop("dedup", None)
         if not index_state or saved is None:
             return False
+        mapped = indexfile.mapping(index_state)
         try:
             if not isinstance(saved, dict):
                 raise ValueError("unknown dedup state format")
@@ -424,7 +439,9 @@ class _StateOps:
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("saved index unusable (%s); %s", exc, instead)
             state.index, state.dedup = BM25Index(), DedupIndex()
+            state.index_file = None
             return False
+        state.index_file = weakref.ref(mapped) if mapped is not None else None
         return True
 
     @staticmethod
@@ -436,6 +453,7 @@ class _StateOps:
         """The search index and near-duplicate buckets made anew from every item, indexed a
         batch at a time (`BM25Index.add_many`: the same index as one `add` after another)."""
         state.index, state.dedup = BM25Index(), DedupIndex()
+        state.index_file = None
         self._index_new(state, list(state.items.values()))
 
     @staticmethod
