@@ -328,19 +328,17 @@ SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024
 # queries); figures are recall@5 / MRR at the generous budget, with the other levers in place.
 # Okapi defaults from Robertson & Zaragoza, "The Probabilistic Relevance Framework" (2009).
 # The search index merges the terms and postings written since its last merge into its flat
-# arrays (compactor.vocab) once there are this many new terms, or a sixteenth as many as it
+# arrays (compactor.vocab) once there are this many new terms, or a thirty-second as many as it
 # already holds if that is more. What waits unmerged (~150 bytes a term in Python objects) is
-# still alive during the merge, whose own temporaries come on top: a load's peak memory is
-# both at once. A merge after a load grows the arrays in place, O(index) numpy moves and an
-# O(new terms) Python pass, so merging more often costs little: loading 100k items in
-# process, a sixteenth against an eighth took 5.8 s of merges against 4.6 and peaked 31 MiB
-# lower (566 vs 597). At 10k items the peak is a merge's then, not what waits: 16k terms
-# against 32k ends 4 MiB lower and peaks the same.
+# memory the process keeps once freed, so the largest wait sets a load's peak. A merge after a
+# load grows the arrays in place, O(index) numpy moves and an O(new terms) Python pass, so
+# merging more often costs little: at 100k items a merge takes ~0.2 s. At 10k items the
+# minimum decides, and 16k terms against 32k ends 4 MiB lower and peaks the same.
 INDEX_SETTLE_MIN: Final = 16_384
 # Items indexed per `add_many` call when the index is rebuilt (a start without a usable saved index,
 # `doctor --repair`): batches share the vocabulary lookups; 1,000 items hold a few MiB of terms.
 REBUILD_BATCH: Final = 1_000
-INDEX_SETTLE_SHARE: Final = 16
+INDEX_SETTLE_SHARE: Final = 32
 # Settled terms remembered in a dict after a lookup: enough for the words a code-and-prose
 # corpus repeats in every document (a few thousand), ~2 MiB at most.
 VOCAB_HOT_TERMS: Final = 16_384

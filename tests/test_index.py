@@ -693,3 +693,20 @@ def test_postings_read_back_what_was_written_between_and_across_settles(settled,
         assert [post.length(t) for t in range(len(post))] == [len(term) for term in model]
         assert post._ones == sum(1 for one in post._one if one)
         assert not any(one and post._own_from + k in post._own for k, one in enumerate(post._one))
+
+
+def test_terms_waiting_for_a_merge_stay_under_a_share_of_the_merged_ones():
+    """What waits unmerged is ~150 bytes a term of Python objects that the process keeps once
+    freed: the largest wait sets a load's peak, so it is bounded by a share of the vocabulary."""
+    with patch.object(C, "INDEX_SETTLE_MIN", 64):
+        index = BM25Index()
+        peak_share = 0.0
+        for batch in range(60):
+            docs = [(f"d{batch}-{k}", " ".join(f"t{batch}x{k}x{j}" for j in range(40)), None, ()) for k in range(10)]
+            index.add_many(docs)
+            vocab = index._vocab
+            assert vocab.unsettled <= max(C.INDEX_SETTLE_MIN, vocab.settled // C.INDEX_SETTLE_SHARE)
+            if vocab.settled > 64 * C.INDEX_SETTLE_SHARE:
+                peak_share = max(peak_share, vocab.unsettled / vocab.settled)
+        assert vocab.settled > 8 * 64 * C.INDEX_SETTLE_SHARE // 2
+        assert 0 < peak_share <= 1 / C.INDEX_SETTLE_SHARE
