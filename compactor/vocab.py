@@ -28,11 +28,18 @@ import numpy.typing as npt
 
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]
+Offsets = npt.NDArray[np.unsignedinteger[Any]]
 Buffer = bytes | memoryview
 
 
 def _crc(data: Buffer) -> int:
     return zlib.crc32(data)
+
+
+def offsets_dtype(end: int) -> type[np.unsignedinteger[Any]]:
+    """The type of byte offsets below `end`: 4 bytes while it is under 4 GiB (2M terms take
+    ~50 MB), 8 beyond. At 2M terms the narrower starts are 8 MiB less."""
+    return np.uint32 if end <= 0xFFFF_FFFF else np.uint64
 
 
 # Output elements a `gather` pass works on at once: its index temporaries (three int64s an
@@ -122,7 +129,7 @@ class Vocab:
         self._n = 0  # term id slots, settled or not
         # Settled terms: ids below len(self._lens).
         self._blob: Buffer = b""
-        self._starts: U64 = np.zeros(0, dtype=np.uint64)
+        self._starts: Offsets = np.zeros(0, dtype=np.uint32)  # `offsets_dtype` of the blob
         self._lens: U32 = np.zeros(0, dtype=np.uint32)
         # The same two as memoryviews: indexing one gives a Python int ~5x faster than numpy.
         self._starts_at = self._starts.data
@@ -353,7 +360,10 @@ class Vocab:
         extra_starts = np.cumsum(extra_lens, dtype=np.uint64)
         extra_starts -= extra_lens
         extra_starts += np.uint64(end)
-        self._append_to("_starts", extra_starts)
+        wanted = offsets_dtype(len(self._blob))
+        if self._starts.dtype != wanted:  # a loaded file's 8-byte starts, or a blob past 4 GiB
+            self._starts = self._starts.astype(wanted)
+        self._append_to("_starts", extra_starts.astype(wanted, copy=False))
         self._starts_at = self._starts.data
         self._append_to("_hashes", extra_hashes)
         # Ties keep id order, as the stable sort of `_index_hashes` would: settled ids first.
@@ -419,8 +429,8 @@ class Vocab:
 
     def _set_lens(self, lens: U32) -> None:
         self._lens = lens
-        starts = np.cumsum(lens, dtype=np.uint64)
-        starts -= lens  # in place, not two more copies of every start (16 MiB each at 2M terms)
+        starts = np.cumsum(lens, dtype=offsets_dtype(int(lens.sum(dtype=np.uint64))))
+        starts -= lens  # in place, not two more copies of every start (8 MiB each at 2M terms)
         self._starts = starts
         self._starts_at = self._starts.data
         self._lens_at = self._lens.data
@@ -477,7 +487,9 @@ class Vocab:
             self._set_lens(lens_arr)
             self._index_hashes(lens_arr > 0)
             return self
-        starts: U64 = np.frombuffer(derived[0], dtype=np.uint64)
+        # 4 or 8 bytes a start (`offsets_dtype`), told apart by the size.
+        wide = memoryview(derived[0]).nbytes != 4 * len(lens_arr)
+        starts: Offsets = np.frombuffer(derived[0], dtype=np.uint64 if wide else np.uint32)
         order: U32 = np.frombuffer(derived[1], dtype=np.uint32)
         sorted_: U32 = np.frombuffer(derived[2], dtype=np.uint32)
         if len(starts) != len(lens_arr) or len(order) != len(sorted_) or len(order) > len(lens_arr):

@@ -348,3 +348,63 @@ def test_a_new_term_released_before_the_settle_leaves_its_id_empty():
     assert v.lookup(["again", "after"]) == [1, 2] and v.name(1) == "again"
     v.settle(_live(v, set()))
     assert v.lookup(["again", "after", "last"]) == [1, 2, 3]
+
+
+def _reload_derived(v: Vocab, gone: frozenset[int] = frozenset()) -> Vocab:
+    """A reload that reads the saved starts, order and sorted hashes too, as a start does."""
+    state = v.to_state(_live(v, set(gone)))
+    return Vocab.from_state(
+        bytes(state["blob"]),
+        bytes(state["lens"]),
+        bytes(state["hashes"]),
+        derived=(bytes(state["starts"]), bytes(state["order"]), bytes(state["sorted"])),
+    )
+
+
+def test_term_starts_take_four_bytes_until_the_blob_passes_four_gib():
+    """Starts are 4 bytes while the blob fits under 4 GiB (8 MiB less at 2M terms), 8 beyond;
+    a save keeps either width and a load tells them apart by size. The 4 GiB line is moved
+    to 300 bytes here to cross it."""
+    real = vocab_module.offsets_dtype
+
+    def low_line(end: int) -> type:
+        return np.uint32 if end <= 300 else np.uint64
+
+    names: dict[str, int] = {}
+    v = Vocab()
+    _add_terms(v, names, "first", 20)
+    v.settle(_live(v, set()))
+    assert v._starts.dtype == np.uint32 and v._starts.nbytes == 4 * len(v)
+    with patch.object(vocab_module, "offsets_dtype", low_line):
+        for prefix, count in (("few", 3), ("crossing", 40), ("past", 10)):
+            _add_terms(v, names, prefix, count)
+            v.settle(_live(v, set()))  # appending settles
+            wide = len(v._blob) > 300
+            assert v._starts.dtype == (np.uint64 if wide else np.uint32)
+            assert v.lookup(list(names)) == list(names.values())
+        assert v._starts.dtype == np.uint64
+        loaded = _reload_derived(v)
+        assert loaded._starts.dtype == np.uint64 and loaded._starts.tolist() == v._starts.tolist()
+        v.release(names.pop("first3"))
+        v.settle(_live(v, {3}))  # a full settle: starts made anew
+        assert v._starts.dtype == np.uint64
+        assert all(v.name(tid) == term for term, tid in names.items())
+    assert real is vocab_module.offsets_dtype
+    # A file of an earlier version holds 8-byte starts under the line: read as they are, and
+    # narrowed by the next settle.
+    state = v.to_state(_live(v, {3}))
+    assert v._starts.dtype == np.uint32  # the settle of the save narrowed them already
+    v = Vocab.from_state(
+        bytes(state["blob"]),
+        bytes(state["lens"]),
+        bytes(state["hashes"]),
+        derived=(v._starts.astype(np.uint64).tobytes(), bytes(state["order"]), bytes(state["sorted"])),
+    )
+    assert v._starts.dtype == np.uint64
+    assert all(v.name(tid) == term for term, tid in names.items())
+    _add_terms(v, names, "after", 5)
+    v.settle(_live(v, {3}))
+    assert v._starts.dtype == np.uint32
+    assert v.lookup(list(names)) == list(names.values())
+    assert all(v.name(tid) == term for term, tid in names.items())
+    assert _reload_derived(v, frozenset({3}))._starts.dtype == np.uint32
