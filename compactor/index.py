@@ -50,11 +50,11 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 from compactor import constants as C
 from compactor.analyze import query_terms, tokenize
-from compactor.vocab import Vocab, gather, insert_grown
+from compactor.vocab import Vocab, gather, insert_grown, offsets_dtype
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
 BM25_K1: Final = C.BM25_K1
@@ -244,7 +244,7 @@ def _gather_runs(
     import numpy as np
 
     frozen = np.frombuffer(flat, dtype=np.uint32)
-    at = np.frombuffer(starts, dtype=np.uint64)
+    at = _offsets(starts)
     old = len(at) - 1
     lens = np.zeros(n, dtype=np.int64)
     src = np.zeros(n, dtype=np.int64)
@@ -272,12 +272,29 @@ def _gather_runs(
 DERIVED_ARRAYS: Final = ("vocab_starts", "vocab_order", "vocab_sorted", "post_starts")
 
 
-def _in_place64(value: Saved) -> array[int] | memoryview:
-    """uint64s read where they lie, or a copy."""
+def _offsets(starts: array[int] | memoryview) -> Any:
+    """Starts of runs (an array or view of "I" or "Q", `_offsets_code`) as a numpy view."""
+    import numpy as np
+
+    return np.frombuffer(starts, dtype=np.uint32 if starts.itemsize == 4 else np.uint64)
+
+
+def _offsets_code(end: int) -> Literal["I", "Q"]:
+    """The typecode of starts up to `end`: 4 bytes each while they fit (`offsets_dtype`)."""
+    import numpy as np
+
+    return "I" if offsets_dtype(end) is np.uint32 else "Q"
+
+
+def _in_place_starts(value: Saved, count: int) -> array[int] | memoryview:
+    """`count` saved starts read where they lie, or a copy: 4 or 8 bytes each, told apart by
+    the size (a file of an earlier version holds 8)."""
     raw = _raw(value)
-    if isinstance(raw, memoryview) and raw.nbytes % 8 == 0:
-        return raw.cast("B").cast("Q")
-    return _unb64(value, "Q", False)
+    size = memoryview(raw).nbytes
+    code: Literal["I", "Q"] = "I" if size == 4 * count else "Q"
+    if isinstance(raw, memoryview) and size % (4 if code == "I" else 8) == 0:
+        return raw.cast("B").cast(code)
+    return _unb64(value, code, False)
 
 
 class _Postings:
@@ -299,7 +316,7 @@ class _Postings:
     ) -> None:
         self._flat: array[int] | memoryview = flat if flat is not None else array("I")
         if starts is None:
-            starts = array("Q", [0])
+            starts = array(_offsets_code(sum(lens)), [0])
             starts.extend(accumulate(lens))  # ~2M terms at 100k items: a Python loop took ~0.5 s
         if not len(starts) or starts[0] != 0 or starts[-1] != len(self._flat):
             raise ValueError("index state is inconsistent: postings lengths do not add up")
@@ -451,7 +468,7 @@ class _Postings:
         import numpy as np
 
         out: array[int] = array("Q")
-        out.frombytes(np.diff(np.frombuffer(self._starts, dtype=np.uint64)).tobytes())
+        out.frombytes(np.diff(_offsets(self._starts)).astype(np.uint64).tobytes())
         return out
 
     @property
@@ -476,10 +493,11 @@ class _Postings:
                 if one:
                     self._own[self._own_from + k] = array("I", (one,))
             gathered, lens = _gather_runs(self._flat, self._starts, n, self._own, self._tail)
-            made = np.zeros(n + 1, dtype=np.uint64)
-            np.cumsum(lens, out=made[1:], dtype=np.uint64)
+            code = _offsets_code(len(gathered))
+            made = np.zeros(n + 1, dtype=np.uint32 if code == "I" else np.uint64)
+            np.cumsum(lens, out=made[1:], dtype=made.dtype)
             # Both kept as made: no postings-sized (or terms-sized) copy.
-            flat, starts = gathered.data.cast("B").cast("I"), made.data.cast("B").cast("Q")
+            flat, starts = gathered.data.cast("B").cast("I"), made.data.cast("B").cast(code)
         self._flat, self._starts = flat, starts
         self._frozen = memoryview(flat)
         self._own, self._tail = {}, {}
@@ -495,7 +513,7 @@ class _Postings:
         also indexed every posting (~0.8 s and ~140 MiB of temporaries for 20M postings)."""
         import numpy as np
 
-        at = np.frombuffer(self._starts, dtype=np.uint64)
+        at = _offsets(self._starts)
         old, n = len(at) - 1, self._n
         tail_ids, tails, tail_lens = _by_term(self._tail)
         # The new terms' postings, by id: an array of their own, or their one posting.
@@ -530,13 +548,19 @@ class _Postings:
         insert_grown(buf[:head], dest, np.frombuffer(tail_run, dtype=np.uint32), _SETTLE_CHUNK)
         del buf  # `out` may grow again at the next settle only with no view of it left
         # The starts, in place too: each settled term's moves up, and the new terms' follow.
+        code = _offsets_code(len(out))
+        dtype = np.uint32 if code == "I" else np.uint64
+        starts = self._starts
+        if starts.itemsize != np.dtype(dtype).itemsize:  # a file's 8-byte starts, or past 4G postings
+            starts = array(code)
+            starts.frombytes(_offsets(self._starts).astype(dtype).tobytes())
         fresh_starts = np.cumsum(fresh_lens, dtype=np.uint64)
         fresh_starts += np.uint64(head)
-        starts = _extended(self._starts, "Q", fresh_starts.tobytes())
-        view = np.frombuffer(starts, dtype=np.uint64)
+        starts = _extended(starts, code, fresh_starts.astype(dtype).tobytes())
+        view: Any = np.frombuffer(starts, dtype=dtype)
         for lo in range(0, old + 1, _STARTS_CHUNK):
             hi = min(lo + _STARTS_CHUNK, old + 1)
-            view[lo:hi] += before[np.searchsorted(tail_ids, np.arange(lo, hi), side="left")]
+            view[lo:hi] += before[np.searchsorted(tail_ids, np.arange(lo, hi), side="left")].astype(dtype)
         del view
         return out, starts
 
@@ -1113,7 +1137,8 @@ class BM25Index:
         )
         self._df = _unb64(state["df"], "I", swap)
         if derived:
-            self._post = _Postings(_in_place(state["post"], swap), starts=_in_place64(state["post_starts"]))
+            starts = _in_place_starts(state["post_starts"], len(self._vocab) + 1)
+            self._post = _Postings(_in_place(state["post"], swap), starts=starts)
         else:
             self._post = _Postings(_in_place(state["post"], swap), _unb64(state["post_lens"], "Q", swap))
         for tid, d, tf, s_tf, t_tf in state["spill"]:

@@ -581,15 +581,22 @@ def test_a_loaded_term_takes_new_postings_in_a_tail_without_copying_its_own():
     st.lists(st.tuples(st.sampled_from(["tail", "new", "grow", "own"]), st.integers(0, 30)), max_size=60),
     st.sampled_from([1, 2, 5, index_module._SETTLE_CHUNK]),
     st.sampled_from(["array", "mapped", "read"]),
+    st.sampled_from([None, 0, 6]),
 )
-def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, writes, chunk, source):
+def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, writes, chunk, source, line):
     """`settle` moves the flat part up in place (a chunk at a time, from the top) when only
     tails and new terms hold postings, and gathers with each tail as a second segment
     otherwise: either way the flat array is every term's postings in term order, as reading
     each term gave them before, for any mix of writes and any chunk size. It grows the array
     it holds only when that is its own and nobody reads it: not a memory-mapped file's
     (`mapped`), nor while a slice handed out is still read (`read`), which keeps its values.
-    The term starts grow in place likewise, a chunk of terms at a time."""
+    The term starts grow in place likewise, a chunk of terms at a time. They take 4 bytes each
+    up to 4G postings, 8 beyond: `line` moves that limit to a few postings (None: where it is)."""
+    import numpy as np
+
+    def narrow_until(end: int) -> type:
+        return np.uint32 if line is None or end <= line else np.uint64
+
     lens = list(settled)
     flat = array("I", range(1, sum(lens) + 1))
 
@@ -608,7 +615,8 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
                 post[k % len(lens)] = array("I", [doc])
         return post
 
-    post = build()
+    with patch.object(index_module, "offsets_dtype", narrow_until):
+        post = build()
     if not post.unsettled:
         return
     appended = min(post._own, default=len(post)) >= post._own_from
@@ -624,14 +632,18 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
         patch.object(
             index_module._Postings, "_appended_flat", autospec=True, side_effect=index_module._Postings._appended_flat
         ) as spy,
+        patch.object(index_module, "offsets_dtype", narrow_until),
     ):
         post.settle()
     assert spy.call_count == (1 if appended else 0)
+    width = post._starts.itemsize
+    assert width == np.dtype(narrow_until(len(post.flat))).itemsize
     assert list(post.flat) == [p for term in want for p in term]
     assert list(post.starts) == [0, *accumulate(len(term) for term in want)]
     assert [list(post[t]) for t in range(len(post))] == want
     assert (post.flat is before) == (appended and source != "mapped" and held is None)
-    assert (post._starts is starts_before) == appended  # an array of its own from the start
+    # An array of its own from the start, grown in place unless it had to widen.
+    assert (post._starts is starts_before) == (appended and width == starts_before.itemsize)
     if held is not None:
         assert list(held) == held_values
     # A second round on what the first made: a flat array grown in place grows again.
@@ -640,8 +652,10 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
     for doc, t in enumerate((0, len(post) - 1, len(post) // 2), start=5_000):
         post.add(t, doc)
         want[t].append(doc)
-    post.settle()
+    with patch.object(index_module, "offsets_dtype", narrow_until):
+        post.settle()
     assert [list(post[t]) for t in range(len(post))] == want
+    assert post._starts.itemsize == np.dtype(narrow_until(len(post.flat))).itemsize
 
 
 @settings(max_examples=200, deadline=None)
@@ -710,3 +724,38 @@ def test_terms_waiting_for_a_merge_stay_under_a_share_of_the_merged_ones():
                 peak_share = max(peak_share, vocab.unsettled / vocab.settled)
         assert vocab.settled > 8 * 64 * C.INDEX_SETTLE_SHARE // 2
         assert 0 < peak_share <= 1 / C.INDEX_SETTLE_SHARE
+
+
+def test_postings_starts_take_four_bytes_and_a_file_with_eight_byte_starts_still_loads():
+    """Term starts into the flat postings are 4 bytes while there are fewer than 4G postings:
+    8 MiB less at the ~2M terms of 100k items. A save keeps their width, and an index file
+    of the last version (8 bytes a start) loads as it is and narrows at the next settle."""
+    import numpy as np
+
+    def copied(state: dict) -> dict:
+        return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in state.items()}
+
+    docs = [(f"d{i}", f"common word{i} shared{i % 3} path/to/f{i}.py", None, ()) for i in range(40)]
+    index = BM25Index()
+    index.add_many(docs)
+    index.settle()
+    assert index._post._starts.itemsize == 4
+    state = copied(index.to_state(binary=True))
+    assert len(state["post_starts"]) == 4 * (len(index._vocab) + 1)
+    want = index.search("common shared1", 50)
+    assert BM25Index.from_state(state).search("common shared1", 50) == want
+    old = {**state, "post_starts": np.frombuffer(state["post_starts"], np.uint32).astype(np.uint64).tobytes()}
+    loaded = BM25Index.from_state(old)
+    assert loaded._post._starts.itemsize == 8 and loaded.search("common shared1", 50) == want
+    loaded.add("new", "common shared1 fresh", None, ())
+    loaded.settle()
+    assert loaded._post._starts.itemsize == 4
+    assert [h.doc_id for h in loaded.search("fresh", 5)] == ["new"]
+    # Past the line (moved to 50 postings here), 8 bytes, kept through a save.
+    with patch.object(index_module, "offsets_dtype", lambda end: np.uint32 if end <= 50 else np.uint64):
+        wide = BM25Index()
+        wide.add_many(docs)
+        wide.settle()
+        assert wide._post._starts.itemsize == 8
+        again = BM25Index.from_state(copied(wide.to_state(binary=True)))
+    assert again._post._starts.itemsize == 8 and again.search("common shared1", 50) == want
