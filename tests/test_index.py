@@ -759,3 +759,42 @@ def test_postings_starts_take_four_bytes_and_a_file_with_eight_byte_starts_still
         assert wide._post._starts.itemsize == 8
         again = BM25Index.from_state(copied(wide.to_state(binary=True)))
     assert again._post._starts.itemsize == 8 and again.search("common shared1", 50) == want
+
+
+def test_a_settle_folds_new_documents_terms_into_one_array_unless_a_view_is_read():
+    """Each new document's terms are an array object of their own until a settle moves them
+    into the flat array (~70 bytes a document less); a removed one stays removed, a view
+    still read keeps them where they are until the next settle, and a loaded index's flat
+    array (the file's) is never copied for it."""
+    index = BM25Index()
+    docs = [(f"d{i}", f"common word{i} shared{i % 3} path/to/f{i}.py", None, ()) for i in range(30)]
+    index.add_many(docs[:10])
+    index.remove("d3")
+    want = {d: (list(index._doc_terms[d]) if index._doc_terms[d] is not None else None) for d in range(10)}
+    dt = index._doc_terms
+    assert len(dt._tail) == 10
+    index.settle()
+    assert not dt._tail and isinstance(dt._flat, array) and len(dt) == 10
+    assert {d: (list(dt[d]) if dt[d] is not None else None) for d in range(10)} == want
+    assert want[3] is None and dt[3] is None
+    index.add_many(docs[10:20])
+    held = dt[0]  # a view of the flat array, still read
+    assert isinstance(held, memoryview)
+    index.settle()
+    assert len(dt._tail) == 10 and list(held) == want[0]
+    del held
+    index.settle()
+    assert not dt._tail and len(dt) == 20
+    assert [h.doc_id for h in index.search("word15", 5)] == ["d15"]
+    assert index.terms("d12") == frozenset(tokenize(docs[12][1]))
+    index.retag("d12", (), ("newtag",))  # a folded document changed in place
+    assert "newtag" in index.terms("d12") and [h.doc_id for h in index.search("newtag", 5)] == ["d12"]
+    # As a start reads the index file: its arrays read where they lie.
+    state = index.to_state(binary=True)
+    loaded = BM25Index.from_state(
+        {k: memoryview(bytes(v)) if isinstance(v, memoryview) else v for k, v in state.items()}
+    )
+    loaded.add_many(docs[20:])
+    loaded.settle()
+    assert len(loaded._doc_terms._tail) == 10 and not isinstance(loaded._doc_terms._flat, array)
+    assert loaded.search("shared1", 50) == BM25Index.from_state(loaded.to_state()).search("shared1", 50)
