@@ -9,12 +9,15 @@ import contextlib
 import shutil
 import tempfile
 from pathlib import Path
+from unittest.mock import patch
 
 import anyio
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from compactor import constants as C
+from compactor import indexfile
 from compactor.errors import InvalidArgumentError
 from compactor.store import Store
 
@@ -91,3 +94,55 @@ class Reindexing(RuleBasedStateMachine):
 
 TestReindexing = Reindexing.TestCase
 TestReindexing.settings = settings(max_examples=80, stateful_step_count=25, deadline=None)
+
+
+class ReindexingUnderPressure(Reindexing):
+    """The same, with this process's pages of the index file unmapped after every op (as a large
+    transaction does every INDEX_FILE_RELEASE_OPS), and the index settling, which folds new
+    documents' terms into its flat array, once a few terms wait: what a loaded index reads
+    after a release, and what it settles onto the file's arrays, must still equal a rebuild."""
+
+    releases = 0
+
+    def __init__(self) -> None:
+        release = indexfile.release
+
+        def counted(mapped: object) -> None:
+            type(self).releases += 1
+            release(mapped)  # type: ignore[arg-type]
+
+        self._patches = [
+            patch.object(C, "INDEX_FILE_RELEASE_OPS", 1),
+            patch.object(C, "INDEX_SETTLE_MIN", 8),
+            patch.object(indexfile, "release", counted),
+        ]
+        for p in self._patches:
+            p.start()
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            for p in reversed(self._patches):
+                p.stop()
+
+
+TestReindexingUnderPressure = ReindexingUnderPressure.TestCase
+TestReindexingUnderPressure.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+
+
+def test_the_pressured_machine_releases_pages_of_a_loaded_index():
+    """The machine above tests reads after a release only if its steps release: a full snapshot
+    adopts the file it wrote, and the next write releases its pages."""
+    machine = ReindexingUnderPressure()
+    try:
+        before = ReindexingUnderPressure.releases
+        machine.store_some("quokka wombat", 3)
+        machine.full_snapshot()
+        machine.edit(1, "numbat dingo")
+        machine.compact(0.3)
+        machine.derived_structures_match_a_rebuild()
+        assert ReindexingUnderPressure.releases > before
+    finally:
+        machine.teardown()
