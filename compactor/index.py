@@ -54,7 +54,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 from compactor import constants as C
 from compactor.analyze import query_terms, tokenize
-from compactor.vocab import Vocab, gather, insert_grown, offsets_dtype
+from compactor.vocab import Vocab, gather, insert_grown, offsets_dtype, saved_offsets_dtype
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
 BM25_K1: Final = C.BM25_K1
@@ -308,11 +308,16 @@ def _offsets(starts: array[int] | memoryview) -> Any:
     return np.frombuffer(starts, dtype=np.uint32 if starts.itemsize == 4 else np.uint64)
 
 
-def _offsets_code(end: int) -> Literal["I", "Q"]:
-    """The typecode of starts up to `end`: 4 bytes each while they fit (`offsets_dtype`)."""
+def _typecode(dtype: type) -> Literal["I", "Q"]:
+    """The array typecode of an offsets dtype (`offsets_dtype`); np.dtype() maps it back."""
     import numpy as np
 
-    return "I" if offsets_dtype(end) is np.uint32 else "Q"
+    return "I" if dtype is np.uint32 else "Q"
+
+
+def _offsets_code(end: int) -> Literal["I", "Q"]:
+    """The typecode of starts up to `end`: 4 bytes each while they fit."""
+    return _typecode(offsets_dtype(end))
 
 
 def _in_place_starts(value: Saved, count: int) -> array[int] | memoryview:
@@ -320,8 +325,8 @@ def _in_place_starts(value: Saved, count: int) -> array[int] | memoryview:
     the size (a file of an earlier version holds 8)."""
     raw = _raw(value)
     size = memoryview(raw).nbytes
-    code: Literal["I", "Q"] = "I" if size == 4 * count else "Q"
-    if isinstance(raw, memoryview) and size % (4 if code == "I" else 8) == 0:
+    code = _typecode(saved_offsets_dtype(size, count))
+    if isinstance(raw, memoryview) and size % array(code).itemsize == 0:
         return raw.cast("B").cast(code)
     return _unb64(value, code, False)
 
@@ -345,8 +350,14 @@ class _Postings:
     ) -> None:
         self._flat: array[int] | memoryview = flat if flat is not None else array("I")
         if starts is None:
-            starts = array(_offsets_code(sum(lens)), [0])
-            starts.extend(accumulate(lens))  # ~2M terms at 100k items: a Python loop took ~0.5 s
+            import numpy as np
+
+            # In numpy: ~2M terms at 100k items, where a Python loop took ~0.5 s; the last
+            # end decides the width.
+            ends = np.cumsum(np.asarray(lens, dtype=np.uint64), dtype=np.uint64)
+            code = _offsets_code(int(ends[-1]) if len(ends) else 0)
+            starts = array(code, [0])
+            starts.frombytes(ends.astype(np.dtype(code)).tobytes())
         if not len(starts) or starts[0] != 0 or starts[-1] != len(self._flat):
             raise ValueError("index state is inconsistent: postings lengths do not add up")
         self._starts = starts
@@ -523,7 +534,7 @@ class _Postings:
                     self._own[self._own_from + k] = array("I", (one,))
             gathered, lens = _gather_runs(self._flat, self._starts, n, self._own, self._tail)
             code = _offsets_code(len(gathered))
-            made = np.zeros(n + 1, dtype=np.uint32 if code == "I" else np.uint64)
+            made = np.zeros(n + 1, dtype=np.dtype(code))
             np.cumsum(lens, out=made[1:], dtype=made.dtype)
             # Both kept as made: no postings-sized (or terms-sized) copy.
             flat, starts = gathered.data.cast("B").cast("I"), made.data.cast("B").cast(code)
@@ -578,9 +589,9 @@ class _Postings:
         del buf  # `out` may grow again at the next settle only with no view of it left
         # The starts, in place too: each settled term's moves up, and the new terms' follow.
         code = _offsets_code(len(out))
-        dtype = np.uint32 if code == "I" else np.uint64
+        dtype = np.dtype(code)
         starts = self._starts
-        if starts.itemsize != np.dtype(dtype).itemsize:  # a file's 8-byte starts, or past 4G postings
+        if starts.itemsize != dtype.itemsize:  # a file's 8-byte starts, or past 4G postings
             starts = array(code)
             starts.frombytes(_offsets(self._starts).astype(dtype).tobytes())
         fresh_starts = np.cumsum(fresh_lens, dtype=np.uint64)

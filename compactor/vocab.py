@@ -42,6 +42,12 @@ def offsets_dtype(end: int) -> type[np.unsignedinteger[Any]]:
     return np.uint32 if end <= 0xFFFF_FFFF else np.uint64
 
 
+def saved_offsets_dtype(nbytes: int, count: int) -> type[np.unsignedinteger[Any]]:
+    """The type of `count` saved offsets taking `nbytes`: either width of `offsets_dtype` (a
+    file of an earlier version holds 8 bytes each)."""
+    return np.uint32 if nbytes == 4 * count else np.uint64
+
+
 # Output elements a `gather` pass works on at once: its index temporaries (three int64s an
 # element) stay ~6 MiB however large the index grows.
 GATHER_CHUNK = 1 << 18
@@ -431,7 +437,8 @@ class Vocab:
 
     def _set_lens(self, lens: U32) -> None:
         self._lens = lens
-        starts = np.cumsum(lens, dtype=offsets_dtype(int(lens.sum(dtype=np.uint64))))
+        # The blob holds the bytes `lens` count: its size is their sum, without a pass over them.
+        starts = np.cumsum(lens, dtype=offsets_dtype(memoryview(self._blob).nbytes))
         starts -= lens  # in place, not two more copies of every start (8 MiB each at 2M terms)
         self._starts = starts
         self._starts_at = self._starts.data
@@ -498,9 +505,9 @@ class Vocab:
             self._set_lens(lens_arr)
             self._index_hashes(hashes_arr, lens_arr > 0)
             return self
-        # 4 or 8 bytes a start (`offsets_dtype`), told apart by the size.
-        wide = memoryview(derived[0]).nbytes != 4 * len(lens_arr)
-        starts: Offsets = np.frombuffer(derived[0], dtype=np.uint64 if wide else np.uint32)
+        starts: Offsets = np.frombuffer(
+            derived[0], dtype=saved_offsets_dtype(memoryview(derived[0]).nbytes, len(lens_arr))
+        )
         order: U32 = np.frombuffer(derived[1], dtype=np.uint32)
         sorted_: U32 = np.frombuffer(derived[2], dtype=np.uint32)
         if len(starts) != len(lens_arr) or len(order) != len(sorted_) or len(order) > len(lens_arr):
