@@ -11,14 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor import constants as C
-from compactor.classify import (
-    ContentType,
-    auto_tags,
-    detect_type,
-    merge_tags,
-    normalize_tag,
-    parse_tags,
-)
+from compactor.classify import ContentType, auto_tags, detect_type
+from compactor.tags import merge_tags, normalize_tag, parse_tags
 
 ERROR = ContentType.ERROR
 CODE = ContentType.CODE

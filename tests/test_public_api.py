@@ -35,6 +35,28 @@ def test_a_stdio_relay_imports_no_store():
     assert run.stdout.strip() == "[]"
 
 
+def test_a_start_that_only_reads_compiles_no_classification(tmp_path):
+    """A server's start (load, build, a query, a tag filter) leaves classify.py's patterns
+    uncompiled; the first write brings them in."""
+    seeded = compactor.Store(state_dir=tmp_path)
+    seeded.store("Traceback: KeyError in parse_config", tags=["config"])
+    seeded.close()
+    code = (
+        "import sys\n"
+        "from compactor.store import Store\n"
+        "from compactor.mcp.server import build_server\n"
+        f"s = Store(state_dir={str(tmp_path)!r})\n"
+        "build_server(s)\n"
+        "assert s.query('parse_config', tags=['config'])\n"
+        "print('compactor.classify' in sys.modules)\n"
+        "s.store('def main():\\n    return 1\\n')\n"
+        "print('compactor.classify' in sys.modules)\n"
+        "s.close()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert run.stdout.split() == ["False", "True"]
+
+
 def test_store_round_trip_through_the_public_api():
     s = compactor.Store()
     item = s.store("public api works").item

@@ -19,11 +19,11 @@ from typing import Any
 from .. import bounds
 from .. import constants as C
 from ..backend import DirBackend, Persistence
-from ..classify import auto_tags, detect_type, merge_tags, parse_tags
 from ..condense import unfamiliar_terms, with_footer
 from ..errors import InvalidArgumentError, PersistenceError
 from ..models import CompactReport, Item, Op, Settings
 from ..runtime import PROCESS, Runtime
+from ..tags import merge_tags, parse_tags
 from ..tokens import TokenCounter, default_counter
 from .compact import _Compaction, _item_bytes
 from .inputs import StoreInput, _check_importance, _utf8_size, file_view_fields
@@ -302,6 +302,8 @@ class Store(_Recall, _Compaction, _Ledger):
     ) -> Updated:
         if summary is None and content is None and tags is None and importance is None:
             raise InvalidArgumentError("Nothing to update: give at least one of summary, content, tags, importance.")
+        from ..classify import auto_tags, detect_type  # on the first write, as in inputs.py
+
         with self._locked():
             self._sync()
             old = self._get(item_id)

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .. import bounds
 from .. import constants as C
-from ..classify import auto_tags, detect_type, merge_tags, parse_tags
 from ..errors import InvalidArgumentError
 from ..models import CONTENT_TYPES, ContentType, Item
+from ..tags import merge_tags, parse_tags
 from ..views import detect
 from .state import ALL_SCOPES, _StateOps
 
@@ -94,6 +94,8 @@ class _Inputs(_StateOps):
 
     def _build(self, inp: StoreInput, seq: int, now: float) -> Item:
         """A new item from a store input, its token counts left 0 for `_count_tokens`."""
+        from ..classify import auto_tags, detect_type  # on the first write: a start need not compile it
+
         content = inp.content
         if not isinstance(content, str) or not content.strip():
             raise InvalidArgumentError("content must be a non-empty string (not only whitespace).")
@@ -212,6 +214,8 @@ class _Inputs(_StateOps):
     def _build_record(self, rec: dict[str, Any], now: float) -> Item:
         """An Item from an exported record, every field checked as `_build` checks a new one
         (token counts left 0 for `_count_tokens`)."""
+        from ..classify import auto_tags, detect_type
+
         if not isinstance(rec, dict):
             raise InvalidArgumentError("an item must be a JSON object.")
         content = rec.get("content")
@@ -323,6 +327,8 @@ class _Inputs(_StateOps):
 
     @staticmethod
     def _user_tags(item: Item) -> list[str]:
+        from ..classify import auto_tags
+
         auto = set(auto_tags(item.content, item.content_type))
         return [t for t in item.tags if t not in auto]
 
