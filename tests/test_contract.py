@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import pytest
 from mcp import Client
+from mcp_types import CallToolResult
+from pydantic import ValidationError, create_model
 
 from compactor.mcp import build_server
+from compactor.mcp.contract import derived_output_schema, reply_model
+from compactor.mcp.output_schemas import OUTPUT_SCHEMAS
+from compactor.mcp.server import TOOL_ORDER
 from compactor.store import Store
 from tests.stdio_client import StdioServer
 
@@ -178,3 +183,51 @@ def test_lone_surrogates_are_refused_in_process_as_over_stdio():
     is_error, text, _, count = anyio.run(_call, "bulk_store", {"items": [{"content": "ok", "tags": ["x\udc00"]}]})
     assert is_error and text == "bulk_store: items holds a lone surrogate (U+DC00), which is not Unicode text."
     assert count == 0
+
+
+# --- output schemas ----------------------------------------------------------------------------
+def test_the_kept_output_schemas_are_what_the_reply_models_give():
+    """output_schemas.py keeps each tool's published output schema so that a start need not
+    derive it; it must stay exactly what the SDK derives from the reply model, made lean."""
+    server = build_server(Store())
+    tools = {tool.name: tool for tool in server._tool_manager.list_tools()}
+    assert list(OUTPUT_SCHEMAS) == list(TOOL_ORDER)
+    stale = [name for name in TOOL_ORDER if derived_output_schema(tools[name].fn) != OUTPUT_SCHEMAS[name]]
+    assert not stale, f"reply models changed for {stale}: run `python scripts/write_output_schemas.py`"
+
+
+def test_a_changed_reply_model_is_noticed():
+    """The comparison above can fail: a field added to a reply model changes the derived schema."""
+    server = build_server(Store())
+    fn = server._tool_manager.get_tool("status").fn  # type: ignore[union-attr]
+    model = reply_model(fn)
+    wider = create_model("StatusResult", __base__=model, added=(int, ...))
+
+    def status() -> CallToolResult:
+        raise NotImplementedError
+
+    status.__annotations__["return"] = Annotated[CallToolResult, wider]  # a real class, not a string
+    assert derived_output_schema(status) != OUTPUT_SCHEMAS["status"]
+    assert "added" in derived_output_schema(status)["properties"]
+
+
+def test_tools_list_publishes_the_kept_schemas_in_process_and_over_stdio(srv: StdioServer):
+    async def listed() -> dict[str, Any]:
+        async with Client(build_server(Store()), mode="legacy") as c:
+            return {t.name: t.output_schema for t in (await c.list_tools()).tools}
+
+    assert anyio.run(listed) == OUTPUT_SCHEMAS
+    over_stdio = {t["name"]: t["outputSchema"] for t in srv.request("tools/list")["result"]["tools"]}
+    assert over_stdio == OUTPUT_SCHEMAS
+
+
+def test_every_reply_is_still_checked_against_its_model():
+    """The tools are registered with their schema kept, not derived; the SDK still validates
+    each reply's structured content against the reply model before it leaves the server."""
+    server = build_server(Store())
+    for tool in server._tool_manager.list_tools():
+        assert tool.fn_metadata.output_model is reply_model(tool.fn), tool.name
+        with pytest.raises(ValidationError):
+            tool.fn_metadata.convert_result(CallToolResult(content=[], structured_content={"bogus": 1}))
+    ok = anyio.run(_call, "status", {})
+    assert not ok[0]

@@ -10,10 +10,11 @@ allows (read from the tool's published input schema), and what was sent.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, cast, get_args, get_origin
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
@@ -53,8 +54,6 @@ def install(mcp: MCPServer) -> None:
         accepts[tool.name] = copy.deepcopy(tool.parameters.get("properties", {}))
         lean_input(tool.parameters)
         tool.parameters["additionalProperties"] = False  # publish what is enforced
-        if tool.output_schema is not None:
-            lean_output(tool.output_schema)
 
 
 def lean_input(schema: dict[str, Any]) -> None:
@@ -97,6 +96,28 @@ def lean_output(schema: dict[str, Any]) -> None:
             elif isinstance(value, list):
                 for sub in value:
                     lean_output(sub)
+
+
+def derived_output_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The output schema to publish for a tool function: what the SDK derives from its reply
+    model, made lean. output_schemas.py holds these for every tool, so a start need not derive
+    them; tests/test_contract.py checks that it still holds exactly this."""
+    from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+
+    schema = func_metadata(fn, structured_output=True).output_schema
+    if schema is None:
+        raise ValueError(f"{fn.__name__} declares no reply model")
+    lean_output(schema)
+    return schema
+
+
+def reply_model(fn: Callable[..., Any]) -> type[BaseModel]:
+    """The reply model of a tool function: `M` of its `Annotated[CallToolResult, M]` return."""
+    returns = inspect.signature(fn, eval_str=True).return_annotation
+    args = get_args(returns)
+    if get_origin(returns) is not Annotated or len(args) != 2 or not issubclass(args[1], BaseModel):
+        raise ValueError(f"{fn.__name__} must return Annotated[CallToolResult, <reply model>]")
+    return cast(type[BaseModel], args[1])
 
 
 def _plain_tool_error(name: object, result: HandlerResult) -> HandlerResult:

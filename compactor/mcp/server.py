@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import anyio
+import orjson
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
@@ -30,6 +31,7 @@ from ..scope import scope_from_root_uri
 from ..store import Store
 from . import contract, resources, tools_budget, tools_dag, tools_memory, tools_read
 from .kit import ToolKit
+from .output_schemas import OUTPUT_SCHEMAS
 from .stdio_runtime import run_stdio as _run_stdio
 
 log = logging.getLogger(__name__)
@@ -157,9 +159,24 @@ def build_server(
         group.register(kit)
     if set(kit.tools) != set(TOOL_ORDER):
         raise RuntimeError(f"tools defined and TOOL_ORDER differ: {sorted(set(kit.tools) ^ set(TOOL_ORDER))}")
+    tools = mcp._tool_manager
     for tool_name in TOOL_ORDER:
         tool = kit.tools[tool_name]
-        mcp.add_tool(tool.fn, name=tool_name, annotations=tool.annotations, description=tool.description)
+        # Registered without structured output, then given its reply model (each reply is still
+        # validated against it) and its published schema: the SDK would derive that schema
+        # from the model again at every start (~14 ms for all tools), output_schemas.py keeps it.
+        mcp.add_tool(
+            tool.fn,
+            name=tool_name,
+            annotations=tool.annotations,
+            description=tool.description,
+            structured_output=False,
+        )
+        registered = tools.get_tool(tool_name)
+        assert registered is not None
+        meta = registered.fn_metadata
+        meta.output_model = contract.reply_model(tool.fn)
+        meta.output_schema = orjson.loads(orjson.dumps(OUTPUT_SCHEMAS[tool_name]))  # each server its own copy
 
     resources.register(mcp, store)
     contract.install(mcp)

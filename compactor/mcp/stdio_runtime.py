@@ -1,8 +1,8 @@
-"""The stdio transport around the SDK's server: compactor's one use of SDK internals.
+"""The stdio transport around the SDK's server: compactor's one use of the SDK's transport internals.
 
 `run_stdio` is `MCPServer.run_stdio_async` plus error replies for unreadable lines, invalid
 UTF-8 refused rather than stored changed, and backpressure. The SDK exposes no public way to
-do that, so this module (and only this one) reaches its private parts: `lowlevel_server`
+do that, so this module reaches its private parts: `lowlevel_server`
 and `create_context_streams`. tests/test_stdio_runtime.py fails if the SDK changes them.
 """
 
