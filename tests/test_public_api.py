@@ -57,6 +57,30 @@ def test_a_start_that_only_reads_compiles_no_classification(tmp_path):
     assert run.stdout.split() == ["False", "True"]
 
 
+def test_reply_models_are_built_when_a_tool_first_replies(tmp_path):
+    """Building the server leaves the reply models' validators unbuilt (pydantic's defer_build);
+    a tool's first reply builds its own."""
+    code = (
+        "import anyio, inspect\n"
+        "from mcp import Client\n"
+        "from compactor.store import Store\n"
+        "from compactor.mcp import schemas as S\n"
+        "from compactor.mcp.server import build_server\n"
+        "from pydantic import BaseModel\n"
+        "models = [m for m in vars(S).values()\n"
+        "          if inspect.isclass(m) and issubclass(m, BaseModel) and m.__module__ == S.__name__]\n"
+        "server = build_server(Store())\n"
+        "print(sum(m.__pydantic_complete__ for m in models), len(models) > 10)\n"
+        "async def one():\n"
+        "    async with Client(server, mode='legacy') as c:\n"
+        "        assert not (await c.call_tool('status', {})).is_error\n"
+        "anyio.run(one)\n"
+        "print(S.StatusResult.__pydantic_complete__, S.QueryResult.__pydantic_complete__)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert run.stdout.split() == ["0", "True", "True", "False"]
+
+
 def test_store_round_trip_through_the_public_api():
     s = compactor.Store()
     item = s.store("public api works").item

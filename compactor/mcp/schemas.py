@@ -8,13 +8,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..models import CompactReport, Item
 from ..render import item_preview
 
 
-class Budget(BaseModel):
+class _Reply(BaseModel):
+    # Each model's validator is built on its first use, not at import: building all 23 took
+    # ~7 ms of every start, and a start answers only its first few tools.
+    model_config = ConfigDict(defer_build=True)
+
+
+class Budget(_Reply):
     token_budget: int
     tokens_used: int
     usage: float = Field(description="tokens_used / token_budget")
@@ -24,7 +30,7 @@ class Budget(BaseModel):
     )
 
 
-class CompactionSummary(BaseModel):
+class CompactionSummary(_Reply):
     trigger: Literal["manual", "auto"]
     promoted: int
     deduplicated: int
@@ -35,7 +41,7 @@ class CompactionSummary(BaseModel):
     tokens_after: int
 
 
-class ItemBrief(BaseModel):
+class ItemBrief(_Reply):
     id: str
     content_type: str
     importance: int
@@ -56,12 +62,12 @@ class ScoredItem(ItemBrief):
     covered_by: str | None = Field(default=None, description="the active summary covering an archived hit")
 
 
-class Redacted(BaseModel):
+class Redacted(_Reply):
     kind: str
     count: int
 
 
-class StoreResult(BaseModel):
+class StoreResult(_Reply):
     id: str
     tokens: int
     content_type: str
@@ -73,7 +79,7 @@ class StoreResult(BaseModel):
     redacted: list[Redacted] = Field(default_factory=list, description="credentials replaced before saving")
 
 
-class BulkStoreResult(BaseModel):
+class BulkStoreResult(_Reply):
     ids: list[str]
     stored: int
     tokens: int
@@ -82,7 +88,7 @@ class BulkStoreResult(BaseModel):
     redacted: list[Redacted] = Field(default_factory=list)
 
 
-class RecallResult(BaseModel):
+class RecallResult(_Reply):
     budget: Budget
     items: list[ScoredItem]
     pinned: int
@@ -93,12 +99,12 @@ class RecallResult(BaseModel):
     needs_text: list[str] = Field(default_factory=list, description="summary nodes awaiting your text")
 
 
-class QueryResult(BaseModel):
+class QueryResult(_Reply):
     items: list[ScoredItem]
     count: int
 
 
-class GetResult(BaseModel):
+class GetResult(_Reply):
     id: str
     content: str
     summary: str | None
@@ -122,7 +128,7 @@ class GetResult(BaseModel):
     file_lines: list[int] = Field(default_factory=list, description="[first, last] line shown; last 0: to the end")
 
 
-class StatusResult(BaseModel):
+class StatusResult(_Reply):
     token_budget: int
     tokens_used: int
     usage_percent: float
@@ -140,20 +146,20 @@ class StatusResult(BaseModel):
     scope: str = ""
 
 
-class NeedsSummary(BaseModel):
+class NeedsSummary(_Reply):
     id: str
     tokens: int
     preview: str
 
 
-class NeedsText(BaseModel):
+class NeedsText(_Reply):
     id: str
     depth: int
     instruction: str
     text: str
 
 
-class ChildInfo(BaseModel):
+class ChildInfo(_Reply):
     id: str
     depth: int
     tier: Literal["active", "archived"]
@@ -161,7 +167,7 @@ class ChildInfo(BaseModel):
     tokens: int
 
 
-class ExpandResult(BaseModel):
+class ExpandResult(_Reply):
     id: str
     depth: int
     total: int
@@ -171,19 +177,19 @@ class ExpandResult(BaseModel):
     children: list[ChildInfo]
 
 
-class DissolveResult(BaseModel):
+class DissolveResult(_Reply):
     id: str
     children: list[ChildInfo]
     budget: Budget
 
 
-class TreeResult(BaseModel):
+class TreeResult(_Reply):
     text: str
     roots: list[str]
     nodes_per_depth: dict[str, int]
 
 
-class CompactResult(BaseModel):
+class CompactResult(_Reply):
     promoted: int
     deduplicated: int
     archived: int
@@ -199,7 +205,7 @@ class CompactResult(BaseModel):
     needs_text: list[NeedsText] = Field(default_factory=list)
 
 
-class ItemResult(BaseModel):
+class ItemResult(_Reply):
     id: str
     tier: Literal["active", "archived"]
     view: Literal["content", "summary"]
@@ -212,21 +218,21 @@ class ItemResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-class ForgetResult(BaseModel):
+class ForgetResult(_Reply):
     id: str
     forgotten: bool
     budget: Budget
     dissolved: bool = False
 
 
-class ListResult(BaseModel):
+class ListResult(_Reply):
     items: list[ItemBrief]
     total: int
     offset: int
     next_offset: int | None
 
 
-class ExportResult(BaseModel):
+class ExportResult(_Reply):
     format: Literal["json", "markdown"]
     items: list[dict[str, Any]] = Field(default_factory=list)
     text: str = ""
@@ -235,7 +241,7 @@ class ExportResult(BaseModel):
     next_cursor: str | None
 
 
-class ConfigureResult(BaseModel):
+class ConfigureResult(_Reply):
     token_budget: int
     auto_compact: bool
     auto_compact_threshold: float
