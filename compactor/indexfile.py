@@ -142,7 +142,7 @@ def _checksum(fd: int, size: int) -> int:
     the page cache and map nothing, so the check leaves no trace in RSS; reading the memory
     map instead faulted every page in (the file's size in RSS until each chunk was dropped),
     took a third longer, and slowed a thread parsing beside it."""
-    buf = memoryview(bytearray(min(C.INDEX_FILE_CHECK_CHUNK, size)))
+    buf = memoryview(bytearray(min(size, max(C.INDEX_FILE_CHECK_MIN_CHUNK, size // C.INDEX_FILE_CHECK_CHUNKS))))
     crc = 0
     with open(fd, "rb", buffering=0, closefd=False) as fh:  # closefd=False: read() closes it
         fh.seek(0)

@@ -112,9 +112,9 @@ def test_write_and_read_round_trip_and_refuse_a_wrong_reference(tmp_path: Path):
 
 
 def test_the_checksum_is_checked_a_chunk_at_a_time_over_the_whole_file(tmp_path: Path):
-    """The load checks the file in chunks, dropping each chunk's pages from the process once
-    read: the arrays are still read intact afterwards, and a changed byte in any chunk, the
-    last included, still makes the file unusable."""
+    """The load checks the file in chunks (here of one page each): the arrays are still read
+    intact afterwards, and a changed byte in any chunk, the last included, still makes the
+    file unusable."""
     from unittest.mock import patch
 
     from compactor import constants as C
@@ -123,7 +123,8 @@ def test_the_checksum_is_checked_a_chunk_at_a_time_over_the_whole_file(tmp_path:
     _fill(d)
     ref = _header(d)["index_file"]
     whole = indexfile.read(d, ref)
-    with patch.object(C, "INDEX_FILE_CHECK_CHUNK", mmap_page()):
+    page, many = mmap_page(), 1 << 20
+    with patch.object(C, "INDEX_FILE_CHECK_MIN_CHUNK", page), patch.object(C, "INDEX_FILE_CHECK_CHUNKS", many):
         chunked = indexfile.read(d, ref)
         assert {k: bytes(v) for k, v in chunked.items()} == {k: bytes(v) for k, v in whole.items()}
         path = d / ref["name"]
@@ -437,3 +438,30 @@ def test_the_checksum_maps_none_of_the_file(tmp_path: Path):
     assert _resident_kib(tmp_path / ref["name"]) <= 1 << 10
     assert {k: bytes(v) for k, v in arrays.items()} == blocks
     assert _resident_kib(tmp_path / ref["name"]) >= 8 << 10
+
+
+def test_the_checksum_reads_sixteen_chunks_of_at_least_a_mib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Few chunks for a large file (each is a GIL handoff beside a parsing start), no more
+    buffer than a MiB for a small one (each page of it is a fault)."""
+    from compactor import constants as C
+
+    calls: list[int] = []
+    crc32 = indexfile.zlib.crc32
+
+    def counting(data: memoryview, value: int = 0) -> int:
+        calls.append(len(data))
+        return crc32(data, value)
+
+    monkeypatch.setattr(indexfile.zlib, "crc32", counting)
+    for size in (40 << 20, 3 << 20):
+        path = tmp_path / f"f{size}"
+        path.write_bytes(os.urandom(1 << 20) * (size >> 20))
+        calls.clear()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert indexfile._checksum(fd, size) == crc32(path.read_bytes())
+        finally:
+            os.close(fd)
+        chunk = max(C.INDEX_FILE_CHECK_MIN_CHUNK, size // C.INDEX_FILE_CHECK_CHUNKS)
+        assert max(calls) == chunk and sum(calls) == size
+        assert len(calls) <= C.INDEX_FILE_CHECK_CHUNKS + 1
