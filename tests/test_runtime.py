@@ -181,10 +181,8 @@ def test_the_index_merges_inside_write_work_and_a_query_scores_outside(tmp_path:
 
 def _start_server(monkeypatch: pytest.MonkeyPatch, state_dir: Path, on_load: Callable[[], None]) -> list[Store]:
     """`run_server` on `state_dir` in this process (--no-share; the shared host loads in its own
-    the same way), stopped where it would start serving: `on_load()` runs as each Store is
-    begun, and the Stores made are returned."""
-    import anyio
-
+    the same way), built but given no clients: `on_load()` runs as each Store is begun, and
+    the Stores made are returned."""
     from compactor.cli.serve import run_server
 
     loaded: list[Store] = []
@@ -196,7 +194,14 @@ def _start_server(monkeypatch: pytest.MonkeyPatch, state_dir: Path, on_load: Cal
         loaded.append(self)
 
     monkeypatch.setattr(Store, "__init__", init)
-    monkeypatch.setattr(anyio, "run", lambda *a, **k: None)
+    # `serve` runs for real up to its clients: it builds the server, then has none to serve.
+    from compactor.mcp import server as mcp_server
+
+    async def no_clients(mcp: object) -> None:
+        return None
+
+    monkeypatch.setattr(mcp_server, "_run_stdio", no_clients)
+    monkeypatch.setattr(mcp_server, "final_snapshot", lambda store: None)
     assert run_server(["--state-dir", str(state_dir), "--no-share"]) == 0
     return loaded
 
@@ -213,6 +218,55 @@ def test_the_server_tunes_the_allocator_before_it_loads_the_store(monkeypatch: p
     monkeypatch.setattr(runtime, "tune_allocator", tune)
     _start_server(monkeypatch, tmp_path / "state", lambda: calls.append("load"))
     assert calls == ["tune", "load"]
+
+
+def test_a_start_pauses_collection_until_the_server_is_built():
+    class Node:
+        pass
+
+    gc.unfreeze()
+    try:
+        PROCESS.pause_for_start()
+        assert not gc.isenabled()
+        made = Node()
+        PROCESS.start_done()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        assert all(o is not made for o in gc.get_objects())  # frozen, not collected
+        PROCESS.start_done()  # without a pause: only a freeze
+        assert gc.isenabled()
+        gc.disable()
+        PROCESS.pause_for_start()
+        PROCESS.start_done()
+        assert not gc.isenabled()  # a caller's own pause is kept
+        gc.enable()
+        Runtime(manage_process=False).pause_for_start()
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+def test_the_server_collects_nothing_from_its_imports_to_its_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The SDK's imports, the load and the build make ~140k lasting objects: no collection walks
+    them while they are made (~40 ms of a start); collection resumes once the server is built."""
+    from compactor.mcp import server as mcp_server
+
+    states: list[bool] = []
+    build = mcp_server.build_server
+
+    def building(*args: Any, **kwargs: Any) -> Any:
+        states.append(gc.isenabled())
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(mcp_server, "build_server", building)
+    gc.unfreeze()
+    try:
+        loaded = _start_server(monkeypatch, tmp_path / "state", lambda: states.append(gc.isenabled()))
+        assert states == [False, False] and gc.isenabled()
+        loaded[0].close()
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 def test_the_server_freezes_the_store_it_loaded_before_collection_resumes(
@@ -235,4 +289,26 @@ def test_the_server_freezes_the_store_it_loaded_before_collection_resumes(
         assert not frozen & {id(o) for o in gc.get_objects()}
         store.close()
     finally:
+        gc.unfreeze()
+
+
+def test_the_http_server_resumes_collection_once_built(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """`run_server` pauses collection before the HTTP transport too: serve_http resumes it."""
+    import anyio
+    import uvicorn
+
+    from compactor.mcp.http_server import serve_http
+
+    async def no_requests(self: object) -> None:
+        return None
+
+    monkeypatch.setattr(uvicorn.Server, "serve", no_requests)
+    store = Store(state_dir=tmp_path / "state")
+    gc.unfreeze()
+    try:
+        PROCESS.pause_for_start()
+        anyio.run(lambda: serve_http(store, host="127.0.0.1", port=0, token=None))
+        assert gc.isenabled()
+    finally:
+        gc.enable()
         gc.unfreeze()

@@ -6,6 +6,7 @@ with the relay's command line)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -388,10 +389,18 @@ async def test_the_host_in_process_ignores_a_stray_connection_and_stops_with_its
         events.append("closed")
         await conn.aclose()
 
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(client)
-            await serve_host(store, listener, state_dir=str(state), stop_listening=lambda: events.append("stopped"))
+    from compactor.runtime import PROCESS
+
+    PROCESS.pause_for_start()  # as the host's process does before its imports
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client)
+                await serve_host(store, listener, state_dir=str(state), stop_listening=lambda: events.append("stopped"))
+        assert gc.isenabled()  # resumed once the host was built
+    finally:
+        gc.enable()
+        gc.unfreeze()
     assert events == ["client left", "stopped", "closed"]
     again = Store(state_dir=state, scope="/projects/one")
     try:

@@ -161,6 +161,9 @@ def run_server(argv: Sequence[str]) -> int:
         code = _run_shared(args)
         if code is not None:
             return code
+    from ..runtime import PROCESS
+
+    PROCESS.pause_for_start()  # this process serves: no collection until it is built
     import anyio
 
     from ..mcp import serve
@@ -275,6 +278,9 @@ def _run_shared(args: argparse.Namespace) -> int | None:
 def _host_main(args: argparse.Namespace, state_dir: str, scope: str, path: str, lock_fd: int) -> int:
     """The shared host (mcp/shared_host.py), in the process `relay` forked: load, listen, then
     send what it logs to the state dir's log instead of the starting client's stderr."""
+    from ..runtime import PROCESS
+
+    PROCESS.pause_for_start()  # no collection until the host is built
     import anyio
 
     from ..mcp.shared_host import serve_host

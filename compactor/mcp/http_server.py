@@ -23,6 +23,7 @@ from pydantic import AnyHttpUrl
 
 from .. import constants as C
 from ..errors import InvalidArgumentError
+from ..runtime import PROCESS
 from ..store import Store
 from .server import build_server, snapshots
 
@@ -110,6 +111,7 @@ async def serve_http(
     import uvicorn
 
     app = http_app(store, host=host, port=port, token=token, scope_fixed=scope_fixed)
+    PROCESS.start_done()
     # No access log: request lines are noise here, and nothing about a request is worth keeping.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)

@@ -26,7 +26,7 @@ from mcp_types import CallToolResult
 
 from .. import constants as C
 from ..errors import CompactorError
-from ..runtime import settle_heap
+from ..runtime import PROCESS, settle_heap
 from ..scope import scope_from_root_uri
 from ..store import Store
 from . import contract, resources, tools_budget, tools_dag, tools_memory, tools_read
@@ -218,7 +218,7 @@ async def serve(store: Store, *, snapshot_interval: float = C.SNAPSHOT_INTERVAL_
     """Run the stdio server until stdin closes or SIGTERM/SIGINT, snapshotting in the background
     and once more on the way out."""
     mcp = build_server(store, scope_fixed=scope_fixed)
-    settle_heap(collect=False)
+    PROCESS.start_done()
 
     async def snapshot_loop() -> None:
         await snapshots(store, snapshot_interval)

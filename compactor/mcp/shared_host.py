@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 
 from .. import constants as C
-from ..runtime import settle_heap
+from ..runtime import PROCESS
 from ..store import Store
 from .server import CONNECTION_SCOPE, build_server, final_snapshot, snapshots
 from .stdio_runtime import run_stdio
@@ -106,7 +106,7 @@ async def serve_host(
     before the final snapshot, so a client arriving meanwhile starts a new host at once. The
     last connection is closed only after the snapshot."""
     mcp = build_server(store, scope_fixed=scope_fixed)
-    settle_heap(collect=False)
+    PROCESS.start_done()
     identity = state_identity(state_dir)
     listener = await anyio.abc.SocketListener.from_socket(listener_socket)
     accepting = anyio.CancelScope()
