@@ -312,3 +312,24 @@ def test_the_http_server_resumes_collection_once_built(monkeypatch: pytest.Monke
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+def test_stores_and_imports_build_their_items_with_collection_paused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A bulk store or an import makes items, index entries and ops that all outlive it: no
+    collection walks them while they are made (~3-4% of a bulk load)."""
+    from compactor.store.journaled import _Txn
+
+    seen: list[bool] = []
+    apply = _Txn.apply
+
+    def applying(self: _Txn, *args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return apply(self, *args, **kwargs)
+
+    monkeypatch.setattr(_Txn, "apply", applying)
+    store = Store(state_dir=tmp_path / "state")
+    store.bulk_store([StoreInput(f"note {i} on the retry loop") for i in range(5)])
+    store.store("one more note on the retry loop")
+    store.import_records([{"id": "imported0001", "content": "an imported note on backoff"}])
+    assert seen and not any(seen) and gc.isenabled()
+    store.close()

@@ -164,7 +164,7 @@ class Store(_Recall, _Compaction, _Ledger):
         chunk one journaled transaction; `progress(done, total)` is called after each one, with
         the count of new items stored so far and of new items to store (an exception it raises
         stops the import between chunks, leaving every chunk before it stored whole)."""
-        with self._locked():
+        with self._locked(), self.runtime.bulk_work():
             self._sync()
             self._redacted = {}
             now = self._clock()
@@ -219,7 +219,7 @@ class Store(_Recall, _Compaction, _Ledger):
             raise InvalidArgumentError(
                 f"items has {len(inputs):,} entries; send at most {C.BULK_MAX_ITEMS:,} per call."
             )
-        with self._locked():
+        with self._locked(), self.runtime.bulk_work():
             self._sync()
             self._redacted = {}
             now = self._clock()
