@@ -100,6 +100,8 @@ def read(
         if verify and _checksum(fd, size) != ref.get("crc32"):
             raise IndexFileError(f"{path} does not match its checksum: some bytes changed after it was written")
         mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise IndexFileError(f"{path} cannot be read: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
     view = memoryview(mapped)

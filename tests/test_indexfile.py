@@ -465,3 +465,27 @@ def test_the_checksum_reads_sixteen_chunks_of_at_least_a_mib(tmp_path: Path, mon
         chunk = max(C.INDEX_FILE_CHECK_MIN_CHUNK, size // C.INDEX_FILE_CHECK_CHUNKS)
         assert max(calls) == chunk and sum(calls) == size
         assert len(calls) <= C.INDEX_FILE_CHECK_CHUNKS + 1
+
+
+def test_a_file_that_cannot_be_read_is_unusable_and_the_start_rebuilds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """A read error while checking (a failing disk) is the file being unusable, not a failed
+    start: the index is rebuilt from the items, with a warning."""
+    import errno
+
+    d = tmp_path / "state"
+    ids = _fill(d)
+    ref = _header(d)["index_file"]
+
+    def failing(fd: int, size: int) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(indexfile, "_checksum", failing)
+    with pytest.raises(indexfile.IndexFileError, match="cannot be read: Input/output error"):
+        indexfile.read(d, ref)
+    with caplog.at_level(logging.WARNING):
+        store = Store(state_dir=d)
+    assert any("cannot be read" in r.getMessage() and "rebuilding" in r.getMessage() for r in caplog.records)
+    assert _search_ids(store, "parse_config_7")[0] == ids[7] and store.check_derived() == []
+    store.close()

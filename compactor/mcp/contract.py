@@ -14,7 +14,7 @@ import inspect
 import logging
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, cast, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
@@ -115,9 +115,10 @@ def reply_model(fn: Callable[..., Any]) -> type[BaseModel]:
     """The reply model of a tool function: `M` of its `Annotated[CallToolResult, M]` return."""
     returns = inspect.signature(fn, eval_str=True).return_annotation
     args = get_args(returns)
-    if get_origin(returns) is not Annotated or len(args) != 2 or not issubclass(args[1], BaseModel):
+    model = args[1] if get_origin(returns) is Annotated and len(args) == 2 else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise ValueError(f"{fn.__name__} must return Annotated[CallToolResult, <reply model>]")
-    return cast(type[BaseModel], args[1])
+    return model
 
 
 def _plain_tool_error(name: object, result: HandlerResult) -> HandlerResult:
