@@ -18,7 +18,7 @@ from mcp_types import CallToolResult
 from pydantic import ValidationError, create_model
 
 from compactor.mcp import build_server
-from compactor.mcp.contract import derived_output_schema, reply_model
+from compactor.mcp.contract import derived_output_schema, derived_output_schemas, reply_model
 from compactor.mcp.output_schemas import OUTPUT_SCHEMAS
 from compactor.mcp.server import TOOL_ORDER
 from compactor.store import Store
@@ -189,10 +189,9 @@ def test_lone_surrogates_are_refused_in_process_as_over_stdio():
 def test_the_kept_output_schemas_are_what_the_reply_models_give():
     """output_schemas.py keeps each tool's published output schema so that a start need not
     derive it; it must stay exactly what the SDK derives from the reply model, made lean."""
-    server = build_server(Store())
-    tools = {tool.name: tool for tool in server._tool_manager.list_tools()}
+    derived = derived_output_schemas(build_server(Store()))
     assert list(OUTPUT_SCHEMAS) == list(TOOL_ORDER)
-    stale = [name for name in TOOL_ORDER if derived_output_schema(tools[name].fn) != OUTPUT_SCHEMAS[name]]
+    stale = [name for name in TOOL_ORDER if derived[name] != OUTPUT_SCHEMAS[name]]
     assert not stale, f"reply models changed for {stale}: run `python scripts/write_output_schemas.py`"
 
 

@@ -111,6 +111,11 @@ def derived_output_schema(fn: Callable[..., Any]) -> dict[str, Any]:
     return schema
 
 
+def derived_output_schemas(mcp: MCPServer) -> dict[str, dict[str, Any]]:
+    """`derived_output_schema` of every tool `mcp` registers, by name in its order."""
+    return {tool.name: derived_output_schema(tool.fn) for tool in mcp._tool_manager.list_tools()}
+
+
 def reply_model(fn: Callable[..., Any]) -> type[BaseModel]:
     """The reply model of a tool function: `M` of its `Annotated[CallToolResult, M]` return."""
     returns = inspect.signature(fn, eval_str=True).return_annotation

@@ -292,21 +292,20 @@ class _Journaled(_StateOps):
         checksum reads the whole file (~80 ms at 100k items) and releases the GIL as it does,
         so it overlaps the parsing of the items. None when there is no file to read."""
         ref = snap.get("index_file")
-        if ref is None or not isinstance(snap.get("index"), dict) or self._dir is None:
+        if ref is None or not isinstance(snap.get("index"), dict):
+            return None
+        if self._dir is None:  # a parsed snapshot without its dir (the doctor joins it itself)
+            snap.pop("index")
             return None
         backend = self._dir
         return _IndexLoad(lambda: backend.load_index(ref))
 
     def _attach_index_file(self, snap: dict[str, Any], loading: _IndexLoad | None) -> None:
-        """Join the arrays of the binary index file the snapshot names (memory-mapped, read in
-        place, `loading` them done) to the rest of its saved index. A file that is missing or
-        does not match its checksum is not used: the index is then rebuilt from the items,
-        with a warning."""
-        ref = snap.pop("index_file", None)
-        if ref is None or not isinstance(snap.get("index"), dict):
-            return
-        if loading is None:  # a parsed snapshot without its dir (the doctor joins it itself)
-            snap.pop("index")
+        """Join the arrays `loading` read (memory-mapped, read in place) to the rest of the
+        snapshot's saved index. A file that is missing or does not match its checksum is not
+        used: the index is then rebuilt from the items, with a warning."""
+        snap.pop("index_file", None)
+        if loading is None:
             return
         try:
             snap["index"] = {**snap["index"], **loading.result()}
