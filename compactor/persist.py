@@ -152,6 +152,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _datasync(fd: int) -> None:
+    """fdatasync, or fsync where Python has no fdatasync (macOS: CPython declined to stand
+    fsync in for it, so calling it there raised AttributeError)."""
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
 def _write_fsynced(path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
     """Write `chunks` to a new 0600 file and fsync it; on failure leave no file behind."""
     try:
@@ -166,7 +172,7 @@ def _write_fsynced(path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
                     # dirty at that moment (ext4's ordered mode): flushing a 350 MB snapshot
                     # as we go keeps that wait at a few MB's worth instead of ~50 ms.
                     fh.flush()
-                    os.fdatasync(fh.fileno())
+                    _datasync(fh.fileno())
                     unsynced = 0
             fh.flush()
             os.fsync(fh.fileno())

@@ -599,3 +599,27 @@ def test_a_saved_index_naming_other_ids_than_the_items_is_rebuilt(state_dir: Pat
     assert "saved index does not match the items; rebuilding it" in caplog.text
     assert renamed in {h.item.id for h in again.query("heron weir", limit=10)}
     assert again.check_derived() == []
+
+
+def test_a_large_snapshot_is_written_where_python_has_no_fdatasync(
+    state_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+):
+    """macOS's Python has no os.fdatasync: a snapshot large enough to be flushed as it is
+    written (SNAPSHOT_SYNC_BYTES, here made small) raised AttributeError there, and no
+    snapshot past that size was ever saved. It falls back to fsync."""
+    from compactor import constants as C
+
+    monkeypatch.setattr(C, "SNAPSHOT_SYNC_BYTES", 1024)
+    monkeypatch.delattr(os, "fdatasync")
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    s = Store(state_dir=state_dir, clock=clock)
+    ids = [s.store(f"item {n}: " + "words to fill the snapshot " * 20).item.id for n in range(40)]
+    synced.clear()
+    s.snapshot()
+    assert (state_dir / "snapshot.json").stat().st_size > 10 * 1024
+    assert len(synced) >= 3  # an interim flush or more, as fsyncs, the final one and the directory
+    s.close()
+    again = Store(state_dir=state_dir, clock=clock)
+    assert [again.get(i).content.startswith("item ") for i in ids] == [True] * 40
