@@ -173,3 +173,15 @@ def test_failures_of_one_command_are_told_apart_by_their_exception(store: Store,
     store.store("$ python reproduce.py\nall good")
     groups = groups_of(store.recall().text)
     assert "Open errors" not in groups and {again, other} <= set(groups["Recent work"])
+
+
+def test_recall_counts_what_it_left_out_in_words_that_agree(store: Store, clock: FakeClock) -> None:
+    """One item left out is "1 active item", not "1 active items"."""
+    store.store("$ cat shop/cart.py\ndef total(cart): return sum(cart)")
+    clock.advance(1)
+    store.store("$ sed -n 1,40p shop/cart.py\ndef total(cart): return sum(i.cents for i in cart)")
+    text = store.recall().text
+    assert "Left out: 1 active item. Reach it with query(" in text
+    clock.advance(1)
+    store.store("$ head shop/cart.py\ndef total(cart): return round(sum(i.cents for i in cart))")
+    assert "Left out: 2 active items. Reach them with query(" in store.recall().text

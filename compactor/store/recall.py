@@ -16,7 +16,7 @@ from .. import constants as C
 from ..condense import depth_instruction, gist
 from ..errors import InvalidArgumentError
 from ..models import Item
-from ..render import budget_line, recall_line
+from ..render import budget_line, counted, recall_line
 from .dag import _Dag
 from .paging import _Paging
 from .records import Recall
@@ -352,8 +352,8 @@ class _Recall(_Paging, _Search, _Dag):
             shown = {e[0].id for v in groups.values() for e in v}
             sample = ", ".join([i for i in dict.fromkeys(left_out) if i not in shown][:8])
             body.append(
-                f"Left out: {more:,} active items{' (e.g. ' + sample + ')' if sample else ''}. "
-                "Reach them with query(...), get(id), or expand(<summary id>)."
+                f"Left out: {counted(more, 'active item')}{' (e.g. ' + sample + ')' if sample else ''}. "
+                f"Reach {'it' if more == 1 else 'them'} with query(...), get(id), or expand(<summary id>)."
             )
         needs: list[str] = []
         waiting = self._needs_text()
