@@ -96,7 +96,13 @@ def _expand(raw: str) -> tuple[str, ...]:
         # Every tail of two or more components: the same file is written relative to different
         # roots ("/testbed/django/db/models/query.py", "django/db/models/query.py",
         # "models/query.py"), and a shared tail is far rarer, so far stronger, than its parts.
-        for i in range(len(parts) - 1):
+        # Only the tails short enough to be terms are made (lowercasing never shortens one):
+        # making all of them was quadratic, and one path-like run of 1 MB filled gigabytes.
+        first, size = len(parts) - 1, len(parts[-1]) if parts else 0
+        while first > 0 and size + 1 + len(parts[first - 1]) <= _MAX_LEN:
+            first -= 1
+            size += 1 + len(parts[first])
+        for i in range(first, len(parts) - 1):
             out["/".join(parts[i:]).lower()] = None
         for part in parts:
             _dotted_parts(part, out)

@@ -134,3 +134,45 @@ def test_the_expansion_cache_is_bounded_and_changes_no_result():
     assert tokenize(text) == first  # from a cache that was cleared on the way, partly refilled
     analyze._cache.clear()
     assert tokenize(text) == first
+
+
+def _expand_every_tail(raw: str) -> tuple[str, ...]:
+    """The expansion as first written: every tail of a path made, then the long ones dropped."""
+    from compactor import analyze as A
+
+    if A._SIMPLE.fullmatch(raw):
+        return (raw,) if 2 <= len(raw) <= 128 else ()
+    out: dict[str, None] = {}
+    if "/" in raw:
+        out[raw.lower()] = None
+        parts = [p for p in A._PATH_SEP.split(raw) if p and p not in (".", "..", "~")]
+        for i in range(len(parts) - 1):
+            out["/".join(parts[i:]).lower()] = None
+        for part in parts:
+            A._dotted_parts(part, out)
+    else:
+        A._dotted_parts(raw, out)
+    return tuple(t for t in out if 2 <= len(t) <= 128)
+
+
+_PARTS = st.one_of(st.text("aZ9_.-İ", min_size=1, max_size=40), st.sampled_from([".", "..", "~", ""]))
+_PATHS = st.lists(_PARTS, min_size=1, max_size=12).map("/".join)
+
+
+@given(_PATHS)
+def test_a_path_gives_only_the_tails_short_enough_to_be_terms(path: str) -> None:
+    from compactor import analyze as A
+
+    for raw in A._COMPOUND.findall(path):
+        assert A._expand(raw) == _expand_every_tail(raw)
+
+
+def test_a_path_of_a_million_characters_is_tokenized_in_linear_time() -> None:
+    """Every tail of it was made before the long ones were dropped: ~250 GB for this one."""
+    import time
+
+    started = time.perf_counter()
+    terms = tokenize("a/" * 500_000 + "end")
+    assert time.perf_counter() - started < 5
+    # The whole and the longer tails are too long to be terms; the parts "a" too short.
+    assert terms == ["a/" * k + "end" for k in range(62, 0, -1)] + ["end"]
