@@ -408,3 +408,81 @@ def test_bulk_store_and_import_count_every_item_s_tokens(tmp_path):
     for item in [*res.items, *imported]:
         assert item.content_tokens == store.counter.count(item.content) > 0
         assert item.summary_tokens == store.counter.count(item.summary)
+
+
+class _Refused(RuntimeError):
+    """What the patched analysis raises for a marked text."""
+
+
+@pytest.fixture
+def refuse_marked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Indexing a text holding REFUSE raises, as analysing a pathological input can."""
+    from compactor import index
+
+    real = index.tokenize
+
+    def tokenize(text: str) -> list[str]:
+        if "REFUSE" in text:
+            raise _Refused(text[:20])
+        return real(text)
+
+    monkeypatch.setattr(index, "tokenize", tokenize)
+
+
+def _as_it_was(store: Store, contents: set[str]) -> None:
+    from tests.test_budget_property import derived, kept
+
+    assert {store.get(i).content for i in store.ids()} == contents
+    assert kept(store) == derived(store)
+
+
+@pytest.mark.parametrize("how", ["store", "bulk_store"])
+def test_an_input_that_fails_while_indexed_leaves_the_store_as_it_was(
+    tmp_path: Any, refuse_marked: None, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failure itself reaches the caller, not a KeyError from undoing a half-filed item,
+    and nothing of the call stays behind: not the item, not its postings, not its buckets.
+    The bulk case fails in its second indexing batch, after the first was indexed."""
+    from compactor import constants as C
+
+    monkeypatch.setattr(C, "REBUILD_BATCH", 3)
+    store = Store(state_dir=tmp_path / "state")
+    before = {store.store(f"kept item {n} about parsers").item.id for n in range(3)}
+    contents = {store.get(i).content for i in before}
+    batch = [StoreInput(f"new item {n} about parsers") for n in range(5)] + [StoreInput("REFUSE")]
+    call = (
+        (lambda: store.store("REFUSE this one while it is indexed"))
+        if how == "store"
+        else (lambda: store.bulk_store(batch))
+    )
+    with pytest.raises(_Refused):
+        call()
+    _as_it_was(store, contents)
+    assert {h.item.id for h in store.query("parsers", limit=20)} == before
+    after = store.store("stored after the failure").item.id
+    store.close()
+    again = Store(state_dir=tmp_path / "state")
+    _as_it_was(again, contents | {"stored after the failure"})
+    assert after in again.ids()
+
+
+def test_a_near_duplicate_filing_that_fails_takes_the_item_out_of_the_index(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compactor.dedup import DedupIndex
+
+    real = DedupIndex.add
+
+    def add(self: DedupIndex, item_id: str, words: Any) -> None:
+        words = list(words)
+        if "refuse" in words:
+            raise _Refused(item_id)
+        real(self, item_id, words)
+
+    monkeypatch.setattr(DedupIndex, "add", add)
+    store = Store(state_dir=tmp_path / "state")
+    kept_id = store.store("kept item about parsers").item.id
+    with pytest.raises(_Refused):
+        store.store("refuse to file this one")
+    _as_it_was(store, {"kept item about parsers"})
+    assert [h.item.id for h in store.query("refuse parsers")] == [kept_id]

@@ -321,8 +321,16 @@ class _StateOps:
             for item in items:
                 self._put(s, item)
             return
-        # Indexed first: add_many checks every id before it changes anything.
-        self._index_new(s, items)
+        # Indexed first: add_many checks every id before it changes anything. What a batch
+        # indexed before a later one failed is taken out again: the rollback only sees items.
+        try:
+            self._index_new(s, items)
+        except BaseException:
+            for item in items:
+                if item.id in s.index:
+                    s.index.remove(item.id)
+                s.dedup.remove(item.id)
+            raise
         for item in items:
             self._put(s, item, derived=False)
 
@@ -471,6 +479,10 @@ class _StateOps:
     def _put(self, s: _State, item: Item, *, derived: bool = True) -> None:
         """Add an item to every structure; `derived=False` when the index and dedup buckets
         were restored from a snapshot and already hold it."""
+        if derived:
+            # First: it is what an input can make fail, and a failure must leave nothing half
+            # filed for the transaction's rollback (`_drop` expects every structure to hold it).
+            self._derive(s, item)
         s.items[item.id] = item
         self._order(s, item)
         if item.seq >= s.next_seq:
@@ -479,8 +491,6 @@ class _StateOps:
             s.tag(item)
         if item.file_paths:
             s.views.add(item.id, item.file_paths)
-        if derived:
-            self._derive(s, item)
         tier = item.tier
         if tier == "archived":
             s.archived_tokens += item.content_tokens
@@ -502,7 +512,11 @@ class _StateOps:
         """Index the item for search and, if an active leaf, for near-duplicates."""
         s.index.add(item.id, *index_fields(item))
         if item.tier == "active" and not item.depth:
-            s.dedup.add(item.id, s.index.terms(item.id))
+            try:
+                s.dedup.add(item.id, s.index.terms(item.id))
+            except BaseException:
+                s.index.remove(item.id)
+                raise
 
     def _drop(self, s: _State, item: Item) -> None:
         del s.items[item.id]
