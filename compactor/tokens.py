@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import re
 import threading
 from collections.abc import Callable
 from functools import lru_cache
@@ -12,6 +13,13 @@ log = logging.getLogger(__name__)
 
 # ~4 characters a token is the usual rule of thumb for English and code under cl100k.
 _CHARS_PER_TOKEN = 4.0
+# tiktoken's pattern gives up on a run of about a million whitespace characters with a Rust
+# panic, which Python raises as a BaseException that no tool call catches: one such store
+# ended the server. A text holding a run this long is counted in pieces of this size instead
+# (a token or two apart from the whole, where a piece cuts one). Found from each run's
+# start only (the lookbehind), so the search stays linear however the runs are laid out.
+_RUN_CHARS = 100_000
+_LONG_RUN = re.compile(rf"(?<!\s)\s{{{_RUN_CHARS}}}")
 
 
 class TokenCounter:
@@ -76,6 +84,9 @@ class TokenCounter:
         self._ensure()
         if self._encode is None:
             return max(1, round(len(text) / _CHARS_PER_TOKEN))
+        if len(text) > _RUN_CHARS and _LONG_RUN.search(text):
+            encode = self._encode
+            return sum(len(encode(text[i : i + _RUN_CHARS])) for i in range(0, len(text), _RUN_CHARS))
         return len(self._encode(text))
 
 

