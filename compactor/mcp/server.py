@@ -153,6 +153,14 @@ def build_server(
             return fn()
         except CompactorError as exc:
             raise ToolError(str(exc)) from exc
+        except (Exception, KeyboardInterrupt, SystemExit):
+            raise  # an Exception the SDK reports as a tool error
+        except BaseException as exc:
+            # A native library's panic (pyo3 raises one as a BaseException) would pass the
+            # SDK's handler and end the server, and every session a shared host serves with
+            # it. A write's transaction has been undone by now.
+            log.error("a tool call failed in a native library", exc_info=exc)
+            raise ToolError(f"the call failed inside a library ({type(exc).__name__}); nothing was changed.") from exc
 
     kit = ToolKit(store, run)
     for group in (tools_read, tools_memory, tools_dag, tools_budget):
