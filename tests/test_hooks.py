@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,44 @@ def test_session_start_recalls_with_the_projects_last_task(tmp_path, state_dir):
     res = hook("session-start", {"session_id": "o", "source": "startup", "cwd": str(other)}, state_dir)
     ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
     assert "last task" not in ctx and "Related to the task" not in ctx
+
+
+_INJECTED_OLD = re.compile(r"<(system-reminder|command-[\w-]+|local-command-[\w-]+)>.*?</\1>", re.S)
+_FRAGMENTS = st.sampled_from(
+    [
+        "<system-reminder>",
+        "</system-reminder>",
+        "<command-name>",
+        "</command-name>",
+        "<command-a-b>",
+        "</command-a-b>",
+        "<local-command-stdout>",
+        "</local-command-stdout>",
+        "</command-",
+        "<command->",
+        "keep this",
+        " ",
+        "\n",
+        "x",
+    ]
+)
+
+
+@given(st.lists(_FRAGMENTS, max_size=30).map("".join))
+def test_injected_blocks_are_cut_as_the_lazy_regex_cut_them(text: str) -> None:
+    from compactor.transcript import _clean
+
+    assert _clean(text) == _INJECTED_OLD.sub("", text).strip()
+
+
+def test_a_transcript_full_of_unclosed_injected_tags_is_digested_at_once(tmp_path, state_dir):
+    """The lazy regex scanned to the end of the text for each opening tag left unclosed:
+    20,000 of them in one turn took 22 s, past a hook's time to run."""
+    t = Transcript(SID)
+    t.user("Please keep the public API stable. " + "<system-reminder>" * 20_000 + " and <command-x> too")
+    path = t.write(tmp_path / f"{SID}.jsonl")
+    started = time.monotonic()
+    res = hook("pre-compact", pre_compact_payload(path), state_dir, "--json")
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - started < 15
+    assert "keep the public API stable" in session_items(state_dir)["requirements"]
