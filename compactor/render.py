@@ -30,6 +30,15 @@ def counted(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
+def page_span(noun: str, offset: int, shown: int, total: int) -> str:
+    """Which of `total` a page shows: "items 21-40 of 109"; one past the end says so."""
+    if shown:
+        return f"{noun} {offset + 1:,}-{offset + shown:,} of {total:,}"
+    if offset and offset >= total:
+        return f"no {noun} from offset {offset:,}: there are {total:,}"
+    return f"no {noun}"
+
+
 def budget_line(used: int, budget: int, active: int, archived: int) -> str:
     pct = 100.0 * used / budget if budget else 0.0
     return f"Budget: {used:,}/{budget:,} tokens ({pct:.1f}%) · {active:,} active · {archived:,} archived"

@@ -135,6 +135,8 @@ def test_list_show_query_tree(capsys, state_dir, filled):
         archived_child = next(s.get(c) for c in node.children if s.get(c).tier == "archived")
     code, out, _ = run(capsys, "list", *sd, "--tier", "archived", "--limit", "3")
     assert code == 0 and "ID" in out and "of" in out and "next: --offset 3" in out
+    code, out, _ = run(capsys, "list", *sd, "--offset", "100000")
+    assert code == 0 and f"No active items from offset 100,000: there are {expected.total:,}." in out
 
     code, out, _ = run(capsys, "show", filled["decision"], *sd)
     assert code == 0

@@ -477,3 +477,29 @@ def test_pinning_an_archived_or_summarised_item_keeps_it_in_full_in_active_memor
                 assert item_id in recall.content[0].text  # type: ignore[union-attr]
 
     anyio.run(main)
+
+
+async def test_a_page_header_says_which_items_it_shows_and_when_an_offset_is_past_the_end(store: Store):
+    """It said "items 0-100000000 of 3" for an offset past the end."""
+
+    async def header(tool: str, **args: Any) -> str:
+        with anyio.fail_after(10):
+            res = await c.call_tool(tool, args)
+        assert not res.is_error
+        return res.content[0].text.splitlines()[0]  # type: ignore[union-attr]
+
+    async with connect(store) as c:
+        assert await header("list") == "active: no items"
+        for i in range(3):
+            await call(c, "store", content=f"entry {i}")
+        assert await header("list", offset=1, limit=1) == "active: items 2-2 of 3 (newest first)"
+        assert await header("list", offset=100_000_000) == "active: no items from offset 100,000,000: there are 3"
+        store.configure(token_budget=1_000)
+        for i in range(40):
+            store.store(f"filler {i} " + "lorem ipsum dolor sit amet " * 30)
+        node = next(it for it in store.iter_items() if it.depth)
+        total = len(node.children)
+        assert (await header("expand", id=node.id, offset=1, limit=2)).endswith(f"children 2-3 of {total}")
+        assert (await header("expand", id=node.id, offset=99_999)).endswith(
+            f"no children from offset 99,999: there are {total}"
+        )

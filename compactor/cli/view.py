@@ -167,7 +167,11 @@ def cmd_list(args: argparse.Namespace, out: Out) -> int:
         return EXIT_OK
     now = time.time()
     if not page.items:
-        out.line(f"No {args.tier} items." if args.tier != "all" else "No items.")
+        if page.total and page.offset >= page.total:
+            which = "" if args.tier == "all" else f"{args.tier} "
+            out.line(f"No {which}items from offset {page.offset:,}: there are {page.total:,}.")
+        else:
+            out.line(f"No {args.tier} items." if args.tier != "all" else "No items.")
         if note:
             out.line(note)
         return EXIT_OK

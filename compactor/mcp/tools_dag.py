@@ -11,6 +11,7 @@ from pydantic import Field
 
 from .. import constants as C
 from ..condense import gist
+from ..render import page_span
 from . import schemas as S
 from .kit import READ_ONLY, WRITE_IDEMPOTENT, IdArg, ToolKit
 from .replies import bounded, result
@@ -35,7 +36,7 @@ def register(kit: ToolKit) -> None:
             nxt = offset + len(kids)
             lines = [
                 f"{node.id} (d{node.depth}, {node.quality or ''}): "
-                f"children {offset + 1 if kids else 0}-{nxt} of {total}"
+                f"{page_span('children', offset, len(kids), total)}"
                 + (f"; {len(node.gone_children)} forgotten" if node.gone_children else "")
             ]
             lines.extend(f"- {k.id} d{k.depth} [{k.tier}] {gist(k, 140)}" for k in kids)

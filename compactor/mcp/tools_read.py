@@ -11,7 +11,7 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from .. import constants as C
-from ..render import fence, item_line, item_preview, preview
+from ..render import fence, item_line, item_preview, page_span, preview
 from ..views import describe as describe_view
 from . import schemas as S
 from .kit import READ_ONLY, WRITE_IDEMPOTENT, IdArg, ScopeArg, TagsArg, ToolKit
@@ -125,7 +125,8 @@ def register(kit: ToolKit) -> None:
             page = store.list_items(offset=offset, limit=limit, tier=tier, scope=scope)
             nxt = offset + len(page.items)
             next_offset = nxt if nxt < page.total else None
-            lines = [f"{tier}: items {offset + 1 if page.items else 0}-{nxt} of {page.total:,} (newest first)"]
+            span = page_span("items", offset, len(page.items), page.total)
+            lines = [f"{tier}: {span} (newest first)" if page.items else f"{tier}: {span}"]
             lines.extend(item_line(it) for it in page.items)
             if next_offset is not None:
                 lines.append(f"(more: list(offset={next_offset}))")
