@@ -9,8 +9,11 @@ from urllib.parse import unquote, urlparse
 
 def git_root(start: Path) -> Path | None:
     for candidate in (start, *start.parents):
-        if (candidate / ".git").exists():
-            return candidate
+        try:
+            if (candidate / ".git").exists():
+                return candidate
+        except (OSError, ValueError):  # a path too long, one we may not search, a NUL byte
+            return None
     return None
 
 
@@ -24,5 +27,7 @@ def scope_from_root_uri(uri: str) -> str | None:
     parsed = urlparse(uri)
     if parsed.scheme != "file" or not parsed.path:
         return None
-    path = Path(unquote(parsed.path))
-    return str(git_root(path) or path)
+    path = unquote(parsed.path)
+    if not path.isprintable():  # a scope is one line of text
+        return None
+    return str(git_root(Path(path)) or Path(path))

@@ -204,3 +204,36 @@ def test_a_stdio_client_is_asked_for_its_roots_once(tmp_path: Path, state_dir: P
         errors = proc.stderr.read().decode()
         proc.stderr.close()
     assert code == 0, errors[-2000:]
+
+
+def test_a_root_no_project_can_be_made_of_is_passed_over(tmp_path: Path):
+    """A root whose path is longer than the system allows raised ENAMETOOLONG while its git
+    root was looked for, and one with a NUL byte ValueError: the client's first call failed
+    with that error. A root whose parents cannot be searched is its own scope; the server
+    passes over one that cannot be a scope (not one line, longer than a scope may be)."""
+    long_root = "file:///" + "a/" * 3000 + "proj"  # longer than a scope may be, too
+    assert scope_from_root_uri(long_root) == "/" + "a/" * 3000 + "proj"
+    deep = "file:///" + "a/" * 2000 + "proj"  # a scope, but longer than a path may be
+    assert scope_from_root_uri(deep) == "/" + "a/" * 2000 + "proj"
+    assert scope_from_root_uri("file:///tmp/a%00b") is None
+    assert scope_from_root_uri("file:///tmp/a%0Ab") is None
+    store = Store(scope="/the/server/project")
+
+    async def roots(_ctx: object) -> ListRootsResult:
+        return ListRootsResult(  # type: ignore[arg-type]
+            roots=[
+                Root(uri="file:///tmp/a%00b", name="nul"),
+                Root(uri=long_root, name="long"),
+                Root(uri=deep, name="deep"),
+            ]
+        )
+
+    async def main() -> None:
+        with anyio.fail_after(20):
+            async with Client(build_server(store), mode="legacy", list_roots_callback=roots) as c:
+                res = await c.call_tool("store", {"content": "stored by a client with odd roots"})
+                assert not res.is_error, res.content
+                st = await c.call_tool("status", {})
+                assert st.structured_content["scope"] == "/" + "a/" * 2000 + "proj"  # type: ignore[index]
+
+    anyio.run(main)

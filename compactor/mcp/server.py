@@ -139,7 +139,7 @@ def build_server(
             return
         for root in roots.roots:
             scope = scope_from_root_uri(str(root.uri))
-            if scope:
+            if scope and len(scope) <= C.SCOPE_MAX_CHARS:  # longer, it could not be exported
                 seen_clients.set(client, scope)
                 return
 
