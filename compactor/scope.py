@@ -3,6 +3,7 @@ server's working directory, else that directory itself."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -17,8 +18,18 @@ def git_root(start: Path) -> Path | None:
     return None
 
 
+def _working_dir() -> Path:
+    """The working directory, or where the shell says it was when it has been deleted (a
+    removed worktree): the project it was is still the project."""
+    try:
+        return Path.cwd()
+    except OSError:
+        pwd = os.environ.get("PWD", "")
+        return Path(pwd) if os.path.isabs(pwd) else Path("/")
+
+
 def project_scope(cwd: Path | None = None) -> str:
-    here = (cwd or Path.cwd()).resolve()
+    here = (cwd or _working_dir()).resolve()
     return str(git_root(here) or here)
 
 

@@ -237,3 +237,49 @@ def test_a_root_no_project_can_be_made_of_is_passed_over(tmp_path: Path):
                 assert st.structured_content["scope"] == "/" + "a/" * 2000 + "proj"  # type: ignore[index]
 
     anyio.run(main)
+
+
+def test_a_server_started_in_a_deleted_directory_serves_that_project(tmp_path: Path, state_dir: Path):
+    """Path.cwd() raises there (a removed worktree): the server died with a traceback, and the
+    CLI said "No such file or directory". The scope is where the shell says it was; a relative
+    --state-dir, which cannot be found, is refused in one sentence."""
+    import shlex
+    import subprocess
+
+    from tests.conftest import ROOT, server_command, server_env
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def in_gone(*args: str) -> str:
+        command = " ".join(shlex.quote(a) for a in server_command(*args))
+        return f"cd {shlex.quote(str(gone))} && rmdir {shlex.quote(str(gone))} && exec {command}"
+
+    # PYTHONPATH without an empty entry: Python cannot start at all with one (the working
+    # directory) once that directory is gone.
+    env = {**server_env(), "PWD": str(gone), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        ["sh", "-c", in_gone("--state-dir", str(state_dir))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    with StdioServer(process=proc) as srv:
+        assert srv.ok("status")["scope"] == str(gone)
+        item = srv.ok("store", content="stored from a deleted directory")["id"]
+        assert srv.ok("get", id=item)["content"] == "stored from a deleted directory"
+    (gone).mkdir()
+    done = subprocess.run(
+        ["sh", "-c", in_gone("status", "--state-dir", "relative/state")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "compactor status: --state-dir relative/state is relative and the working directory no longer exists. "
+        "Pass an absolute path."
+    )

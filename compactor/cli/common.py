@@ -16,6 +16,7 @@ from ..persist import JOURNAL, SNAPSHOT
 from ..report import StateFiles
 from ..scope import project_scope
 from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store, TierFilter
+from .serve import lost_cwd_problem
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -115,6 +116,9 @@ def state_dir_of(args: argparse.Namespace) -> Path:
 
 def check_state_dir(path: Path) -> None:
     """A state dir is a directory, or a path where one can be made: say so before a Store fails."""
+    lost = lost_cwd_problem(path)
+    if lost:
+        raise CliError(lost.removesuffix("."), EXIT_USAGE)
     if path.exists() and not path.is_dir():
         raise CliError(
             f"--state-dir {path} is a file, not a directory. Pass a directory (compactor creates it on first write)",
