@@ -322,3 +322,45 @@ async def export_all(c: Client) -> dict[str, str]:
 
 def export_stdio(srv: StdioServer) -> dict[str, str]:
     return {rec["id"]: rec["content"] for rec in srv.export_records()}
+
+
+def _refused(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        server_command("--transport", "streamable-http", *args),
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_port_out_of_range_is_refused_by_the_parser():
+    """--port 99999 ended in an exception-group traceback from the event loop; 0 bound a
+    random port nobody was told of."""
+    for port in ("99999", "0", "http"):
+        done = _refused("--port", port)
+        assert done.returncode == 2, done.stderr[-300:]
+        assert "argument --port:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_port_in_use_or_an_address_not_here_is_said_in_one_sentence(tmp_path: Path):
+    """uvicorn said it in a log line after the store had loaded; it is checked first."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _refused("--port", str(port), "--state-dir", str(tmp_path / "state"))
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"compactor: cannot start: cannot listen on 127.0.0.1:{port}: Address already in use. "
+        "Pass another --port or stop what uses it."
+    )
+    assert not (tmp_path / "state").exists()  # refused before anything was made
+    token = tmp_path / "token"
+    token.write_text("a-token-long-enough-for-the-check\n")
+    token.chmod(0o600)
+    done = _refused("--host", "no-such-host.invalid", "--port", str(free_port()), "--token-file", str(token))
+    assert done.returncode == 1 and "cannot serve on no-such-host.invalid" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -31,6 +32,40 @@ def _positive_int(text: str) -> int:
     if not C.BUDGET_MIN <= value <= C.BUDGET_MAX:
         raise argparse.ArgumentTypeError(f"must be from {C.BUDGET_MIN:,} to {C.BUDGET_MAX:,}")
     return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be from 1 to 65535")
+    return value
+
+
+def _listen_problem(host: str, port: int) -> str | None:
+    """Why HTTP could not be served on host:port (in use, not an address here), said before the
+    store loads; uvicorn would say it in a log line after. None when a listener can bind."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"cannot serve on {host}: {exc.strerror}. Pass an address of this machine with --host."
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            fix = (
+                "Pass another --port or stop what uses it."
+                if exc.errno == errno.EADDRINUSE
+                else "Pass an address of this machine with --host."
+                if exc.errno == errno.EADDRNOTAVAIL
+                else "Pass another --host or --port."
+            )
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}. {fix}"
+    return None
 
 
 def _interval(text: str) -> float:
@@ -72,7 +107,7 @@ def serve_parser() -> argparse.ArgumentParser:
         help="stdio (default: the client starts this process) or streamable-http (clients connect to --host:--port)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to serve HTTP on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=C.HTTP_PORT_DEFAULT, help=f"HTTP port (default {C.HTTP_PORT_DEFAULT})")
+    p.add_argument("--port", type=_port, default=C.HTTP_PORT_DEFAULT, help=f"HTTP port (default {C.HTTP_PORT_DEFAULT})")
     p.add_argument(
         "--token-file",
         type=Path,
@@ -201,6 +236,10 @@ def run_server(argv: Sequence[str]) -> int:
                 file=sys.stderr,
             )
             return 2
+        problem = _listen_problem(args.host, args.port)
+        if problem:
+            print(f"compactor: cannot start: {problem}", file=sys.stderr)
+            return 1
     store = _load_store(args, state_dir=args.state_dir, database=args.database, scope=args.scope or project_scope())
     if store is None:
         return 1
