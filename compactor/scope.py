@@ -1,5 +1,6 @@
 """Which project a memory belongs to: the client's first root, else the git root of the
-server's working directory, else that directory itself."""
+server's working directory, else that directory itself; and what a deleted working directory
+leaves of both."""
 
 from __future__ import annotations
 
@@ -42,3 +43,15 @@ def scope_from_root_uri(uri: str) -> str | None:
     if not path.isprintable():  # a scope is one line of text
         return None
     return str(git_root(Path(path)) or Path(path))
+
+
+def lost_cwd_problem(path: Path) -> str | None:
+    """Why a relative --state-dir cannot be found: the working directory it is relative to was
+    deleted (a removed worktree). None otherwise."""
+    if path.is_absolute():
+        return None
+    try:
+        os.getcwd()
+    except OSError:
+        return f"--state-dir {path} is relative and the working directory no longer exists. Pass an absolute path."
+    return None

@@ -14,9 +14,8 @@ from typing import Any, TextIO
 
 from ..persist import JOURNAL, SNAPSHOT
 from ..report import StateFiles
-from ..scope import project_scope
+from ..scope import lost_cwd_problem, project_scope
 from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store, TierFilter
-from .serve import lost_cwd_problem
 
 EXIT_OK = 0
 EXIT_ERROR = 1

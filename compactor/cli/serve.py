@@ -159,21 +159,11 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def lost_cwd_problem(path: Path) -> str | None:
-    """Why a relative --state-dir cannot be found: the working directory it is relative to was
-    deleted (a removed worktree). None otherwise."""
-    if path.is_absolute():
-        return None
-    try:
-        os.getcwd()
-    except OSError:
-        return f"--state-dir {path} is relative and the working directory no longer exists. Pass an absolute path."
-    return None
-
-
 def state_dir_problem(path: Path) -> str | None:
     """Why the server could not keep state in `path`, said with what to do; None when it can.
     In a container, a bind-mounted host directory is owned by the host user, not the image's."""
+    from ..scope import lost_cwd_problem
+
     lost = lost_cwd_problem(path)
     if lost:
         return lost
