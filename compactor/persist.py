@@ -659,9 +659,26 @@ class StateDir:
             log.warning("could not cut the torn journal tail: %s", exc)
 
     # --- catching up with other processes -------------------------------------------------
+    def gone(self) -> bool:
+        """Whether the state dir this process opened was deleted or moved away since (its lock
+        file is no longer at its path): this process then holds the only copy of its memory.
+        By path alone: inode numbers are not stable on every file system (some FUSE mounts)."""
+        if self._lock_fd is None:
+            return False
+        try:
+            os.stat(self.path / LOCK)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return False
+
     def journal_changed(self) -> bool:
         """Whether another process appended or rotated since we last read: the lock file's
-        record (one pread on a descriptor we hold) and the journal's size. Call under the lock."""
+        record (one pread on a descriptor we hold) and the journal's size. Call under the lock.
+        False once the state dir is gone: memory is all that is left, and reads go on from it."""
+        if self.gone():
+            return False
         record = self.read_record()
         if record is None or record.gen != self.gen or record.end != self.offset:
             return True
@@ -692,6 +709,13 @@ class StateDir:
     # --- writing --------------------------------------------------------------------------
     def append(self, ops: list[Op], *, sync: bool = True) -> None:
         """Append one call's ops as one line; fsync before returning when `sync`."""
+        if self.gone():
+            raise PersistenceError(
+                f"The state dir {self.path} was deleted or moved while this server ran, so nothing more can be "
+                "saved there, and this process holds the only copy of its memory. This call was not applied. "
+                "Export what it holds now if you need it (the `export` tool), then restart the server: it starts "
+                "an empty memory there."
+            )
         line = journal_line(ops)
         try:
             fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | NOFOLLOW)

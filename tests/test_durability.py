@@ -346,3 +346,27 @@ def test_repair_restores_private_modes_and_leaves_a_healthy_dir(state_dir: Path)
     assert (state_dir / "journal.jsonl").stat().st_mode & 0o777 == 0o600
     assert state_dir.stat().st_mode & 0o777 == 0o700
     assert sorted(Store(state_dir=state_dir).ids()) == sorted(ids)
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved"])
+def test_a_state_dir_taken_away_under_a_running_server_leaves_its_memory_readable(tmp_path: Path, how: str):
+    """Deleted (rm -rf) or moved while the server ran: every call, reads included, failed with
+    "Journal ... is missing, but ... lock records N acknowledged bytes" and a doctor command for
+    a directory that was not there. Reads now go on from memory (export can rescue it), and a
+    write is refused saying what happened."""
+    import shutil
+
+    state = tmp_path / "state"
+    with StdioServer("--state-dir", str(state)) as srv:
+        kept = srv.ok("store", content="stored before the directory went")["id"]
+        if how == "deleted":
+            shutil.rmtree(state)
+        else:
+            state.rename(tmp_path / "elsewhere")
+        refused = srv.call("store", content="stored after")
+        assert refused["isError"]
+        assert f"The state dir {state} was deleted or moved while this server ran" in refused["content"][0]["text"]
+        assert [i["id"] for i in srv.ok("query", query="directory")["items"]] == [kept]
+        assert [r["id"] for r in srv.export_records()] == [kept]
+        assert srv.ok("status")["active_items"] == 1
+    assert not state.exists()  # nothing was made again in its place
