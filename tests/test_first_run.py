@@ -105,3 +105,31 @@ def test_a_warning_reaches_the_cli_user_as_a_message_not_a_log_line(tmp_path):
     assert not LOG_LINE.search(res.stderr) and not LOG_LINE.search(res.stdout), res.stderr
     [line] = res.stderr.splitlines()
     assert line.startswith("compactor status: ") and "torn last line" in line
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_the_server_typed_at_a_terminal_says_what_it_is_and_ctrl_d_stops_it(tmp_path, share):
+    """Run by hand, `compactor` waited on stdin without a word, looking hung. With stdin a
+    terminal it says what it is on stderr (stdout stays the protocol's); a client's pipe gets
+    no such line."""
+    import os
+    import pty
+    import time
+
+    args = ["--state-dir", str(tmp_path / "state"), *([] if share else ["--no-share"])]
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            server_command(*args), stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env()
+        )
+        time.sleep(1.5)
+        os.write(leader, b"\x04")  # Ctrl-D at the start of a line: end of input
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert proc.returncode == 0
+    assert out == b""
+    assert err.decode().startswith("compactor: serving MCP on stdio, for an MCP client to start and talk to")
+    piped = subprocess.run(server_command(*args), input=b"", capture_output=True, env=server_env(), timeout=30)
+    assert piped.returncode == 0 and b"serving MCP on stdio" not in piped.stderr

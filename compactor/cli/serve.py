@@ -197,6 +197,13 @@ def run_server(argv: Sequence[str]) -> int:
         if problem:
             print(f"compactor: cannot start: {problem}", file=sys.stderr)
             return 1
+    if args.transport == "stdio" and sys.stdin.isatty():
+        # A person typed `compactor` to try it: without a word it looks hung.
+        print(
+            "compactor: serving MCP on stdio, for an MCP client to start and talk to (see the README to "
+            "register it). `compactor --help` lists the commands for people; Ctrl-D stops this.",
+            file=sys.stderr,
+        )
     if args.transport == "stdio" and args.state_dir is not None and not args.no_share and _can_share():
         code = _run_shared(args)
         if code is not None:
