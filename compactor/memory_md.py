@@ -93,6 +93,10 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any] | None, str]:
     if not m:
         return None, text
     try:
+        # No aliases: frontmatter has no use for them, and nine levels of them ten wide are a
+        # billion strings the first time one is turned into text (a MemoryError at import).
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(m.group(1), Loader=yaml.SafeLoader)):
+            raise yaml.YAMLError("it uses an alias (*name)")
         meta = yaml.safe_load(m.group(1))
     except yaml.YAMLError as exc:
         log.warning("frontmatter is not valid YAML (%s); keeping the file as plain text", exc)

@@ -252,3 +252,47 @@ def test_any_memory_md_parses_into_storable_entries(lines):
     for e in entries:
         inp = to_store_input(e)
         assert inp.content.strip() and re.fullmatch(r"[a-z0-9][a-z0-9_-]{2,63}", inp.item_id or "")
+
+
+def test_frontmatter_with_aliases_is_read_as_plain_text_not_expanded(tmp_path: Path):
+    """Nine levels of YAML aliases ten wide are a billion strings once turned into text:
+    `compactor import` of such a memory file ran out of memory. Aliases are refused, and the
+    file is kept as plain text like any frontmatter that is not valid. Through the CLI in a
+    process of its own, with a 2 GB address-space cap it would have blown through."""
+    import resource
+    import subprocess
+
+    from tests.conftest import server_command, server_env
+
+    levels = ['a: &a ["x","x","x","x","x","x","x","x","x","x"]']
+    previous = "a"
+    for name in "bcdefghi":
+        levels.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 10) + "]")
+        previous = name
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    text = "---\n" + "\n".join(levels) + f"\nname: bomb\ntags: [*{previous}]\ndescription: *{previous}\n---\nthe body\n"
+    (memory / "bomb.md").write_text(text)
+    (memory / "MEMORY.md").write_text("- [bomb](bomb.md) — a note\n")
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    done = subprocess.run(
+        server_command("import", str(memory), "--state-dir", str(tmp_path / "state")),
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=capped,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "it uses an alias (*name)" in done.stderr and "keeping the file as plain text" in done.stderr
+    assert "Imported 1 item from" in done.stdout and "0 were already present" in done.stdout
+    store = Store(state_dir=tmp_path / "state", scope="all")
+    try:
+        [item] = [store.get(i) for i in store.ids()]
+        assert "&a" in item.content and "the body" in item.content
+    finally:
+        store.close()

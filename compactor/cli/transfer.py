@@ -271,7 +271,11 @@ def cmd_import(args: argparse.Namespace, out: Out) -> int:
     if out.json_mode:
         out.json({"kind": kind, "imported": new, "already_present": result.skipped, "dropped_nodes": dropped})
         return EXIT_OK
-    out.line(f"Imported {len(new)} items from {args.path} ({kind}); {len(result.skipped)} were already present.")
+    n, skipped = len(new), len(result.skipped)
+    out.line(
+        f"Imported {n} item{'' if n == 1 else 's'} from {args.path} ({kind}); "
+        f"{skipped} {'was' if skipped == 1 else 'were'} already present."
+    )
     if dropped:
         out.line(
             f"{len(dropped)} summary node(s) left out: their children are not in the file or not linked to them "
