@@ -306,6 +306,8 @@ def _looks_like_json(stripped: str) -> bool:
         json.loads(stripped)
     except ValueError:
         return False
+    except RecursionError:  # brackets thousands deep: data, if not valid JSON, then near it
+        return True
     return True
 
 

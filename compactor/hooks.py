@@ -45,6 +45,9 @@ def read_payload(stream: TextIO) -> dict[str, Any]:
     except ValueError as exc:
         log.warning("hook input is not JSON (%s); continuing without it", exc)
         return {}
+    except RecursionError:  # arrays in arrays, thousands deep: the decoder gives up
+        log.warning("hook input is nested too deeply to read; continuing without it")
+        return {}
     if not isinstance(value, dict):
         log.warning("hook input is not a JSON object; continuing without it")
         return {}

@@ -49,7 +49,7 @@ def parse_tags(value: str | Sequence[str] | None) -> list[str]:
     else:
         for item in value:
             if not isinstance(item, str):
-                raise TypeError(f"tags must be strings, got {type(item).__name__}: {item!r}")
+                raise TypeError(f"tags must be strings, got a {type(item).__name__}.")
         items = value
     return _dedupe(_check_tag(item) for item in items)
 

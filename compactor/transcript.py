@@ -182,7 +182,7 @@ def digest_transcript(path: Path, session_id: str = "", cwd: str = "") -> Digest
         d.lines += 1
         try:
             entry = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested thousands deep
             d.malformed += 1
             continue
         if not isinstance(entry, dict):

@@ -339,3 +339,20 @@ def test_a_transcript_full_of_unclosed_injected_tags_is_digested_at_once(tmp_pat
     assert res.returncode == 0, res.stderr
     assert time.monotonic() - started < 15
     assert "keep the public API stable" in session_items(state_dir)["requirements"]
+
+
+def test_json_nested_thousands_deep_is_malformed_input_not_a_crash(tmp_path, state_dir):
+    """Python's decoder raises RecursionError, not ValueError, on it: the hook input and a
+    transcript line ended the hooks with a traceback."""
+    deep = "[" * 100_000 + "]" * 100_000
+    start = hook("session-start", deep, state_dir)
+    assert start.returncode == 0 and "hook input is nested too deeply to read" in start.stderr
+    assert json.loads(start.stdout)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    t = Transcript(SID)
+    t.user("Please keep the public API stable.")
+    t.raw('{"type": "user", "message": {"role": "user", "content": ' + deep + "}}")
+    path = t.write(tmp_path / f"{SID}.jsonl")
+    res = hook("pre-compact", pre_compact_payload(path), state_dir, "--json")
+    assert res.returncode == 0, res.stderr[-300:]
+    assert json.loads(res.stdout)["malformed_lines"] == 1
+    assert "keep the public API stable" in session_items(state_dir)["requirements"]

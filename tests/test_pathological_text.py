@@ -1,7 +1,8 @@
-"""Texts that stopped the server or ran it out of memory, each well inside the 1 MiB content
-limit: a run of a million whitespace characters (tiktoken's pattern gives up on it with a Rust
-panic, a BaseException that ended the process) and a path-like token of a million characters
-(every tail of it was made before the long ones were dropped: hundreds of gigabytes).
+"""Texts that stopped the server, ran it out of memory or could not be stored, each well inside
+the 1 MiB content limit: a run of a million whitespace characters (tiktoken's pattern gives up
+on it with a Rust panic, a BaseException that ended the process), a path-like token of a million
+characters (every tail of it was made before the long ones were dropped: hundreds of gigabytes),
+and JSON nested 100,000 deep (the classifier's parse raised RecursionError).
 
 Each is stored through a stdio server on a state dir (so through the shared host, with a
 second session on it that must keep working), through the SDK's in-memory client, and by the
@@ -28,6 +29,8 @@ TEXTS = {
     "tabs": "\t" * 999_999 + "y",
     "path": "a/" * 500_000 + "end",
     "mixed": "aZ9_-./" * 140_000,
+    # Valid JSON, nested too deeply for Python's decoder: classifying it raised RecursionError.
+    "deep-json": "[" * 100_000 + "]" * 100_000,
 }
 # Generous for a 2-core machine; each took 0.4-0.6 s in-process when fixed, and forever before.
 SECONDS = 30

@@ -192,6 +192,22 @@ def test_invalid_record_imports_nothing(capsys, tmp_path):
     assert not (dst / "journal.jsonl").exists() or "good-one" not in (dst / "journal.jsonl").read_text()
 
 
+def test_a_file_nested_thousands_deep_is_refused_in_one_sentence(capsys, tmp_path):
+    """The decoder's RecursionError came out as a traceback; and a tag that is a list was
+    echoed whole, without the sentence's full stop."""
+    path = tmp_path / "deep.json"
+    path.write_text('{"items": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    code, _, err = run(capsys, "import", str(path), "--state-dir", str(tmp_path / "dst"))
+    assert code == 1
+    assert err.strip() == (
+        f"compactor import: {path} is nested too deeply to be an export. Import a file written by `compactor export`."
+    )
+    path.write_text(json.dumps({"items": [{"id": "listed", "content": "x", "tags": [["a", "b"]]}]}))
+    code, _, err = run(capsys, "import", str(path), "--state-dir", str(tmp_path / "dst"))
+    assert code == 1
+    assert err.strip() == "compactor import: items[0]: tags must be strings, got a list. Nothing was imported."
+
+
 def test_a_record_without_text_content_is_refused_for_what_it_is(capsys, tmp_path):
     """A record the MCP export wrote with summaries_only gets the hint to export again; a
     content of the wrong type or a record that is not an object is named as such."""

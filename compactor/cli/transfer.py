@@ -198,6 +198,10 @@ def read_inputs(path: Path) -> tuple[str, list[dict[str, Any]] | None, list[Stor
             doc = json.loads(path.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise CliError(f"{path} is not valid JSON ({exc}). Import a file written by `compactor export`") from exc
+        except RecursionError as exc:  # the decoder's recursion: arrays in arrays, thousands deep
+            raise CliError(
+                f"{path} is nested too deeply to be an export. Import a file written by `compactor export`"
+            ) from exc
         return "compactor export", _records(doc), []
     if path.is_file():
         _refuse_markdown_export(path)
