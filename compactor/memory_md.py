@@ -87,19 +87,30 @@ def _memory_type(meta: dict[str, Any]) -> str | None:
     return None
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load refusing aliases as it composes: frontmatter has no use for them, and nine
+    levels of them ten wide are a billion strings the first time one is turned into text (a
+    MemoryError at import). Checked while composing, not in a scan of its own: PyYAML scans
+    deeply nested brackets in quadratic time, and composing stops at the recursion limit."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("it uses an alias (*name)")
+        return super().compose_node(parent, index)
+
+
 def split_frontmatter(text: str) -> tuple[dict[str, Any] | None, str]:
     """(frontmatter mapping or None, body). Malformed YAML counts as no frontmatter."""
     m = _FRONTMATTER.match(text)
     if not m:
         return None, text
     try:
-        # No aliases: frontmatter has no use for them, and nine levels of them ten wide are a
-        # billion strings the first time one is turned into text (a MemoryError at import).
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(m.group(1), Loader=yaml.SafeLoader)):
-            raise yaml.YAMLError("it uses an alias (*name)")
-        meta = yaml.safe_load(m.group(1))
+        meta = yaml.load(m.group(1), Loader=_NoAliasLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         log.warning("frontmatter is not valid YAML (%s); keeping the file as plain text", exc)
+        return None, text
+    except RecursionError:  # brackets thousands deep
+        log.warning("frontmatter is nested too deeply to read; keeping the file as plain text")
         return None, text
     if meta is None:
         meta = {}

@@ -254,6 +254,21 @@ def test_any_memory_md_parses_into_storable_entries(lines):
         assert inp.content.strip() and re.fullmatch(r"[a-z0-9][a-z0-9_-]{2,63}", inp.item_id or "")
 
 
+def test_frontmatter_nested_thousands_deep_is_read_as_plain_text(tmp_path: Path):
+    """PyYAML raises RecursionError, not YAMLError, on it: the import ended in a traceback."""
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    (memory / "deep.md").write_text("---\na: " + "[" * 20_000 + "]" * 20_000 + "\n---\nthe body\n")
+    (memory / "MEMORY.md").write_text("- [deep](deep.md) — a note\n")
+    assert cli.main(["import", str(memory), "--state-dir", str(tmp_path / "state")]) == 0
+    store = Store(state_dir=tmp_path / "state")
+    try:
+        [item] = [store.get(i) for i in store.ids()]
+        assert item.content.startswith("---\na: [[[") and "the body" in item.content
+    finally:
+        store.close()
+
+
 def test_frontmatter_with_aliases_is_read_as_plain_text_not_expanded(tmp_path: Path):
     """Nine levels of YAML aliases ten wide are a billion strings once turned into text:
     `compactor import` of such a memory file ran out of memory. Aliases are refused, and the
