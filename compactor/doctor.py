@@ -63,6 +63,7 @@ from .persist import (
     temp_file_pid,
 )
 from .render import counted, examples
+from .scope import state_dir_arg
 from .store import Store
 
 LOCK_WAIT_S = C.DOCTOR_LOCK_WAIT_S
@@ -1014,7 +1015,7 @@ def parser() -> argparse.ArgumentParser:
         description="Check a compactor state dir (read-only) and say what is wrong and how to repair it.",
     )
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--state-dir", type=Path, help="the directory given to `compactor --state-dir`")
+    where.add_argument("--state-dir", type=state_dir_arg, help="the directory given to `compactor --state-dir`")
     where.add_argument(
         "--database", metavar="URL", help="the PostgreSQL database given to `compactor --database` (checked only)"
     )

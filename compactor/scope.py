@@ -1,9 +1,10 @@
 """Which project a memory belongs to: the client's first root, else the git root of the
-server's working directory, else that directory itself; and what a deleted working directory
-leaves of both."""
+server's working directory, else that directory itself; and the state dir a person names,
+found from that working directory (even a deleted one) or refused in one sentence."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -55,3 +56,11 @@ def lost_cwd_problem(path: Path) -> str | None:
     except OSError:
         return f"--state-dir {path} is relative and the working directory no longer exists. Pass an absolute path."
     return None
+
+
+def state_dir_arg(text: str) -> Path:
+    """--state-dir as given. Empty is refused: `--state-dir "$DIR"` with DIR unset made the
+    working directory (a project, say) the state dir, its files there and its mode 0700."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset variable?); pass the directory to keep memory in")
+    return Path(text)

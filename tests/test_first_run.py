@@ -133,3 +133,39 @@ def test_the_server_typed_at_a_terminal_says_what_it_is_and_ctrl_d_stops_it(tmp_
     assert err.decode().startswith("compactor: serving MCP on stdio, for an MCP client to start and talk to")
     piped = subprocess.run(server_command(*args), input=b"", capture_output=True, env=server_env(), timeout=30)
     assert piped.returncode == 0 and b"serving MCP on stdio" not in piped.stderr
+
+
+def test_an_empty_state_dir_or_database_is_refused_and_the_working_directory_left_alone(tmp_path):
+    """`--state-dir "$DIR"` with DIR unset made the working directory (a project, say) the
+    state dir: the journal, snapshot, lock and log were written into it, and its mode set to
+    0700. Refused by the server, the commands and the doctor alike; --database "" too."""
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o755)
+    runs = [
+        ["--state-dir", ""],
+        ["status", "--state-dir", ""],
+        ["import", str(tmp_path / "x.json"), "--state-dir", ""],
+        ["doctor", "--state-dir", ""],
+    ]
+    for args in runs:
+        done = subprocess.run(
+            server_command(*args), input="", capture_output=True, text=True, env=server_env(), cwd=project, timeout=60
+        )
+        assert done.returncode == 2, (args, done.stderr[-300:])
+        assert "argument --state-dir: is empty (an unset variable?)" in done.stderr
+    done = subprocess.run(
+        server_command("--database", ""),
+        input="",
+        capture_output=True,
+        text=True,
+        env=server_env(),
+        cwd=project,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        == "compactor: cannot start: --database is empty (an unset variable?); pass the database URL."
+    )
+    assert list(project.iterdir()) == [] and project.stat().st_mode & 0o777 == 0o755

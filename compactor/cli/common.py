@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from ..persist import JOURNAL, SNAPSHOT
 from ..report import StateFiles
-from ..scope import lost_cwd_problem, project_scope
+from ..scope import lost_cwd_problem, project_scope, state_dir_arg
 from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store, TierFilter
 
 EXIT_OK = 0
@@ -76,7 +76,7 @@ def add_state_dir(p: argparse.ArgumentParser) -> None:
     # SUPPRESS: a value given before the subcommand (or from the environment) survives.
     p.add_argument(
         "--state-dir",
-        type=Path,
+        type=state_dir_arg,
         default=argparse.SUPPRESS,
         metavar="DIR",
         help="the state dir a server uses (default: env COMPACTOR_STATE_DIR)",

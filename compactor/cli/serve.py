@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from .. import constants as C
 from ..errors import CompactorError
+from ..scope import state_dir_arg
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -89,7 +90,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=_positive_int, help="token budget (default: by client, else 100,000)")
     p.add_argument(
         "--state-dir",
-        type=Path,
+        type=state_dir_arg,
         default=os.environ.get("COMPACTOR_STATE_DIR") or None,
         help="directory that keeps state across restarts (default: memory only; env COMPACTOR_STATE_DIR)",
     )
@@ -189,6 +190,11 @@ def state_dir_problem(path: Path) -> str | None:
 def run_server(argv: Sequence[str]) -> int:
     args = serve_parser().parse_args(argv)
     setup_logging(args.log_level)
+    if args.database is not None and not args.database.strip():
+        print(
+            "compactor: cannot start: --database is empty (an unset variable?); pass the database URL.", file=sys.stderr
+        )
+        return 2
     if args.state_dir is not None and args.database is not None:
         print("compactor: cannot start: give --state-dir or --database, not both.", file=sys.stderr)
         return 2
