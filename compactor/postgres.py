@@ -156,7 +156,14 @@ def schema_version(url: str) -> int:
             got = conn.execute("SELECT coalesce(max(version), 0) FROM compactor_schema").fetchone()
             return int(got[0]) if got else 0
     except driver.Error as exc:
-        raise PersistenceError(f"Cannot connect to database {display_url(url)}: {str(exc).strip()}.") from exc
+        raise PersistenceError(f"Cannot connect to database {display_url(url)}: {_one_line(exc)}.") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    """The driver's message as one line without its closing punctuation: libpq's spans lines
+    ("...failed: Connection refused\n\tIs the server running...?")."""
+    lines = [" ".join(line.split()).rstrip(".?!") for line in str(exc).splitlines()]
+    return "; ".join(line for line in lines if line)
 
 
 def _import_psycopg() -> Any:
@@ -214,7 +221,7 @@ class PgBackend:
             )
         except driver.Error as exc:
             raise PersistenceError(
-                f"Cannot connect to database {self.where}: {str(exc).strip()}. Check the URL, that "
+                f"Cannot connect to database {self.where}: {_one_line(exc)}. Check the URL, that "
                 "PostgreSQL is running and reachable, and the user's password and rights."
             ) from exc
         return conn

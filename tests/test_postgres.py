@@ -48,6 +48,9 @@ def test_an_unreachable_database_is_a_clear_error(pg_cluster: object):
     ) as caught:
         Store(database="postgresql://compactor:sekrit@127.0.0.1:1/nowhere?connect_timeout=2")
     assert "sekrit" not in str(caught.value)
+    # libpq's message spans lines and ends in "?": said as one sentence.
+    assert "\n" not in str(caught.value) and "?." not in str(caught.value)
+    assert "Connection refused; Is the server running" in str(caught.value)
 
 
 def test_status_names_the_database_without_its_password(pg_url: str):
