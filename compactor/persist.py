@@ -669,8 +669,8 @@ class StateDir:
             os.stat(self.path / LOCK)
         except FileNotFoundError:
             return True
-        except OSError:
-            return False
+        except OSError:  # there but unreadable (permissions): not gone
+            pass
         return False
 
     def journal_changed(self) -> bool:

@@ -14,10 +14,10 @@ log = logging.getLogger(__name__)
 # ~4 characters a token is the usual rule of thumb for English and code under cl100k.
 _CHARS_PER_TOKEN = 4.0
 # tiktoken's pattern gives up on a run of about a million whitespace characters with a Rust
-# panic, which Python raises as a BaseException that no tool call catches: one such store
-# ended the server. A text holding a run this long is counted in pieces of this size instead
-# (a token or two apart from the whole, where a piece cuts one). Found from each run's
-# start only (the lookbehind), so the search stays linear however the runs are laid out.
+# panic, which Python raises as a BaseException: one such store ended the server. A text
+# holding a run of this length is counted in pieces of it instead (a token or two apart from
+# the whole, where a piece cuts one). Found from each run's start only (the lookbehind), so
+# the search stays linear however the runs are laid out.
 _RUN_CHARS = 100_000
 _LONG_RUN = re.compile(rf"(?<!\s)\s{{{_RUN_CHARS}}}")
 
