@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from .. import constants as C
 from ..errors import CompactorError
-from ..scope import state_dir_arg
+from ..scope import lost_cwd_problem, project_scope, state_dir_arg
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -163,8 +163,6 @@ def setup_logging(level: str) -> None:
 def state_dir_problem(path: Path) -> str | None:
     """Why the server could not keep state in `path`, said with what to do; None when it can.
     In a container, a bind-mounted host directory is owned by the host user, not the image's."""
-    from ..scope import lost_cwd_problem
-
     lost = lost_cwd_problem(path)
     if lost:
         return lost
@@ -220,7 +218,6 @@ def run_server(argv: Sequence[str]) -> int:
     import anyio
 
     from ..mcp import serve
-    from ..scope import project_scope
 
     token = None
     if args.transport == "streamable-http":
@@ -310,7 +307,6 @@ def _share_settings(args: argparse.Namespace, state_dir: str) -> dict[str, Any]:
 def _run_shared(args: argparse.Namespace) -> int | None:
     """Relay this client to the shared host for its state dir and settings (cli/relay.py);
     None when sharing is unavailable here, and this process serves the client itself."""
-    from ..scope import project_scope
     from .relay import HostFailed, SharingUnavailable, connect_or_start, host_key, relay
 
     state_dir = os.path.abspath(args.state_dir)
