@@ -150,17 +150,35 @@ def with_footer(text: str, children: Sequence[Item]) -> str:
     return f"{text}\n{footer(children)}"
 
 
+_TERM_EDGES = ".,:;()'\"`"
+_UNFAMILIAR_MAX = 20
+# Up to this long, scanning the sources per term is cheaper than splitting them into words.
+_SCAN_CHARS = 100_000
+
+
 def unfamiliar_terms(summary: str, sources: Iterable[str]) -> list[str]:
     """Identifiers, numbers and paths in `summary` that appear in none of `sources`."""
     body = summary.split(FOOTER_PREFIX, maxsplit=1)[0]
     haystack = "\n".join(sources)
-    seen: dict[str, None] = {}
+    # In a long text, most terms are found as a whole word of it: a set lookup instead of a
+    # scan of the text per term (20,000 characters of summary on 1 MB of content took ~0.5 s).
+    words: set[str] = set()
+    if len(haystack) > _SCAN_CHARS:
+        words = set(haystack.split())
+        words.update([w.strip(_TERM_EDGES) for w in words])
+    checked: set[str] = set()
+    odd: list[str] = []
     for rx in (_PATH, _ERROR, _IDENT, _NUMBER):
         for m in rx.finditer(body):
-            term = m.group(0).strip(".,:;()'\"`")
-            if term and term not in haystack:
-                seen[term] = None
-    return list(seen)[:20]
+            term = m.group(0).strip(_TERM_EDGES)
+            if not term or term in checked:
+                continue
+            checked.add(term)
+            if term not in words and term not in haystack:
+                odd.append(term)
+                if len(odd) == _UNFAMILIAR_MAX:
+                    return odd
+    return odd
 
 
 def depth_instruction(depth: int) -> str:

@@ -7,7 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from compactor import condense
 from compactor import constants as C
 from compactor.condense import FOOTER_PREFIX, lineage_id, unfamiliar_terms
 from compactor.errors import InvalidArgumentError
@@ -219,6 +222,41 @@ def test_agent_summary_gets_footer_and_faithfulness_warnings(store: Store):
 def test_unfamiliar_terms():
     assert unfamiliar_terms("uses parse_config and 42 items in a/b.py", ["parse_config 42 a/b.py"]) == []
     assert unfamiliar_terms("calls do_magic", ["nothing"]) == ["do_magic"]
+
+
+def _unfamiliar_by_scan(summary: str, sources: list[str]) -> list[str]:
+    """The plain definition: every term found in the summary, scanned for in the sources."""
+    haystack = "\n".join(sources)
+    body = summary.split(FOOTER_PREFIX, maxsplit=1)[0]
+    found: dict[str, None] = {}
+    for rx in (condense._PATH, condense._ERROR, condense._IDENT, condense._NUMBER):
+        for m in rx.finditer(body):
+            term = m.group(0).strip(".,:;()'\"`")
+            if term and term not in haystack:
+                found[term] = None
+    return list(found)[:20]
+
+
+_PIECES = ["parse_config", "do_magic", "a/b.py", "src/x/mod_1.py", "KeyError", "42", "1,000", "os.path.join()",
+           "fooBar", "x", "(", ")", ".", "`", "'", "mod_1", "b.py", "\n", " ", " ", "Error"]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    summary=st.lists(st.sampled_from(_PIECES), max_size=60).map("".join),
+    source=st.lists(st.sampled_from(_PIECES), max_size=60).map("".join),
+    long=st.booleans(),
+)
+def test_unfamiliar_terms_are_what_a_scan_of_the_sources_finds(summary: str, source: str, long: bool) -> None:
+    # Past _SCAN_CHARS the sources are split into words first: the answer must not change.
+    sources = [source, "z " * (condense._SCAN_CHARS // 2) if long else ""]
+    assert unfamiliar_terms(summary, sources) == _unfamiliar_by_scan(summary, sources)
+
+
+def test_unfamiliar_terms_reports_the_first_twenty_of_many_new_names_in_order() -> None:
+    summary = " ".join(f"check_value_{i}" for i in range(2_000))
+    source = "known_name " * 60_000  # long enough for the word set
+    assert unfamiliar_terms(summary, [source]) == [f"check_value_{i}" for i in range(20)]
 
 
 def test_recall_recent_work_newest_first_and_capped(store: Store, clock: FakeClock):
