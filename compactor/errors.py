@@ -10,6 +10,10 @@
 Messages are written for the model that will read them: they say what to do next.
 """
 
+# An id up to this long is echoed in an error: every valid id is (constants.ID_MAX_CHARS).
+# A longer one (a paste, a resource URI) is described by its length, never sent back.
+ID_ECHO_CHARS = 64
+
 
 class CompactorError(Exception):
     """Base class for errors compactor raises deliberately."""
@@ -27,7 +31,14 @@ class NotFoundError(CompactorError, KeyError):
         self.item_id = item_id
 
     def __str__(self) -> str:
-        return f"No item with id {self.item_id!r}. Ids are case-sensitive; use `query` or `list` to find the right one."
+        return f"No item with id {self.shown_id}. Ids are case-sensitive; use `query` or `list` to find the right one."
+
+    @property
+    def shown_id(self) -> str:
+        """The id as an error may echo it."""
+        if len(self.item_id) <= ID_ECHO_CHARS:
+            return repr(self.item_id)
+        return f"of {len(self.item_id):,} characters (ids have at most {ID_ECHO_CHARS})"
 
 
 class PersistenceError(CompactorError):

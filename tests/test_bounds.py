@@ -11,6 +11,8 @@ import anyio
 import pytest
 from mcp import Client
 
+from compactor import constants as C
+from compactor import errors
 from compactor.errors import InvalidArgumentError
 from compactor.mcp import build_server
 from compactor.store import Store
@@ -52,3 +54,9 @@ def test_the_contract_and_the_store_word_a_violation_the_same(
     with pytest.raises(InvalidArgumentError) as refused:
         direct(Store())
     assert anyio.run(refused_by_the_tool) == str(refused.value)
+
+
+def test_every_valid_id_is_echoed_in_a_not_found_error() -> None:
+    assert errors.ID_ECHO_CHARS == C.ID_MAX_CHARS  # the error says "ids have at most" it
+    longest = "a" * C.ID_MAX_CHARS
+    assert repr(longest) in str(errors.NotFoundError(longest))

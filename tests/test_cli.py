@@ -286,3 +286,14 @@ def test_doctor_subcommand_reports_health_and_damage(state_dir):
     assert bad.returncode == 1
     assert "journal" in (bad.stdout + bad.stderr).lower()
     assert cli_proc("doctor").returncode == 2  # no state dir given: a usage error
+
+
+def test_a_long_id_is_not_echoed_by_show_or_pin(capsys, state_dir, filled):
+    sd = ("--state-dir", str(state_dir))
+    long_id = "z" * 5_000
+    for command in ("show", "pin"):
+        code, out, err = run(capsys, command, long_id, *sd)
+        assert code == 1 and "z" * 100 not in err + out, command
+        assert "of 5,000 characters (ids have at most 64)" in err, command
+    code, out, _ = run(capsys, "unpin", long_id, filled["error"], *sd, "--json")
+    assert code == 1 and json.loads(out)["not_found"] == [long_id]  # JSON keeps it whole

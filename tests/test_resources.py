@@ -71,3 +71,14 @@ async def test_tools_alone_still_cover_what_resources_show(store: Store):
     async with client(store) as c:
         names = {t.name for t in (await c.list_tools()).tools}
     assert {"status", "get", "recall"} <= names
+
+
+async def test_a_long_item_uri_is_not_echoed_back(store: Store):
+    """A resource id has no schema cap: 5,000 characters came back whole in the error."""
+    long_id = "x" * 5_000
+    async with client(store) as c:
+        with pytest.raises(MCPError) as err:
+            await c.read_resource(f"memory://items/{long_id}")
+    message = str(err.value)
+    assert "x" * 100 not in message and len(message) < 400
+    assert "of 5,000 characters (ids have at most 64)" in message

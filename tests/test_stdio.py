@@ -254,3 +254,12 @@ def test_requests_piped_before_stdin_closes_all_get_replies(tmp_path: Path, mode
     if mode != "memory only":
         with StdioServer("--state-dir", str(state), "--no-share") as again:
             assert again.ok("status")["active_items"] == 16
+
+
+def test_a_resource_read_of_a_long_id_over_stdio_says_its_length_not_the_id(tmp_path: Path) -> None:
+    with StdioServer("--state-dir", str(tmp_path / "state")) as server:
+        reply = server.request("resources/read", {"uri": "memory://items/" + "q" * 5_000})
+        assert "result" not in reply
+        message = reply["error"]["message"]
+        assert "q" * 100 not in message and "of 5,000 characters" in message
+        assert server.ok("status")["active_items"] == 0  # the server goes on

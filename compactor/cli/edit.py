@@ -52,21 +52,23 @@ def _each(args: argparse.Namespace, out: Out, verb: str, fn: Any) -> int:
     """Apply `fn(store, id)` to every id; a missing id is reported and the others still run."""
     done: list[dict[str, Any]] = []
     missing: list[str] = []
+    shown: list[str] = []
     with opened(args) as store:
         for item_id in dict.fromkeys(args.ids):
             try:
                 item = fn(store, item_id)
-            except NotFoundError:
+            except NotFoundError as exc:
                 missing.append(item_id)
+                shown.append(exc.shown_id)
                 continue
             done.append(item_json(item, full=False))
             if not out.json_mode:
                 out.line(f"{verb} {out.paint(item_id, 'id')}")
     if out.json_mode:
         out.json({verb.lower(): [d["id"] for d in done], "not_found": missing})
-    for item_id in missing:
+    for item_id in shown:
         print(
-            f"compactor {args.command}: no item with id {item_id!r}. "
+            f"compactor {args.command}: no item with id {item_id}. "
             "Find ids with `compactor list` or `compactor query`.",
             file=sys.stderr,
         )
