@@ -19,7 +19,21 @@ _WORD_SEP: Final = re.compile(r"[-_]+")
 # camelCase pieces; an acronym run ends where the next capitalised word starts (HTTPResponse).
 _CAMEL: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _SIMPLE: Final = re.compile(r"[a-z0-9]+")
+# Chinese, Japanese and Korean: a sentence is one run of word characters with no space in it,
+# so it would be one term, found only by a query of the whole run. Such a run is indexed by
+# its overlapping character pairs (bigrams) and its characters, as search engines do without
+# a dictionary; a query uses its pairs, or the character when it is one alone.
+_CJK_CHARS: Final = (
+    "\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3131-\u318e\u31f0-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+)
+_CJK_RUN: Final = re.compile(f"[{_CJK_CHARS}]+")
 
+# Which terms this module makes. A saved index records it; a start re-indexes the items whose
+# terms an older version made otherwise (`terms_changed`), or rebuilds an index of a version
+# it does not know: their terms would not meet a query's.
+# 1: before CJK runs were split into character pairs.
+TERMS_VERSION: Final = 2
 _MIN_LEN: Final = 2
 # Longer runs are blobs (base64, hex dumps, minified code): nobody searches for them whole, and
 # one would cost a vocabulary entry of its full size. Their parts are still indexed.
@@ -86,9 +100,43 @@ def _dotted_parts(piece: str, out: dict[str, None]) -> None:
         _word_parts(piece, out)
 
 
+def _cjk_terms(raw: str, query: bool) -> list[str]:
+    """Terms of a compound holding CJK characters: each CJK run by its bigrams (and, in a
+    document, its characters), the text between runs as any other compound."""
+    out: list[str] = []
+    at = 0
+    for run in _CJK_RUN.finditer(raw):
+        if run.start() > at:
+            out.extend(_terms(raw[at : run.start()], query))
+        chars = run.group(0)
+        if len(chars) == 1:
+            out.append(chars)
+        else:
+            out.extend(chars[i : i + 2] for i in range(len(chars) - 1))
+            if not query:
+                out.extend(chars)
+        at = run.end()
+    if at < len(raw):
+        out.extend(_terms(raw[at:], query))
+    return out
+
+
+def _has_cjk(raw: str) -> bool:
+    return not raw.isascii() and _CJK_RUN.search(raw) is not None
+
+
+def terms_changed(version: int, text: str) -> bool:
+    """Whether tokenizer `version` (older than TERMS_VERSION) made other terms of `text`."""
+    if version == 1:
+        return _has_cjk(text)
+    raise ValueError(f"tokenizer version {version!r} is not one this one can bring up to date")
+
+
 def _expand(raw: str) -> tuple[str, ...]:
     if _SIMPLE.fullmatch(raw):
         return (raw,) if _MIN_LEN <= len(raw) <= _MAX_LEN else ()
+    if _has_cjk(raw):
+        return tuple(_cjk_terms(raw, query=False))
     out: dict[str, None] = {}
     if "/" in raw:
         out[raw.lower()] = None
@@ -115,12 +163,19 @@ def tokenize(text: str) -> list[str]:
     """Index terms of ``text`` in document order; duplicates are kept (they are term frequencies).
 
     Each compound contributes its lowercased whole first, then its distinct parts; terms are
-    2 to 128 characters long.
+    2 to 128 characters long, but for single CJK characters.
     """
+    return _terms(text, query=False)
+
+
+def _terms(text: str, query: bool) -> list[str]:
     cache = _cache
     out: list[str] = []
     extend = out.extend
     for raw in _COMPOUND.findall(text):
+        if query and _has_cjk(raw):  # the cache holds a document's terms
+            extend(_cjk_terms(raw, query=True))
+            continue
         terms = cache.get(raw)
         if terms is None:
             terms = _expand(raw)
@@ -135,6 +190,6 @@ def tokenize(text: str) -> list[str]:
 def query_terms(text: str) -> list[str]:
     """Distinct terms of a query in the order they first appear, stop words left out (all of
     them are kept when the query has nothing else)."""
-    terms = list(dict.fromkeys(tokenize(text)))
+    terms = list(dict.fromkeys(_terms(text, query=True)))
     content = [t for t in terms if t not in QUERY_STOPWORDS]
     return content or terms

@@ -53,7 +53,7 @@ from operator import itemgetter
 from typing import Any, Final, Literal, NamedTuple
 
 from compactor import constants as C
-from compactor.analyze import query_terms, tokenize
+from compactor.analyze import TERMS_VERSION, query_terms, tokenize
 from compactor.vocab import Vocab, gather, insert_grown, offsets_dtype, saved_offsets_dtype
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
@@ -86,6 +86,8 @@ _TOP_BLOCK: Final = 256
 # rebuilt rather than trusted (3: headlines cut at word boundaries; a 2 may hold a cut word;
 # 4: the vocabulary as flat arrays).
 _STATE_FORMAT: Final = 4
+# Tokenizer versions whose saved index a load takes (see analyze.terms_changed).
+_KNOWN_TERMS: Final = (1, TERMS_VERSION)
 _TF_BITS: Final = 8
 _CODE_MASK: Final = (1 << _TF_BITS) - 1
 _DOC_LIMIT: Final = 1 << (32 - _TF_BITS)
@@ -661,6 +663,9 @@ class BM25Index:
         # The terms of the document added last: the store asks for them right after adding it
         # (near-duplicate sketch), and naming them again from the vocabulary costs more.
         self._last: tuple[str, Any] | None = None
+        # The tokenizer version its terms come from: older only as loaded from an older saved
+        # index, until the store has re-indexed what that version tokenized otherwise.
+        self.terms_version = TERMS_VERSION
 
     # --- size ------------------------------------------------------------------------------
 
@@ -1142,6 +1147,7 @@ class BM25Index:
         vocab = self._vocab.to_state(np.frombuffer(self._df, dtype=np.uint32) > 0)
         return {
             "format": _STATE_FORMAT,
+            "terms": self.terms_version,
             "byteorder": sys.byteorder,
             **{f"vocab_{key}": _enc(value, binary) for key, value in vocab.items()},
             "df": _enc(self._df, binary),
@@ -1164,6 +1170,9 @@ class BM25Index:
 
         if state.get("format") != _STATE_FORMAT:
             raise ValueError(f"unknown index state format {state.get('format')!r}")
+        terms = state.get("terms", 1)  # version 1 did not record it
+        if terms not in _KNOWN_TERMS:
+            raise ValueError(f"its terms were made by tokenizer version {terms!r}; this one makes {TERMS_VERSION}")
         swap = state["byteorder"] != sys.byteorder
         self = cls()
         # Arrays derived from the others, saved so that a start need not compute them; a state
@@ -1200,6 +1209,7 @@ class BM25Index:
                     doc_terms[d] = None
         self._doc_terms = doc_terms
         self._free_terms = self._vocab.free_ids()
+        self.terms_version = terms
         # Totals over the live documents (length >= 0), in numpy: at 100k documents the
         # Python sums were ~30 ms of a start. Lengths are whole numbers, exact as doubles.
         dl = np.frombuffer(self._dl, dtype=np.float64)

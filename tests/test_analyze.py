@@ -3,6 +3,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
+from compactor import analyze
 from compactor.analyze import QUERY_STOPWORDS, query_terms, tokenize
 
 
@@ -81,13 +82,17 @@ def test_query_terms_drop_duplicates_keeping_first_order():
     assert query_terms("error KeyError error key") == ["error", "keyerror", "key"]
 
 
-_TEXT = st.text(alphabet=st.sampled_from("aZ9_-./ ~:é\n"), max_size=60) | st.text(max_size=60)
+_TEXT = (
+    st.text(alphabet=st.sampled_from("aZ9_-./ ~:é\n"), max_size=60)
+    | st.text(alphabet=st.sampled_from("a9_./ 数据库连接池ユーザー認証데이터。\uff0c"), max_size=40)
+    | st.text(max_size=60)
+)
 
 
 @given(_TEXT)
 def test_tokens_are_lowercase_and_at_least_two_chars(text):
     for tok in tokenize(text):
-        assert 2 <= len(tok) <= 128
+        assert 2 <= len(tok) <= 128 or analyze._CJK_RUN.fullmatch(tok)
         assert tok == tok.lower()
         assert not re.search(r"\s", tok)
 
@@ -120,6 +125,8 @@ def test_stop_words_are_lowercase_tokens():
 def test_query_terms_are_the_distinct_tokens_less_stop_words(text):
     terms = query_terms(text)
     tokens = set(tokenize(text))
+    # A CJK run of two or more characters is searched by its pairs, not its single characters.
+    tokens -= {t for t in tokens if len(t) == 1} - {r for r in analyze._CJK_RUN.findall(text) if len(r) == 1}
     assert len(terms) == len(set(terms))
     assert set(terms) == (tokens - QUERY_STOPWORDS or tokens)
 
@@ -176,3 +183,27 @@ def test_a_path_of_a_million_characters_is_tokenized_in_linear_time() -> None:
     assert time.perf_counter() - started < 5
     # The whole and the longer tails are too long to be terms; the parts "a" too short.
     assert terms == ["a/" * k + "end" for k in range(62, 0, -1)] + ["end"]
+
+
+def test_a_cjk_run_is_indexed_by_its_character_pairs_and_characters():
+    assert tokenize("连接池") == ["连接", "接池", "连", "接", "池"]
+    assert tokenize("配置config.py错误") == ["配置", "配", "置", "config.py", "config", "py", "错误", "错", "误"]
+    pairs = ["데이", "이터", "터베", "베이", "이스"]
+    assert tokenize("데이터베이스 오류") == [*pairs, *"데이터베이스", "오류", "오", "류"]
+
+
+def test_a_cjk_query_is_searched_by_its_pairs_or_its_one_character():
+    assert query_terms("连接池") == ["连接", "接池"]
+    assert query_terms("池") == ["池"]
+    assert query_terms("トークン the KeyError") == ["トー", "ーク", "クン", "keyerror", "key", "error"]
+
+
+_CJK = "数据库连接池配置错误最大导致超时ユーザー認証トークン"
+_CJK_TEXT = st.text(alphabet=st.sampled_from(_CJK), min_size=1, max_size=30)
+
+
+@given(_CJK_TEXT, st.data())
+def test_every_piece_of_a_cjk_text_finds_it(text: str, data: st.DataObject) -> None:
+    start = data.draw(st.integers(0, len(text) - 1))
+    piece = text[start : data.draw(st.integers(start + 1, len(text)))]
+    assert set(query_terms(piece)) <= set(tokenize(text))

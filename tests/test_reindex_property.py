@@ -20,8 +20,9 @@ from compactor import constants as C
 from compactor import indexfile
 from compactor.errors import InvalidArgumentError
 from compactor.store import Store
+from tests.old_tokenizer import tokenizer_version_1
 
-WORDS = ["quokka", "wombat", "numbat", "bilby", "dingo", "emu", "koala", "possum"]
+WORDS = ["quokka", "wombat", "numbat", "bilby", "dingo", "emu", "koala", "possum", "连接池", "トークン", "데이터"]
 text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
 
 
@@ -85,6 +86,21 @@ class Reindexing(RuleBasedStateMachine):
         if background_first:
             anyio.run(self.store.snapshot_async)
         self.store.close()
+        self.store = Store(state_dir=self.dir)
+
+    @rule(background_first=st.booleans())
+    def start_after_tokenizer_version_1(self, background_first: bool) -> None:
+        """The state dir as an older compactor left it, its saved index made by tokenizer
+        version 1 (CJK runs as whole terms): a start re-indexes the items that tokenizes
+        otherwise on top of it."""
+        self.store.close()
+        with tokenizer_version_1():
+            old = Store(state_dir=self.dir)
+            old.rebuild_and_snapshot()
+            if background_first:
+                old.store("a write after the full snapshot 连接池")
+                anyio.run(old.snapshot_async)
+            old.close()
         self.store = Store(state_dir=self.dir)
 
     @invariant()

@@ -18,6 +18,7 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
+from ..analyze import TERMS_VERSION, terms_changed
 from ..backend import Persistence
 from ..errors import PersistenceError
 from ..index import DERIVED_ARRAYS
@@ -216,7 +217,9 @@ class _Journaled(_StateOps):
         # A snapshot saved with no index makes the next start rebuild it, and one naming an
         # older index file makes it re-index what changed since: either way the index is
         # worth saving again.
-        self._index_saved = (derived and not changed) or not self._s.items
+        # An index saved by an older tokenizer is worth saving again too, as this version's.
+        older = saved is not None and saved.index.get("terms", 1) != TERMS_VERSION
+        self._index_saved = ((derived and not changed) or not self._s.items) and not older
 
     def _state_from_snapshot(
         self, snap: dict[str, Any] | None
@@ -252,6 +255,8 @@ class _Journaled(_StateOps):
         if derived and changed is None:
             log.warning("the snapshot's list of changed ids is damaged; rebuilding the index")
             derived = False
+        if derived and changed is not None and state.index.terms_version != TERMS_VERSION:
+            changed = [*changed, *self._retokenized(state)]
         if derived and changed and not self._reindex(state, changed):
             derived = False
         # Checked once all are read, as they arrive one at a time.
@@ -271,6 +276,22 @@ class _Journaled(_StateOps):
         if dedup.get("format") != 2:
             return None
         return SavedIndex(dict(ref), index, dict(dedup))
+
+    @staticmethod
+    def _retokenized(state: _State) -> list[str]:
+        """The items whose terms the index's older tokenizer made otherwise: re-indexed on
+        top of it, as those changed since it was saved are (a rebuild of all 100,000 items
+        would be a start of ~25 s). The index is then of this version, and saved as such
+        with the next full snapshot."""
+        old = state.index.terms_version
+        state.index.terms_version = TERMS_VERSION
+        ids = [
+            it.id
+            for it in state.items.values()
+            if any(terms_changed(old, text) for text in (it.content, it.summary or "", *it.tags))
+        ]
+        log.info("saved index of tokenizer version %d: %d of %d items to re-index", old, len(ids), len(state.items))
+        return ids
 
     def _reindex(self, state: _State, changed: list[str]) -> bool:
         """Bring an index loaded from an older file up to the items: each id changed since it

@@ -1,0 +1,123 @@
+"""Chinese, Japanese and Korean text is found by any word of it.
+
+Written without spaces, a CJK sentence was one index term, so a query for a word inside it
+("连接池" in "数据库连接池配置错误") found nothing. Each test fails on the tokenizer before
+(terms version 1) and passes now: through the SDK's in-memory client, a stdio server, the CLI,
+and a state dir whose saved index was made by the tokenizer before."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from compactor.index import BM25Index
+from compactor.mcp import build_server
+from compactor.store import Store
+from tests.conftest import server_command, server_env
+from tests.old_tokenizer import tokenizer_version_1
+from tests.stdio_client import StdioServer
+
+NOTES = {
+    "pool": "数据库连接池配置错误\uff1a最大连接数设置为 5\uff0c导致超时",
+    "token": "ユーザー認証のトークンが期限切れになるバグを修正した",
+    "korean": "데이터베이스 연결 오류를 수정했습니다",
+    "english": "the connection pool of the database timed out",
+}
+# A word inside each note, and the note it must find first.
+QUERIES = {"连接池": "pool", "超时": "pool", "トークン": "token", "期限切れ": "token", "데이터베이스": "korean"}
+
+
+def test_the_in_memory_client_finds_a_cjk_note_by_a_word_inside_it() -> None:
+    async def go() -> None:
+        async with Client(build_server(Store()), mode="legacy") as c:
+            ids = {}
+            for name, text in NOTES.items():
+                ids[name] = (await c.call_tool("store", {"content": text})).structured_content["id"]  # type: ignore[index]
+            for query, name in QUERIES.items():
+                hits = (await c.call_tool("query", {"query": query})).structured_content["items"]  # type: ignore[index]
+                assert hits and hits[0]["id"] == ids[name], query
+            hits = (await c.call_tool("query", {"query": "connection pool"})).structured_content["items"]  # type: ignore[index]
+            assert [h["id"] for h in hits] == [ids["english"]]
+
+    anyio.run(go)
+
+
+def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    with StdioServer("--state-dir", state) as server:
+        ids = {name: server.ok("store", content=text)["id"] for name, text in NOTES.items()}
+        for query, name in QUERIES.items():
+            assert server.ok("query", query=query)["items"][0]["id"] == ids[name], query
+        recall = server.ok("recall", query="连接池的超时")
+        assert ids["pool"] in [it["id"] for it in recall["items"]]
+    out = subprocess.run(
+        server_command("query", "连接池", "--state-dir", state, "--json"),
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert json.loads(out)["items"][0]["id"] == ids["pool"]
+
+
+def _saved_by_version_1(state: Path) -> dict[str, str]:
+    with tokenizer_version_1():
+        old = Store(state_dir=state)
+        ids = {name: old.store(text).item.id for name, text in NOTES.items()}
+        assert not old.query("连接池")  # version 1 finds a CJK note only by its whole run
+        old.close_with_snapshot()
+    assert '"terms":' not in (state / "snapshot.json").read_text(encoding="utf-8")
+    return ids
+
+
+def _query_then_end(state: Path, query: str) -> tuple[list[str], str]:
+    """A stdio server in the client's own process (--no-share): it has ended, with its final
+    snapshot, when its stderr closes."""
+    server = StdioServer("--state-dir", str(state), "--no-share", "--log-level", "INFO")
+    try:
+        found = [it["id"] for it in server.ok("query", query=query)["items"]]
+        server.close_stdin()
+        assert server.wait() == 0
+        assert server.proc.stderr is not None
+        return found, server.proc.stderr.read().decode()
+    finally:
+        server.stop()
+
+
+def test_an_index_saved_by_the_tokenizer_before_is_brought_up_to_date_not_rebuilt(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    ids = _saved_by_version_1(state)
+    found, log = _query_then_end(state, "连接池")
+    assert found[:1] == [ids["pool"]]
+    # Only the notes with CJK text are indexed again; the rest of the saved index is used as is.
+    assert "saved index of tokenizer version 1: 3 of 4 items to re-index" in log
+    assert "rebuilding" not in log
+    assert '"terms":2,' in (state / "snapshot.json").read_text(encoding="utf-8")  # saved as version 2
+    found, log = _query_then_end(state, "トークン")
+    assert found[:1] == [ids["token"]] and "tokenizer version" not in log
+
+
+def test_an_index_of_a_tokenizer_version_it_does_not_know_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    made_now = BM25Index.to_state
+
+    def saved_as_version_9(index: BM25Index, *, binary: bool = False) -> dict[str, Any]:
+        return {**made_now(index, binary=binary), "terms": 9}
+
+    with monkeypatch.context() as patch:
+        patch.setattr(BM25Index, "to_state", saved_as_version_9)
+        newer = Store(state_dir=state)
+        pool = newer.store(NOTES["pool"]).item.id
+        newer.close_with_snapshot()
+    found, log = _query_then_end(state, "连接池")
+    assert found == [pool]
+    assert "its terms were made by tokenizer version 9; this one makes 2); rebuilding it from the items" in log
