@@ -9,30 +9,41 @@ path also by its tails (``models/query.py``), so it matches however it was roote
 import re
 from typing import Final
 
+# Combining marks: Python's \w leaves them out, so a Hindi, Bengali or Tamil word broke at each
+# vowel sign ("डेटाबेस" gave no term at all), and an accent typed as its own character split
+# its word. The marks of the scripts that write words with them count as word characters here.
+_MARKS: Final = (
+    "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed"
+    "\u0900-\u0963\u0966-\u0dff\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff"
+)
 # A compound: word characters joined by ``. / - _``, optionally led by ``/``, ``./``, ``../``
 # or ``~/`` so absolute and relative paths stay whole. It never ends on a separator, so the
 # full stop after "see foo.py." is not part of the token.
-_COMPOUND: Final = re.compile(r"(?:~?/|\.\.?/)?\w(?:[\w./-]*\w)?")
+_COMPOUND: Final = re.compile(rf"(?:~?/|\.\.?/)?[\w{_MARKS}](?:[\w{_MARKS}./-]*[\w{_MARKS}])?")
 _PATH_SEP: Final = re.compile(r"/+")
 _DOT_SEP: Final = re.compile(r"\.+")
 _WORD_SEP: Final = re.compile(r"[-_]+")
 # camelCase pieces; an acronym run ends where the next capitalised word starts (HTTPResponse).
 _CAMEL: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _SIMPLE: Final = re.compile(r"[a-z0-9]+")
-# Chinese, Japanese and Korean: a sentence is one run of word characters with no space in it,
-# so it would be one term, found only by a query of the whole run. Such a run is indexed by
-# its overlapping character pairs (bigrams) and its characters, as search engines do without
-# a dictionary; a query uses its pairs, or the character when it is one alone.
-_CJK_CHARS: Final = (
-    "\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3131-\u318e\u31f0-\u31ff\u3400-\u4dbf"
-    "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+# Scripts written without spaces between words: Chinese, Japanese, Korean (whose words are
+# often compounds), Thai, Lao, Tibetan, Myanmar and Khmer. A sentence is one run of word
+# characters, so it would be one term, found only by a query of the whole run. Such a run is
+# indexed by its overlapping character pairs (bigrams) and its characters, as search engines
+# do without a dictionary; a query uses its pairs, or the character when it is one alone.
+_UNSPACED_CHARS: Final = (
+    "\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u2e80-\u2fdf\u3040-\u30ff"
+    "\u3131-\u318e\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff"
+    "\uff66-\uff9f\U00020000-\U0003134f"
 )
-_CJK_RUN: Final = re.compile(f"[{_CJK_CHARS}]+")
+_UNSPACED_RUN: Final = re.compile(f"[{_UNSPACED_CHARS}]+")
+# What tokenizer version 1 (\w only, no pairs) made other terms of.
+_NEW_IN_2: Final = re.compile(f"[{_UNSPACED_CHARS}{_MARKS}]")
 
 # Which terms this module makes. A saved index records it; a start re-indexes the items whose
 # terms an older version made otherwise (`terms_changed`), or rebuilds an index of a version
 # it does not know: their terms would not meet a query's.
-# 1: before CJK runs were split into character pairs.
+# 1: before combining marks joined words and unspaced runs were split into character pairs.
 TERMS_VERSION: Final = 2
 _MIN_LEN: Final = 2
 # Longer runs are blobs (base64, hex dumps, minified code): nobody searches for them whole, and
@@ -100,12 +111,12 @@ def _dotted_parts(piece: str, out: dict[str, None]) -> None:
         _word_parts(piece, out)
 
 
-def _cjk_terms(raw: str, query: bool) -> list[str]:
-    """Terms of a compound holding CJK characters: each CJK run by its bigrams (and, in a
+def _unspaced_terms(raw: str, query: bool) -> list[str]:
+    """Terms of a compound holding unspaced script: each run of it by its bigrams (and, in a
     document, its characters), the text between runs as any other compound."""
     out: list[str] = []
     at = 0
-    for run in _CJK_RUN.finditer(raw):
+    for run in _UNSPACED_RUN.finditer(raw):
         if run.start() > at:
             out.extend(_terms(raw[at : run.start()], query))
         chars = run.group(0)
@@ -121,22 +132,22 @@ def _cjk_terms(raw: str, query: bool) -> list[str]:
     return out
 
 
-def _has_cjk(raw: str) -> bool:
-    return not raw.isascii() and _CJK_RUN.search(raw) is not None
+def _unspaced(raw: str) -> bool:
+    return not raw.isascii() and _UNSPACED_RUN.search(raw) is not None
 
 
 def terms_changed(version: int, text: str) -> bool:
     """Whether tokenizer `version` (older than TERMS_VERSION) made other terms of `text`."""
     if version == 1:
-        return _has_cjk(text)
+        return not text.isascii() and _NEW_IN_2.search(text) is not None
     raise ValueError(f"tokenizer version {version!r} is not one this one can bring up to date")
 
 
 def _expand(raw: str) -> tuple[str, ...]:
     if _SIMPLE.fullmatch(raw):
         return (raw,) if _MIN_LEN <= len(raw) <= _MAX_LEN else ()
-    if _has_cjk(raw):
-        return tuple(_cjk_terms(raw, query=False))
+    if _unspaced(raw):
+        return tuple(_unspaced_terms(raw, query=False))
     out: dict[str, None] = {}
     if "/" in raw:
         out[raw.lower()] = None
@@ -163,7 +174,7 @@ def tokenize(text: str) -> list[str]:
     """Index terms of ``text`` in document order; duplicates are kept (they are term frequencies).
 
     Each compound contributes its lowercased whole first, then its distinct parts; terms are
-    2 to 128 characters long, but for single CJK characters.
+    2 to 128 characters long, but for single characters of unspaced scripts.
     """
     return _terms(text, query=False)
 
@@ -173,8 +184,8 @@ def _terms(text: str, query: bool) -> list[str]:
     out: list[str] = []
     extend = out.extend
     for raw in _COMPOUND.findall(text):
-        if query and _has_cjk(raw):  # the cache holds a document's terms
-            extend(_cjk_terms(raw, query=True))
+        if query and _unspaced(raw):  # the cache holds a document's terms
+            extend(_unspaced_terms(raw, query=True))
             continue
         terms = cache.get(raw)
         if terms is None:

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from compactor import analyze
 from compactor.analyze import QUERY_STOPWORDS, query_terms, tokenize
+from tests.old_tokenizer import tokenizer_version_1
 
 
 def test_camel_case_with_acronym_gives_parts_and_whole():
@@ -84,7 +85,7 @@ def test_query_terms_drop_duplicates_keeping_first_order():
 
 _TEXT = (
     st.text(alphabet=st.sampled_from("aZ9_-./ ~:é\n"), max_size=60)
-    | st.text(alphabet=st.sampled_from("a9_./ 数据库连接池ユーザー認証데이터。\uff0c"), max_size=40)
+    | st.text(alphabet=st.sampled_from("a9_./ 数据库连接池ユーザー認証데이터。\uff0cडेटाबेसฐานข้อมูลe\u0301"), max_size=40)
     | st.text(max_size=60)
 )
 
@@ -92,7 +93,7 @@ _TEXT = (
 @given(_TEXT)
 def test_tokens_are_lowercase_and_at_least_two_chars(text):
     for tok in tokenize(text):
-        assert 2 <= len(tok) <= 128 or analyze._CJK_RUN.fullmatch(tok)
+        assert 2 <= len(tok) <= 128 or analyze._UNSPACED_RUN.fullmatch(tok)
         assert tok == tok.lower()
         assert not re.search(r"\s", tok)
 
@@ -126,7 +127,7 @@ def test_query_terms_are_the_distinct_tokens_less_stop_words(text):
     terms = query_terms(text)
     tokens = set(tokenize(text))
     # A CJK run of two or more characters is searched by its pairs, not its single characters.
-    tokens -= {t for t in tokens if len(t) == 1} - {r for r in analyze._CJK_RUN.findall(text) if len(r) == 1}
+    tokens -= {t for t in tokens if len(t) == 1} - {r for r in analyze._UNSPACED_RUN.findall(text) if len(r) == 1}
     assert len(terms) == len(set(terms))
     assert set(terms) == (tokens - QUERY_STOPWORDS or tokens)
 
@@ -207,3 +208,22 @@ def test_every_piece_of_a_cjk_text_finds_it(text: str, data: st.DataObject) -> N
     start = data.draw(st.integers(0, len(text) - 1))
     piece = text[start : data.draw(st.integers(start + 1, len(text)))]
     assert set(query_terms(piece)) <= set(tokenize(text))
+
+
+def test_a_word_with_combining_marks_is_one_term():
+    assert tokenize("डेटाबेस कनेक्शन विफल") == ["डेटाबेस", "कनेक्शन", "विफल"]
+    assert tokenize("ডাটাবেস সংযোগ") == ["ডাটাবেস", "সংযোগ"]
+    assert tokenize("cafe\u0301 au lait") == ["cafe\u0301", "au", "lait"]
+
+
+def test_a_thai_run_is_indexed_by_its_pairs_like_a_cjk_one():
+    text = "การเชื่อมต่อฐานข้อมูลล้มเหลว"
+    assert set(query_terms("ฐานข้อมูล")) <= set(tokenize(text))
+    assert query_terms("ฐานข้อมูล")[:2] == ["ฐา", "าน"]
+
+
+@given(st.text(alphabet=st.sampled_from("abc_./ 数据库डेटाबेสฐานข้อมูลe\u0301\u0964"), max_size=40))
+def test_terms_change_only_for_texts_terms_changed_names(text: str) -> None:
+    with tokenizer_version_1():
+        before = tokenize(text)
+    assert tokenize(text) == before or analyze.terms_changed(1, text)

@@ -1,9 +1,10 @@
-"""Chinese, Japanese and Korean text is found by any word of it.
+"""Text in any script is found by any word of it.
 
-Written without spaces, a CJK sentence was one index term, so a query for a word inside it
-("连接池" in "数据库连接池配置错误") found nothing. Each test fails on the tokenizer before
-(terms version 1) and passes now: through the SDK's in-memory client, a stdio server, the CLI,
-and a state dir whose saved index was made by the tokenizer before."""
+Written without spaces, a Chinese, Japanese, Korean or Thai sentence was one index term, so a
+query for a word inside it ("连接池" in "数据库连接池配置错误") found nothing; and a Hindi or
+Bengali word broke at each vowel sign, most often into nothing ("डेटाबेस" made no term). Each
+test fails on the tokenizer before (terms version 1) and passes now: through the SDK's in-memory
+client, a stdio server, the CLI, and a state dir whose saved index that tokenizer made."""
 
 from __future__ import annotations
 
@@ -27,13 +28,24 @@ NOTES = {
     "pool": "数据库连接池配置错误\uff1a最大连接数设置为 5\uff0c导致超时",
     "token": "ユーザー認証のトークンが期限切れになるバグを修正した",
     "korean": "데이터베이스 연결 오류를 수정했습니다",
+    "hindi": "डेटाबेस कनेक्शन विफल हो गया",
+    "thai": "การเชื่อมต่อฐานข้อมูลล้มเหลว",
     "english": "the connection pool of the database timed out",
 }
 # A word inside each note, and the note it must find first.
-QUERIES = {"连接池": "pool", "超时": "pool", "トークン": "token", "期限切れ": "token", "데이터베이스": "korean"}
+QUERIES = {
+    "连接池": "pool",
+    "超时": "pool",
+    "トークン": "token",
+    "期限切れ": "token",
+    "데이터베이스": "korean",
+    "डेटाबेस": "hindi",
+    "कनेक्शन विफल": "hindi",
+    "ฐานข้อมูล": "thai",
+}
 
 
-def test_the_in_memory_client_finds_a_cjk_note_by_a_word_inside_it() -> None:
+def test_the_in_memory_client_finds_each_note_by_a_word_inside_it() -> None:
     async def go() -> None:
         async with Client(build_server(Store()), mode="legacy") as c:
             ids = {}
@@ -72,6 +84,7 @@ def _saved_by_version_1(state: Path) -> dict[str, str]:
         old = Store(state_dir=state)
         ids = {name: old.store(text).item.id for name, text in NOTES.items()}
         assert not old.query("连接池")  # version 1 finds a CJK note only by its whole run
+        assert not old.query("डेटाबेस")  # and a Hindi word not at all
         old.close_with_snapshot()
     assert '"terms":' not in (state / "snapshot.json").read_text(encoding="utf-8")
     return ids
@@ -97,7 +110,7 @@ def test_an_index_saved_by_the_tokenizer_before_is_brought_up_to_date_not_rebuil
     found, log = _query_then_end(state, "连接池")
     assert found[:1] == [ids["pool"]]
     # Only the notes with CJK text are indexed again; the rest of the saved index is used as is.
-    assert "saved index of tokenizer version 1: 3 of 4 items to re-index" in log
+    assert "saved index of tokenizer version 1: 5 of 6 items to re-index" in log
     assert "rebuilding" not in log
     assert '"terms":2,' in (state / "snapshot.json").read_text(encoding="utf-8")  # saved as version 2
     found, log = _query_then_end(state, "トークン")
