@@ -136,6 +136,12 @@ def _unspaced(raw: str) -> bool:
     return not raw.isascii() and _UNSPACED_RUN.search(raw) is not None
 
 
+def unspaced_pair(term: str) -> bool:
+    """Whether `term` is a character pair of a script written without spaces: a word's worth
+    of meaning, as a word of three letters or more is in other scripts."""
+    return len(term) == 2 and not term.isascii() and _UNSPACED_RUN.fullmatch(term) is not None
+
+
 def terms_changed(version: int, text: str) -> bool:
     """Whether tokenizer `version` (older than TERMS_VERSION) made other terms of `text`."""
     if version == 1:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import constants as C
+from .analyze import unspaced_pair
 
 # Words so common that sharing one says nothing; filed under them, every item would land in
 # the same few buckets and each check would compare against most of the store.
@@ -123,9 +124,11 @@ def _hashed(words: Iterable[str]) -> dict[str, int]:
 
 
 def _sketch_of(hashed: dict[str, int], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
-    """The k smallest hashes of the words that say something (3+ letters, not a stop word)."""
+    """The k smallest hashes of the words that say something (3+ letters, not a stop word, or
+    a character pair of Chinese, Thai...: without them such a text had no sketch, so no
+    near-duplicate candidates)."""
     # sorted() of a set of ~100 ints is a C sort, cheaper than heapq's Python-level selection.
-    return tuple(sorted({h for w, h in hashed.items() if len(w) >= 3 and w not in _STOP})[:k])
+    return tuple(sorted({h for w, h in hashed.items() if (len(w) >= 3 or unspaced_pair(w)) and w not in _STOP})[:k])
 
 
 def sketch(words: Iterable[str], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:

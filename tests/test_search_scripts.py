@@ -4,11 +4,13 @@ Written without spaces, a Chinese, Japanese, Korean or Thai sentence was one ind
 query for a word inside it ("连接池" in "数据库连接池配置错误") found nothing; and a Hindi or
 Bengali word broke at each vowel sign, most often into nothing ("डेटाबेस" made no term). Each
 test fails on the tokenizer before (terms version 1) and passes now: through the SDK's in-memory
-client, a stdio server, the CLI, and a state dir whose saved index that tokenizer made."""
+client, a stdio server, the CLI, and a state dir whose saved index that tokenizer made. And a
+Chinese note's near copies are found and merged, as an English note's are."""
 
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import anyio
 import pytest
 from mcp import Client
 
+from compactor import constants as C
 from compactor.index import BM25Index
 from compactor.mcp import build_server
 from compactor.store import Store
@@ -134,3 +137,47 @@ def test_an_index_of_a_tokenizer_version_it_does_not_know_is_rebuilt(
     found, log = _query_then_end(state, "连接池")
     assert found == [pool]
     assert "its terms were made by tokenizer version 9; this one makes 2); rebuilding it from the items" in log
+
+
+_HAN = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产"
+
+
+def _chinese_notes_and_near_copies() -> tuple[list[str], dict[int, str]]:
+    # More notes than a near-duplicate bucket holds (DEDUP_MAX_BUCKET): the tag they all share
+    # ("prose") then finds no candidates, and only their own words can.
+    rng = random.Random(3)
+    notes = ["".join(rng.choice(_HAN) for _ in range(60)) for _ in range(C.DEDUP_MAX_BUCKET + 36)]
+    return notes, {k: notes[k][:30] + "变" + notes[k][31:] for k in (3, 7, 11)}  # one character changed
+
+
+def _merged_pairs(result: dict[str, Any]) -> set[frozenset[str]]:
+    return {frozenset((m["id"], m["merged_into"])) for m in result["merged"]}
+
+
+def test_near_copies_of_a_chinese_note_are_merged_by_compact_in_memory() -> None:
+    """A note with no word of three letters had no near-duplicate sketch: its copies with one
+    character changed were never merged (its whole run was one term before that)."""
+    notes, copies = _chinese_notes_and_near_copies()
+
+    async def go() -> None:
+        async with Client(build_server(Store()), mode="legacy") as c:
+            await c.call_tool("configure", {"auto_compact": False})
+            stored = await c.call_tool("bulk_store", {"items": [{"content": n} for n in notes]})
+            ids = stored.structured_content["ids"]  # type: ignore[index]
+            pairs = set()
+            for k, text in copies.items():
+                copy = (await c.call_tool("store", {"content": text})).structured_content["id"]  # type: ignore[index]
+                pairs.add(frozenset((ids[k], copy)))
+            result = (await c.call_tool("compact", {"target_usage": 0.9})).structured_content
+            assert result is not None and _merged_pairs(result) == pairs
+
+    anyio.run(go)
+
+
+def test_near_copies_of_a_chinese_note_are_merged_by_compact_over_stdio(tmp_path: Path) -> None:
+    notes, copies = _chinese_notes_and_near_copies()
+    with StdioServer("--state-dir", str(tmp_path / "state")) as server:
+        server.ok("configure", auto_compact=False)
+        ids = server.ok("bulk_store", items=[{"content": n} for n in notes])["ids"]
+        pairs = {frozenset((ids[k], server.ok("store", content=text)["id"])) for k, text in copies.items()}
+        assert _merged_pairs(server.ok("compact", target_usage=0.9)) == pairs

@@ -280,9 +280,9 @@ class _Journaled(_StateOps):
     @staticmethod
     def _retokenized(state: _State) -> list[str]:
         """The items whose terms the index's older tokenizer made otherwise: re-indexed on
-        top of it, as those changed since it was saved are, rather than all items rebuilt (seconds
-        of a start per 10,000 items). The index is then of this version, and
-        saved as such with the next full snapshot."""
+        top of it, as those changed since it was saved are, rather than all items rebuilt
+        (seconds of a start per 10,000 items). The index is then of this version, and saved
+        as such with the next full snapshot."""
         old = state.index.terms_version
         state.index.terms_version = TERMS_VERSION
         ids = [
