@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 MEMORY_TYPES = ("user", "feedback", "project", "reference")
 INDEX_NAME = "MEMORY.md"
+# Files a person wrote: an editor on Windows may start one with a byte-order mark, which is no
+# part of the text (read off here, it stays out of the stored items).
+_ENCODING = "utf-8-sig"
 _FRONTMATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.S)
 _INDEX_LINE = re.compile(
     r"^\s*[-*]\s+\[(?P<name>[^\]]+)\]\((?P<file>[^)\s]+\.md)\)\s*(?:[\u2014\u2013:-]+\s*(?P<desc>.*))?$"
@@ -249,11 +252,11 @@ def read_memory_path(path: Path) -> list[MemoryEntry]:
         for file in sorted(path.glob("*.md")):
             if file.name == INDEX_NAME:
                 continue
-            entries.append(parse_memory_file(file.read_text(encoding="utf-8"), file.name))
+            entries.append(parse_memory_file(file.read_text(encoding=_ENCODING), file.name))
         if index.is_file():
-            entries.extend(parse_memory_index(index.read_text(encoding="utf-8"), base=path))
+            entries.extend(parse_memory_index(index.read_text(encoding=_ENCODING), base=path))
         return entries
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding=_ENCODING)
     if path.name == INDEX_NAME or not _FRONTMATTER.match(text):
         if path.name != INDEX_NAME and not any(_ENTRY_START.match(ln) for ln in text.splitlines()):
             return [parse_memory_file(text, path.name)]

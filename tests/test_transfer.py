@@ -376,3 +376,44 @@ def test_store_import_records_directly():
         it.id: (it.tier, it.parents) for it in s.iter_items()
     }
     assert t.import_records(records).items == []
+
+
+def test_a_file_an_editor_saved_with_a_byte_order_mark_imports_as_without_it(capsys, tmp_path):
+    """An export opened and saved by an editor on Windows starts with U+FEFF: the import refused
+    it ("Unexpected UTF-8 BOM"), and a memory file kept the mark in its stored text."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    build(src, n=30)
+    a = export(capsys, src, tmp_path / "a.json")
+    marked = tmp_path / "marked.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + (tmp_path / "a.json").read_bytes())
+    code, _, err = run(capsys, "import", str(marked), "--state-dir", str(dst), "--json")
+    assert code == 0, err
+    assert differing(a, export(capsys, dst, tmp_path / "b.json")) == {}
+
+    texts = {
+        "note.md": "The staging database listens on 6543.\n",
+        "fronted.md": "---\nname: ports\ntype: project\n---\nRedis runs on 6380.\n",
+    }
+    imported = {}
+    for mark in ("", "\ufeff"):
+        state = tmp_path / f"memory{len(mark)}"
+        for name, text in texts.items():
+            (tmp_path / name).write_bytes((mark + text).encode())
+            code, _, err = run(capsys, "import", str(tmp_path / name), "--state-dir", str(state))
+            assert code == 0, err
+        records = export(capsys, state, tmp_path / f"m{len(mark)}.json").values()
+        imported[mark] = sorted((r["content"], r["tags"], r["importance"]) for r in records)
+    assert imported["\ufeff"] == imported[""]
+    assert not any("\ufeff" in content for content, _, _ in imported["\ufeff"])
+
+
+def test_export_says_one_item_in_the_singular(capsys, tmp_path):
+    s = Store(state_dir=tmp_path / "s")
+    s.store("the only note", importance=9)
+    s.close()
+    code, _, err = run(capsys, "export", "--state-dir", str(tmp_path / "s"), "-o", str(tmp_path / "one.json"))
+    assert code == 0 and f"Wrote 1 item to {tmp_path / 'one.json'}." in err
+    code, out, err = run(
+        capsys, "export", "--state-dir", str(tmp_path / "s"), "--format", "memory-md", "-o", str(tmp_path / "mem")
+    )
+    assert code == 0 and "Wrote 1 memory file and " in out, out + err

@@ -15,7 +15,7 @@ from typing import Any, cast
 from .. import constants as C
 from ..models import Item
 from ..outfile import write_private
-from ..render import fence, preview
+from ..render import counted, fence, preview
 from ..store import BulkStored, Store, StoreInput, TierFilter
 from .common import (
     EXIT_INTERRUPTED,
@@ -139,14 +139,15 @@ def cmd_export(args: argparse.Namespace, out: Out) -> int:
         from .. import memory_md  # YAML and all: only this format needs it, not every start of the server
 
         result = memory_md.export_memory_dir(items, args.output, args.min_importance, force=args.force)
-        out.line(f"Wrote {len(result.files)} memory files and {args.output / memory_md.INDEX_NAME}.")
+        out.line(f"Wrote {counted(len(result.files), 'memory file')} and {args.output / memory_md.INDEX_NAME}.")
         if result.left_out:
             out.line(
-                f"{len(result.left_out)} more items qualified but the index holds {C.MEMORY_INDEX_MAX_LINES} lines."
+                f"{counted(len(result.left_out), 'more item')} qualified but the index holds "
+                f"{C.MEMORY_INDEX_MAX_LINES} lines."
             )
         return EXIT_OK
     if args.output is not None and str(args.output) != "-":
-        print(f"Wrote {len(items):,} items to {args.output}.", file=sys.stderr)
+        print(f"Wrote {counted(len(items), 'item')} to {args.output}.", file=sys.stderr)
     return EXIT_OK
 
 
@@ -178,7 +179,7 @@ def _refuse_markdown_export(path: Path) -> None:
     """Our markdown export is for reading: it keeps neither scope, lineage nor timestamps, and
     read as a MEMORY.md every line would become an item."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8-sig", errors="replace")
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror or exc}. Check the path and its permissions") from exc
     if text.startswith("# compactor export") or _EXPORT_HEADING.search(text):
@@ -195,7 +196,7 @@ def read_inputs(path: Path) -> tuple[str, list[dict[str, Any]] | None, list[Stor
         raise CliError(f"{path} does not exist. Pass a .json export, a .md file or a memory dir")
     if path.is_file() and path.suffix.lower() == ".json":
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark an editor added
         except ValueError as exc:
             raise CliError(f"{path} is not valid JSON ({exc}). Import a file written by `compactor export`") from exc
         except RecursionError as exc:  # the decoder's recursion: arrays in arrays, thousands deep
