@@ -364,3 +364,41 @@ def test_a_port_in_use_or_an_address_not_here_is_said_in_one_sentence(tmp_path: 
     done = _refused("--host", "no-such-host.invalid", "--port", str(free_port()), "--token-file", str(token))
     assert done.returncode == 1 and "cannot serve on no-such-host.invalid" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ("0123456789abcdef0123".encode("utf-16"), "is not UTF-8 text"),  # PowerShell 5's `>` writes this
+        ("0123456789abcdef\u00e9xyz\n".encode(), "other than printable ASCII"),
+        (b"0123456789abcdef\x07xyz\n", "other than printable ASCII"),
+    ],
+    ids=["utf-16", "non-ascii", "control"],
+)
+def test_a_token_file_a_client_could_never_send_is_refused_in_one_sentence(tmp_path: Path, raw: bytes, said: str):
+    path = tmp_path / "token"
+    path.write_bytes(raw)
+    done = subprocess.run(
+        server_command("--transport", "streamable-http", "--port", str(free_port()), "--token-file", str(path)),
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "0123456789abcdef" not in done.stderr
+
+
+def test_a_token_file_with_a_byte_order_mark_serves_the_token_without_it(tmp_path: Path):
+    """An editor on Windows starts a UTF-8 file with U+FEFF: it was read as part of the token,
+    which no client sends, so every call was refused."""
+    token = secrets.token_hex(32)
+    path = tmp_path / "token"
+    path.write_bytes(b"\xef\xbb\xbf" + token.encode() + b"\r\n")
+    with http_server("--state-dir", str(tmp_path / "state"), token_file=path) as url:
+
+        async def go() -> None:
+            async with connect(url, token) as c:
+                assert (await call(c, "store", content="stored over HTTP with the token"))["id"]
+
+        anyio.run(go)

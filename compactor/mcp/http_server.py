@@ -44,19 +44,26 @@ def load_token(token_file: Path | None) -> str | None:
     InvalidArgumentError (never quoting the token) for an unreadable file or a short token."""
     if token_file is not None:
         try:
-            token = token_file.read_text(encoding="utf-8").strip()
+            # An editor may have put a byte-order mark first: it is no part of the token.
+            token = token_file.read_text(encoding="utf-8-sig").strip()
         except OSError as exc:
             raise InvalidArgumentError(f"cannot read --token-file {token_file}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise InvalidArgumentError(
+                f"--token-file {token_file} is not UTF-8 text (saved as UTF-16?); write it with "
+                "`openssl rand -hex 32 > FILE`"
+            ) from exc
         source = f"--token-file {token_file}"
     else:
         token = os.environ.get("COMPACTOR_TOKEN", "").strip()
         source = "COMPACTOR_TOKEN"
         if not token:
             return None
-    if len(token) < C.TOKEN_MIN_CHARS or any(c.isspace() for c in token):
+    # A client sends it in an HTTP header, which carries printable ASCII only.
+    if len(token) < C.TOKEN_MIN_CHARS or not (token.isascii() and token.isprintable()) or " " in token:
         raise InvalidArgumentError(
-            f"the token in {source} is shorter than {C.TOKEN_MIN_CHARS} characters or contains spaces; make "
-            "one with `openssl rand -hex 32`"
+            f"the token in {source} is shorter than {C.TOKEN_MIN_CHARS} characters or holds spaces or characters "
+            "other than printable ASCII; make one with `openssl rand -hex 32`"
         )
     return token
 
