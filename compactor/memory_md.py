@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from . import constants as C
-from .errors import OutputRefusedError
+from .errors import InvalidArgumentError, OutputRefusedError
 from .models import Item
 from .outfile import exists_not_link, write_private
 from .render import preview
@@ -244,6 +244,20 @@ def parse_memory_index(text: str, base: Path | None = None, source: str = INDEX_
     return entries
 
 
+def _read(path: Path) -> str:
+    """A memory file's text; one that cannot be read whole stops the import before anything
+    is stored (replacing what does not decode would store something else)."""
+    try:
+        return path.read_text(encoding=_ENCODING)
+    except UnicodeDecodeError as exc:
+        raise InvalidArgumentError(
+            f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start:,}); save it as "
+            "UTF-8 and import again. Nothing was imported"
+        ) from exc
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read {path}: {exc.strerror or exc}. Nothing was imported") from exc
+
+
 def read_memory_path(path: Path) -> list[MemoryEntry]:
     """Entries from an auto-memory dir, a MEMORY.md, or one topic file."""
     if path.is_dir():
@@ -252,11 +266,11 @@ def read_memory_path(path: Path) -> list[MemoryEntry]:
         for file in sorted(path.glob("*.md")):
             if file.name == INDEX_NAME:
                 continue
-            entries.append(parse_memory_file(file.read_text(encoding=_ENCODING), file.name))
+            entries.append(parse_memory_file(_read(file), file.name))
         if index.is_file():
-            entries.extend(parse_memory_index(index.read_text(encoding=_ENCODING), base=path))
+            entries.extend(parse_memory_index(_read(index), base=path))
         return entries
-    text = path.read_text(encoding=_ENCODING)
+    text = _read(path)
     if path.name == INDEX_NAME or not _FRONTMATTER.match(text):
         if path.name != INDEX_NAME and not any(_ENTRY_START.match(ln) for ln in text.splitlines()):
             return [parse_memory_file(text, path.name)]

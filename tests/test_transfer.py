@@ -417,3 +417,19 @@ def test_export_says_one_item_in_the_singular(capsys, tmp_path):
         capsys, "export", "--state-dir", str(tmp_path / "s"), "--format", "memory-md", "-o", str(tmp_path / "mem")
     )
     assert code == 0 and "Wrote 1 memory file and " in out, out + err
+
+
+def test_a_memory_file_that_is_not_utf8_is_refused_in_one_sentence_and_nothing_is_stored(capsys, tmp_path):
+    """A Latin-1 memory file ended the import with a UnicodeDecodeError traceback."""
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    (folder / "good.md").write_text("The staging database listens on 6543.\n", encoding="utf-8")
+    (folder / "latin.md").write_bytes("caf\u00e9 au lait\n".encode("latin-1"))
+    state = tmp_path / "state"
+    for path in (folder / "latin.md", folder):
+        code, out, err = run(capsys, "import", str(path), "--state-dir", str(state))
+        assert code == 1 and out == "", err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert f"{folder / 'latin.md'} is not UTF-8 text (byte 0xe9 at offset 3)" in err
+        assert "Nothing was imported." in err
+    assert not state.exists() or Store(state_dir=state).ids() == []
