@@ -116,11 +116,12 @@ def _dotted_parts(piece: str, out: dict[str, None]) -> None:
 def _unspaced_terms(raw: str, query: bool) -> list[str]:
     """Terms of a compound holding unspaced script: each run of it by its bigrams (and, in a
     document, its characters), the text between runs as any other compound."""
+    rest = _query_tokens if query else tokenize  # for the text between runs
     out: list[str] = []
     at = 0
     for run in _UNSPACED_RUN.finditer(raw):
         if run.start() > at:
-            out.extend(_query_tokens(raw[at : run.start()]) if query else tokenize(raw[at : run.start()]))
+            out.extend(rest(raw[at : run.start()]))
         chars = run.group(0)
         if len(chars) == 1:
             out.append(chars)
@@ -130,7 +131,7 @@ def _unspaced_terms(raw: str, query: bool) -> list[str]:
                 out.extend(chars)
         at = run.end()
     if at < len(raw):
-        out.extend(_query_tokens(raw[at:]) if query else tokenize(raw[at:]))
+        out.extend(rest(raw[at:]))
     return out
 
 

@@ -640,6 +640,11 @@ class _Field:
         return 1.0 - self.b, self.b * n / self.total if self.total else 0.0
 
 
+def saved_terms_version(state: Mapping[str, Any]) -> Any:
+    """The tokenizer version a saved index state's terms come from (version 1 recorded none)."""
+    return state.get("terms", 1)
+
+
 class BM25Index:
     """BM25F over content + summary + tags of documents keyed by str ids (see the module doc).
 
@@ -1170,7 +1175,7 @@ class BM25Index:
 
         if state.get("format") != _STATE_FORMAT:
             raise ValueError(f"unknown index state format {state.get('format')!r}")
-        terms = state.get("terms", 1)  # version 1 did not record it
+        terms = saved_terms_version(state)
         if terms not in _KNOWN_TERMS:
             raise ValueError(f"its terms were made by tokenizer version {terms!r}; this one makes {TERMS_VERSION}")
         swap = state["byteorder"] != sys.byteorder

@@ -21,7 +21,7 @@ from .. import constants as C
 from ..analyze import TERMS_VERSION, terms_changed
 from ..backend import Persistence
 from ..errors import PersistenceError
-from ..index import DERIVED_ARRAYS
+from ..index import DERIVED_ARRAYS, saved_terms_version
 from ..indexfile import IndexFileError
 from ..models import Item, Op, Settings
 from ..persist import ItemRecords
@@ -218,7 +218,7 @@ class _Journaled(_StateOps):
         # older index file makes it re-index what changed since: either way the index is
         # worth saving again.
         # An index saved by an older tokenizer is worth saving again too, as this version's.
-        older = saved is not None and saved.index.get("terms", 1) != TERMS_VERSION
+        older = saved is not None and saved_terms_version(saved.index) != TERMS_VERSION
         self._index_saved = ((derived and not changed) or not self._s.items) and not older
 
     def _state_from_snapshot(
@@ -257,6 +257,7 @@ class _Journaled(_StateOps):
             derived = False
         if derived and changed is not None and state.index.terms_version != TERMS_VERSION:
             changed = [*changed, *self._retokenized(state)]
+            state.index.terms_version = TERMS_VERSION  # those are indexed again below, or all rebuilt
         if derived and changed and not self._reindex(state, changed):
             derived = False
         # Checked once all are read, as they arrive one at a time.
@@ -284,7 +285,6 @@ class _Journaled(_StateOps):
         (seconds of a start per 10,000 items). The index is then of this version, and saved
         as such with the next full snapshot."""
         old = state.index.terms_version
-        state.index.terms_version = TERMS_VERSION
         ids = [
             it.id
             for it in state.items.values()
