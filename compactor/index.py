@@ -53,6 +53,7 @@ from operator import itemgetter
 from typing import Any, Final, Literal, NamedTuple
 
 from compactor import constants as C
+from compactor import indexfile
 from compactor.analyze import TERMS_VERSION, query_terms, tokenize
 from compactor.vocab import Vocab, gather, insert_grown, offsets_dtype, saved_offsets_dtype
 
@@ -525,6 +526,10 @@ class _Postings:
 
         if not self.unsettled:
             return
+        # A load's flat array and starts are the index file's: copied out of the map here,
+        # its pages dropped as they go, the settle below then grows them in place.
+        self._flat, self._starts = _owned(self._flat), _owned(self._starts)
+        self._frozen = memoryview(self._flat)
         n = self._n
         flat: array[int] | memoryview
         starts: array[int] | memoryview
@@ -605,6 +610,16 @@ class _Postings:
             view[lo:hi] += before[np.searchsorted(tail_ids, np.arange(lo, hi), side="left")].astype(dtype)
         del view
         return out, starts
+
+
+def _owned(buf: array[int] | memoryview) -> array[int] | memoryview:
+    """`buf` itself, or an array of this process's own with its items when it reads a memory
+    map (copied out of it by `indexfile.copy_out`)."""
+    if isinstance(buf, array) or indexfile.map_of(buf) is None:
+        return buf
+    out = array(buf.format, [0]) * len(buf)
+    indexfile.copy_out(buf, out)
+    return out
 
 
 def _extended(arr: array[int] | memoryview, typecode: str, *parts: bytes | array[int]) -> array[int]:
@@ -848,6 +863,7 @@ class BM25Index:
         import numpy as np
 
         self._post.settle()
+        self._vocab.own(indexfile.copy_out)
         self._vocab.settle(np.frombuffer(self._df, dtype=np.uint32) > 0)
         self._doc_terms.fold()
 
@@ -1149,6 +1165,7 @@ class BM25Index:
 
         doc_terms, doc_terms_lens = self._doc_terms.flat()
         self._post.settle()
+        self._vocab.own(indexfile.copy_out)
         vocab = self._vocab.to_state(np.frombuffer(self._df, dtype=np.uint32) > 0)
         return {
             "format": _STATE_FORMAT,

@@ -124,10 +124,37 @@ def read(
 def mapping(arrays: Mapping[str, Any]) -> mmap.mmap | None:
     """The memory map that arrays from `read` view; None for arrays read any other way."""
     for value in arrays.values():
-        owner = getattr(value, "obj", None)
-        if isinstance(owner, mmap.mmap):
+        owner = map_of(value)
+        if owner is not None:
             return owner
     return None
+
+
+def map_of(buf: Any) -> mmap.mmap | None:
+    """The memory map `buf` reads (a view of one, or a numpy array over such a view), if any."""
+    for _ in range(8):  # a view of a view of ...: a short chain, never a cycle
+        if isinstance(buf, mmap.mmap):
+            return buf
+        buf = buf.obj if isinstance(buf, memoryview) else getattr(buf, "base", None)
+        if buf is None:
+            return None
+    return None
+
+
+def copy_out(src: Any, dst: Any) -> None:
+    """Copy the buffer `src` into `dst`, a writable buffer of its size in bytes. From a memory
+    map, a chunk at a time, the map's pages this process holds dropped after each (`release`):
+    a whole array copied at once kept its pages resident beside the copy until the next
+    release, the peak of a 10k-item server's first settle after a start (~10 MiB of ~170)."""
+    source, target = memoryview(src).cast("B"), memoryview(dst).cast("B")
+    if source.nbytes != target.nbytes:
+        raise ValueError(f"cannot copy {source.nbytes:,} bytes into {target.nbytes:,}")
+    mapped = map_of(src)
+    step = C.INDEX_FILE_COPY_CHUNK if mapped is not None else max(source.nbytes, 1)
+    for lo in range(0, source.nbytes, step):
+        target[lo : lo + step] = source[lo : lo + step]
+        if mapped is not None:
+            release(mapped)
 
 
 def release(mapped: mmap.mmap) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -283,6 +283,26 @@ class Vocab:
             self._hot.pop(self._settled_bytes(tid).decode("utf-8", "surrogatepass"), None)
         if tid < len(self._lens):
             self._dead.add(tid)
+
+    def own(self, copy: Callable[[Any, Any], None]) -> None:
+        """Hold the arrays in memory of this process's own, `copy(src, dst)` filling each new
+        one: a settle replaces or grows every array, and grows in place only what it owns; a
+        load's are the index file's (the index passes `indexfile.copy_out`, which drops the
+        map's pages as it goes)."""
+        blob = self._blob
+        if not isinstance(getattr(blob, "obj", None), bytearray):
+            mine = bytearray(memoryview(blob).nbytes)
+            copy(blob, mine)
+            self._blob = memoryview(mine)
+        for name in ("_lens", "_starts", "_order", "_sorted"):
+            arr = getattr(self, name)
+            if not arr.flags.owndata:
+                fresh = np.empty_like(arr)
+                copy(arr, fresh)
+                setattr(self, name, fresh)
+        self._lens_at, self._starts_at = self._lens.data, self._starts.data
+        if self._hashes is not None and not self._hashes.flags.owndata:
+            self._hashes = None  # `settled_hashes` makes them from `_order` and `_sorted`
 
     def settle(self, live: npt.NDArray[np.bool_]) -> None:
         """Merge the overlay into the arrays; `live[tid]` says which ids hold a term now (the
