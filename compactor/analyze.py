@@ -7,6 +7,7 @@ path also by its tails (``models/query.py``), so it matches however it was roote
 """
 
 import re
+import unicodedata
 from typing import Final
 
 # Combining marks: Python's \w leaves them out, so a Hindi, Bengali or Tamil word broke at each
@@ -46,7 +47,9 @@ _NEW_IN_2: Final = re.compile(f"[{_UNSPACED_CHARS}{_MARKS}]")
 # terms an older version made otherwise (`terms_changed`), or rebuilds an index of a version
 # it does not know: their terms would not meet a query's.
 # 1: before combining marks joined words and unspaced runs were split into character pairs.
-TERMS_VERSION: Final = 2
+# 2: before text was brought to its composed form (NFC): "é" typed as e and an accent, or a
+# path from macOS (decomposed), made other terms than the same word composed.
+TERMS_VERSION: Final = 3
 _MIN_LEN: Final = 2
 # Longer runs are blobs (base64, hex dumps, minified code): nobody searches for them whole, and
 # one would cost a vocabulary entry of its full size. Their parts are still indexed.
@@ -147,9 +150,17 @@ def unspaced_pair(term: str) -> bool:
 
 def terms_changed(version: int, text: str) -> bool:
     """Whether tokenizer `version` (older than TERMS_VERSION) made other terms of `text`."""
-    if version == 1:
-        return not text.isascii() and _NEW_IN_2.search(text) is not None
-    raise ValueError(f"tokenizer version {version!r} is not one this one can bring up to date")
+    if version not in (1, 2):
+        raise ValueError(f"tokenizer version {version!r} is not one this one can bring up to date")
+    if text.isascii():
+        return False
+    return not unicodedata.is_normalized("NFC", text) or (version == 1 and _NEW_IN_2.search(text) is not None)
+
+
+def _composed(text: str) -> str:
+    """`text` in its composed form (NFC), so that one word is one term however it was typed.
+    ASCII text is returned as it is, unlooked at."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
 def _expand(raw: str) -> tuple[str, ...]:
@@ -188,7 +199,7 @@ def tokenize(text: str) -> list[str]:
     cache = _cache
     out: list[str] = []
     extend = out.extend
-    for raw in (_COMPOUND_ASCII if text.isascii() else _COMPOUND).findall(text):
+    for raw in (_COMPOUND_ASCII if text.isascii() else _COMPOUND).findall(_composed(text)):
         terms = cache.get(raw)
         if terms is None:
             terms = _expand(raw)
@@ -205,7 +216,7 @@ def _query_tokens(text: str) -> list[str]:
     if text.isascii():
         return tokenize(text)
     out: list[str] = []
-    for raw in _COMPOUND.findall(text):
+    for raw in _COMPOUND.findall(_composed(text)):
         if _unspaced(raw):  # not from the cache, which holds a document's terms
             out.extend(_unspaced_terms(raw, query=True))
         else:

@@ -88,7 +88,7 @@ _TOP_BLOCK: Final = 256
 # 4: the vocabulary as flat arrays).
 _STATE_FORMAT: Final = 4
 # Tokenizer versions whose saved index a load takes (see analyze.terms_changed).
-_KNOWN_TERMS: Final = (1, TERMS_VERSION)
+_KNOWN_TERMS: Final = (1, 2, TERMS_VERSION)
 _TF_BITS: Final = 8
 _CODE_MASK: Final = (1 << _TF_BITS) - 1
 _DOC_LIMIT: Final = 1 << (32 - _TF_BITS)

@@ -1,11 +1,13 @@
 import re
+import unicodedata
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor import analyze
 from compactor.analyze import QUERY_STOPWORDS, query_terms, tokenize
-from tests.old_tokenizer import tokenizer_version_1
+from tests.old_tokenizer import tokenizer_version
 
 
 def test_camel_case_with_acronym_gives_parts_and_whole():
@@ -213,7 +215,7 @@ def test_every_piece_of_a_cjk_text_finds_it(text: str, data: st.DataObject) -> N
 def test_a_word_with_combining_marks_is_one_term():
     assert tokenize("डेटाबेस कनेक्शन विफल") == ["डेटाबेस", "कनेक्शन", "विफल"]
     assert tokenize("ডাটাবেস সংযোগ") == ["ডাটাবেস", "সংযোগ"]
-    assert tokenize("cafe\u0301 au lait") == ["cafe\u0301", "au", "lait"]
+    assert tokenize("cafe\u0301 au lait") == ["caf\u00e9", "au", "lait"]  # composed: see below
 
 
 def test_a_thai_run_is_indexed_by_its_pairs_like_a_cjk_one():
@@ -222,8 +224,42 @@ def test_a_thai_run_is_indexed_by_its_pairs_like_a_cjk_one():
     assert query_terms("ฐานข้อมูล")[:2] == ["ฐา", "าน"]
 
 
-@given(st.text(alphabet=st.sampled_from("abc_./ 数据库डेटाबेสฐานข้อมูลe\u0301\u0964"), max_size=40))
-def test_terms_change_only_for_texts_terms_changed_names(text: str) -> None:
-    with tokenizer_version_1():
+def test_a_word_is_one_term_however_its_accents_were_typed():
+    """An accent typed as its own character, or a name from macOS (which decomposes them),
+    finds the composed word and is found by it."""
+    composed, decomposed = "R\u00e9sum\u00e9 na\u00efve", "Re\u0301sume\u0301 nai\u0308ve"
+    assert tokenize(decomposed) == tokenize(composed) == ["r\u00e9sum\u00e9", "na\u00efve"]
+    assert query_terms(decomposed) == query_terms(composed)
+    hangul = "\ud55c\uad6d\uc5b4 \ud14d\uc2a4\ud2b8"  # Korean, as macOS names a file: jamo by jamo
+    assert tokenize(unicodedata.normalize("NFD", hangul)) == tokenize(hangul)
+    pair = "\ud55c\uad6d"
+    assert pair in tokenize(hangul) and query_terms(unicodedata.normalize("NFD", pair)) == [pair]
+
+
+# Accents composed and apart, Hangul syllables and jamo, a composition exclusion (क़), the
+# Angstrom sign (NFC makes it Å), a dot below stacked with an acute.
+_CANONICAL = st.text(alphabet=st.sampled_from("abc_./ 0é\u0301e\u0308ñÅ\u212b\uac00\u1100\u1161\u11a8क़ḱ\u0323ệ"))
+
+
+@given(_CANONICAL, st.sampled_from(["NFD", "NFC"]))
+def test_canonically_equivalent_texts_make_the_same_terms(text: str, form: str) -> None:
+    other = unicodedata.normalize(form, text)
+    assert tokenize(other) == tokenize(text)
+    assert query_terms(other) == query_terms(text)
+
+
+@given(
+    st.text(alphabet=st.sampled_from("abc_./ 数据库डेटाबेสฐานข้อมูลe\u0301\u0964\u00e9\uac00\u1100\u1161"), max_size=40),
+    st.sampled_from([1, 2]),
+)
+def test_terms_change_only_for_texts_terms_changed_names(text: str, version: int) -> None:
+    with tokenizer_version(version):
         before = tokenize(text)
-    assert tokenize(text) == before or analyze.terms_changed(1, text)
+    assert tokenize(text) == before or analyze.terms_changed(version, text)
+
+
+def test_terms_changed_knows_versions_1_and_2_only():
+    assert analyze.terms_changed(2, "cafe\u0301") and not analyze.terms_changed(2, "caf\u00e9 连接池")
+    assert analyze.terms_changed(1, "caf\u00e9 连接池") and not analyze.terms_changed(1, "plain ascii")
+    with pytest.raises(ValueError, match="tokenizer version 3 is not one this one can bring up to date"):
+        analyze.terms_changed(3, "text")

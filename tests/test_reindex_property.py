@@ -20,10 +20,11 @@ from compactor import constants as C
 from compactor import indexfile
 from compactor.errors import InvalidArgumentError
 from compactor.store import Store
-from tests.old_tokenizer import tokenizer_version_1
+from tests.old_tokenizer import tokenizer_version
 
 WORDS = ["quokka", "wombat", "numbat", "bilby", "dingo", "emu", "koala", "possum"]
 WORDS += ["连接池", "トークン", "데이터", "डेटाबेस", "ฐานข้อมูล"]  # what tokenizer version 1 made other terms of
+WORDS += ["cafe\u0301", "Re\u0301sume\u0301", "\u1100\u1161\u11ab"]  # and version 2: decomposed (NFD) text
 text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
 
 
@@ -89,17 +90,17 @@ class Reindexing(RuleBasedStateMachine):
         self.store.close()
         self.store = Store(state_dir=self.dir)
 
-    @rule(background_first=st.booleans())
-    def start_after_tokenizer_version_1(self, background_first: bool) -> None:
+    @rule(background_first=st.booleans(), version=st.sampled_from([1, 2]))
+    def start_after_an_older_tokenizer(self, background_first: bool, version: int) -> None:
         """The state dir as an older compactor left it, its saved index made by tokenizer
-        version 1 (CJK runs as whole terms): a start re-indexes the items that tokenizes
-        otherwise on top of it."""
+        version 1 (CJK runs as whole terms) or 2 (decomposed accents as typed): a start
+        re-indexes the items this version tokenizes otherwise on top of it."""
         self.store.close()
-        with tokenizer_version_1():
+        with tokenizer_version(version):
             old = Store(state_dir=self.dir)
             old.rebuild_and_snapshot()
             if background_first:
-                old.store("a write after the full snapshot 连接池")
+                old.store("a write after the full snapshot 连接池 cafe\u0301")
                 anyio.run(old.snapshot_async)
             old.close()
         self.store = Store(state_dir=self.dir)

@@ -2,10 +2,12 @@
 
 Written without spaces, a Chinese, Japanese, Korean or Thai sentence was one index term, so a
 query for a word inside it ("连接池" in "数据库连接池配置错误") found nothing; and a Hindi or
-Bengali word broke at each vowel sign, most often into nothing ("डेटाबेस" made no term). Each
-test fails on the tokenizer before (terms version 1) and passes now: through the SDK's in-memory
-client, a stdio server, the CLI, and a state dir whose saved index that tokenizer made. And a
-Chinese note's near copies are found and merged, as an English note's are."""
+Bengali word broke at each vowel sign, most often into nothing ("डेटाबेस" made no term); and
+a word whose accents were typed apart from their letters (decomposed, as macOS names files) was
+other terms than the same word composed. Each test fails on the tokenizers before (terms
+versions 1 and 2) and passes now: through the SDK's in-memory client, a stdio server, the CLI,
+and a state dir whose saved index such a tokenizer made. And a Chinese note's near copies are
+found and merged, as an English note's are."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from compactor.index import BM25Index
 from compactor.mcp import build_server
 from compactor.store import Store
 from tests.conftest import server_command, server_env
-from tests.old_tokenizer import tokenizer_version_1
+from tests.old_tokenizer import tokenizer_version
 from tests.stdio_client import StdioServer
 
 NOTES = {
@@ -34,6 +36,9 @@ NOTES = {
     "hindi": "डेटाबेस कनेक्शन विफल हो गया",
     "thai": "การเชื่อมต่อฐานข้อมูลล้มเหลว",
     "english": "the connection pool of the database timed out",
+    # Accents apart from their letters (decomposed, NFD), as macOS names files, and composed.
+    "resume": "Re\u0301sume\u0301 export failed: ~/Documents/Re\u0301sume\u0301.pdf is locked",
+    "menu": "the caf\u00e9 menu parser drops na\u00efve dates",
 }
 # A word inside each note, and the note it must find first.
 QUERIES = {
@@ -45,6 +50,8 @@ QUERIES = {
     "डेटाबेस": "hindi",
     "कनेक्शन विफल": "hindi",
     "ฐานข้อมูล": "thai",
+    "R\u00e9sum\u00e9.pdf": "resume",
+    "cafe\u0301 nai\u0308ve": "menu",
 }
 
 
@@ -71,25 +78,29 @@ def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
             assert server.ok("query", query=query)["items"][0]["id"] == ids[name], query
         recall = server.ok("recall", query="连接池的超时")
         assert ids["pool"] in [it["id"] for it in recall["items"]]
-    out = subprocess.run(
-        server_command("query", "连接池", "--state-dir", state, "--json"),
-        env=server_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    assert json.loads(out)["items"][0]["id"] == ids["pool"]
+    for query, name in (("连接池", "pool"), ("R\u00e9sum\u00e9", "resume")):
+        out = subprocess.run(
+            server_command("query", query, "--state-dir", state, "--json"),
+            env=server_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert json.loads(out)["items"][0]["id"] == ids[name], query
 
 
-def _saved_by_version_1(state: Path) -> dict[str, str]:
-    with tokenizer_version_1():
+def _saved_by(version: int, state: Path) -> dict[str, str]:
+    with tokenizer_version(version):
         old = Store(state_dir=state)
         ids = {name: old.store(text).item.id for name, text in NOTES.items()}
-        assert not old.query("连接池")  # version 1 finds a CJK note only by its whole run
-        assert not old.query("डेटाबेस")  # and a Hindi word not at all
+        assert not old.query("R\u00e9sum\u00e9")  # neither finds a decomposed word by the composed one
+        if version == 1:
+            assert not old.query("连接池")  # version 1 finds a CJK note only by its whole run
+            assert not old.query("डेटाबेस")  # and a Hindi word not at all
         old.close_with_snapshot()
-    assert '"terms":' not in (state / "snapshot.json").read_text(encoding="utf-8")
+    saved = (state / "snapshot.json").read_text(encoding="utf-8")
+    assert ('"terms":' not in saved) if version == 1 else (f'"terms":{version},' in saved)
     return ids
 
 
@@ -109,15 +120,27 @@ def _query_then_end(state: Path, query: str) -> tuple[list[str], str]:
 
 def test_an_index_saved_by_the_tokenizer_before_is_brought_up_to_date_not_rebuilt(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    ids = _saved_by_version_1(state)
+    ids = _saved_by(1, state)
     found, log = _query_then_end(state, "连接池")
     assert found[:1] == [ids["pool"]]
-    # Only the notes with CJK text are indexed again; the rest of the saved index is used as is.
-    assert "saved index of tokenizer version 1: 5 of 6 items to re-index" in log
+    # Only the notes with such text are indexed again; the rest of the saved index is used as is.
+    assert "saved index of tokenizer version 1: 6 of 8 items to re-index" in log
     assert "rebuilding" not in log
-    assert '"terms":2,' in (state / "snapshot.json").read_text(encoding="utf-8")  # saved as version 2
+    assert '"terms":3,' in (state / "snapshot.json").read_text(encoding="utf-8")  # saved as version 3
     found, log = _query_then_end(state, "トークン")
     assert found[:1] == [ids["token"]] and "tokenizer version" not in log
+
+
+def test_an_index_saved_by_tokenizer_version_2_re_indexes_its_decomposed_text_only(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    ids = _saved_by(2, state)
+    found, log = _query_then_end(state, "R\u00e9sum\u00e9.pdf")
+    assert found[:1] == [ids["resume"]]
+    assert "saved index of tokenizer version 2: 1 of 8 items to re-index" in log
+    assert "rebuilding" not in log
+    assert '"terms":3,' in (state / "snapshot.json").read_text(encoding="utf-8")
+    found, log = _query_then_end(state, "cafe\u0301")
+    assert found[:1] == [ids["menu"]] and "tokenizer version" not in log
 
 
 def test_an_index_of_a_tokenizer_version_it_does_not_know_is_rebuilt(
@@ -136,7 +159,7 @@ def test_an_index_of_a_tokenizer_version_it_does_not_know_is_rebuilt(
         newer.close_with_snapshot()
     found, log = _query_then_end(state, "连接池")
     assert found == [pool]
-    assert "its terms were made by tokenizer version 9; this one makes 2); rebuilding it from the items" in log
+    assert "its terms were made by tokenizer version 9; this one makes 3); rebuilding it from the items" in log
 
 
 _HAN = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产"
