@@ -132,13 +132,9 @@ def mapping(arrays: Mapping[str, Any]) -> mmap.mmap | None:
 
 def map_of(buf: Any) -> mmap.mmap | None:
     """The memory map `buf` reads (a view of one, or a numpy array over such a view), if any."""
-    for _ in range(8):  # a view of a view of ...: a short chain, never a cycle
-        if isinstance(buf, mmap.mmap):
-            return buf
+    while buf is not None and not isinstance(buf, mmap.mmap):
         buf = buf.obj if isinstance(buf, memoryview) else getattr(buf, "base", None)
-        if buf is None:
-            return None
-    return None
+    return buf
 
 
 def copy_out(src: Any, dst: Any) -> None:
