@@ -157,7 +157,7 @@ def terms_changed(version: int, text: str) -> bool:
     return not unicodedata.is_normalized("NFC", text) or (version == 1 and _NEW_IN_2.search(text) is not None)
 
 
-def _composed(text: str) -> str:
+def composed(text: str) -> str:
     """`text` in its composed form (NFC), so that one word is one term however it was typed.
     ASCII text is returned as it is, unlooked at."""
     return text if text.isascii() else unicodedata.normalize("NFC", text)
@@ -199,7 +199,7 @@ def tokenize(text: str) -> list[str]:
     cache = _cache
     out: list[str] = []
     extend = out.extend
-    for raw in (_COMPOUND_ASCII if text.isascii() else _COMPOUND).findall(_composed(text)):
+    for raw in (_COMPOUND_ASCII if text.isascii() else _COMPOUND).findall(composed(text)):
         terms = cache.get(raw)
         if terms is None:
             terms = _expand(raw)
@@ -216,7 +216,7 @@ def _query_tokens(text: str) -> list[str]:
     if text.isascii():
         return tokenize(text)
     out: list[str] = []
-    for raw in _COMPOUND.findall(_composed(text)):
+    for raw in _COMPOUND.findall(composed(text)):
         if _unspaced(raw):  # not from the cache, which holds a document's terms
             out.extend(_unspaced_terms(raw, query=True))
         else:

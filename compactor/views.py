@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from . import constants as C
+from .analyze import composed
 
 # A view's lines: (first, last), 1-based and inclusive; last 0 means "to the end of the file".
 Lines = tuple[int, int]
@@ -536,7 +537,8 @@ def detect(content: str, summary: str | None = None) -> FileView | None:
 
 
 def _components(path: str) -> tuple[str, ...]:
-    return tuple(p for p in path.lower().split("/") if p and p not in {".", "..", "~"})
+    # Composed (NFC): a name listed by macOS (its accents apart) is the same file typed composed.
+    return tuple(p for p in composed(path).lower().split("/") if p and p not in {".", "..", "~"})
 
 
 def _stem(name: str) -> str:
@@ -551,6 +553,7 @@ def parse_query(text: str, known: Container[str] | None = None) -> ViewQuery | N
     says why it runs, not what to show. Without a command, the paths of the prose count
     (`pkg/mod.py`, `mod.py:42`, `pkg.mod`, "lines 10-20"). `known`, when given, holds the
     viewed basenames (lowercase): a query naming none of them is answered without parsing."""
+    text = composed(text)  # as the paths it is matched against (`_components`)
     words = _QUERY_TOKEN.findall(text)
     if known is not None and not any(_basename_key(w) in known or _module_key(w) in known for w in words):
         return None

@@ -30,7 +30,7 @@ def tokenizer_version(version: int) -> Iterator[None]:
     analyze._cache.clear()  # it holds this version's expansions
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(patch.object(analyze, "_composed", lambda text: text))
+            stack.enter_context(patch.object(analyze, "composed", lambda text: text))
             stack.enter_context(patch.object(BM25Index, "to_state", saved_as_older))
             if version == 1:
                 stack.enter_context(patch.object(analyze, "_unspaced", lambda raw: False))

@@ -311,3 +311,29 @@ def test_a_view_over_stdio(tmp_path: Path):
         assert (got["file_command"], got["file_paths"], got["file_lines"]) == ("head", ["shop/tax.py"], [1, 3])
         hits = srv.ok("query", query="shop/tax.py")["items"]
         assert hits[0]["id"] == item_id
+
+
+# The file as macOS lists it (its accents apart from their letters, NFD) and as a person types it.
+_LISTED, _TYPED = "docs/Re\u0301sume\u0301.md", "docs/R\u00e9sum\u00e9.md"
+
+
+@pytest.mark.parametrize(("shown", "asked"), [(_LISTED, _TYPED), (_TYPED, _LISTED)])
+def test_a_file_name_with_accents_is_one_file_however_they_were_typed(store: Store, shown: str, asked: str):
+    view = _put(store, f"$ head -n 3 {shown}\n# Experience\nbuilt things\nfixed things")
+    _put(store, f"{asked} needs a new section; {asked} is out of date, {asked} again.")
+    assert store.get(view).file_paths == (shown,)  # shown as it was written
+    found = parse_query(f"cat {asked}")
+    assert found is not None and found.paths == (_TYPED,)  # read composed, as the paths it is matched against
+    assert _top(store, asked, 1) == [view]
+    assert _top(store, asked.rsplit("/", 1)[1], 1) == [view]
+
+
+def test_a_file_name_with_accents_over_stdio(tmp_path: Path):
+    with StdioServer("--state-dir", str(tmp_path / "state")) as srv:
+        command, mention = (
+            f"$ head -n 3 {_LISTED}",
+            f"{_TYPED} needs a new section; {_TYPED} is out of date, {_TYPED} again.",
+        )
+        view = srv.ok("store", content=f"{command}\n# Experience\nbuilt things\nfixed things", summary=command)["id"]
+        srv.ok("store", content=mention, summary=mention)  # as `_put` stores each
+        assert srv.ok("query", query=_TYPED)["items"][0]["id"] == view
