@@ -118,29 +118,28 @@ def _query_then_end(state: Path, query: str) -> tuple[list[str], str]:
         server.stop()
 
 
-def test_an_index_saved_by_the_tokenizer_before_is_brought_up_to_date_not_rebuilt(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("version", "first", "reindexed", "then"),
+    [
+        # Version 1: the notes with CJK, Thai or Hindi text, and the decomposed one.
+        (1, ("连接池", "pool"), 6, ("トークン", "token")),
+        # Version 2: the decomposed note only.
+        (2, ("R\u00e9sum\u00e9.pdf", "resume"), 1, ("cafe\u0301", "menu")),
+    ],
+)
+def test_an_index_saved_by_an_older_tokenizer_is_brought_up_to_date_not_rebuilt(
+    tmp_path: Path, version: int, first: tuple[str, str], reindexed: int, then: tuple[str, str]
+) -> None:
     state = tmp_path / "state"
-    ids = _saved_by(1, state)
-    found, log = _query_then_end(state, "连接池")
-    assert found[:1] == [ids["pool"]]
-    # Only the notes with such text are indexed again; the rest of the saved index is used as is.
-    assert "saved index of tokenizer version 1: 6 of 8 items to re-index" in log
+    ids = _saved_by(version, state)
+    found, log = _query_then_end(state, first[0])
+    assert found[:1] == [ids[first[1]]]
+    # Only the notes it made other terms of are indexed again; the rest of the saved index is used as is.
+    assert f"saved index of tokenizer version {version}: {reindexed} of 8 items to re-index" in log
     assert "rebuilding" not in log
     assert '"terms":3,' in (state / "snapshot.json").read_text(encoding="utf-8")  # saved as version 3
-    found, log = _query_then_end(state, "トークン")
-    assert found[:1] == [ids["token"]] and "tokenizer version" not in log
-
-
-def test_an_index_saved_by_tokenizer_version_2_re_indexes_its_decomposed_text_only(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    ids = _saved_by(2, state)
-    found, log = _query_then_end(state, "R\u00e9sum\u00e9.pdf")
-    assert found[:1] == [ids["resume"]]
-    assert "saved index of tokenizer version 2: 1 of 8 items to re-index" in log
-    assert "rebuilding" not in log
-    assert '"terms":3,' in (state / "snapshot.json").read_text(encoding="utf-8")
-    found, log = _query_then_end(state, "cafe\u0301")
-    assert found[:1] == [ids["menu"]] and "tokenizer version" not in log
+    found, log = _query_then_end(state, then[0])
+    assert found[:1] == [ids[then[1]]] and "tokenizer version" not in log
 
 
 def test_an_index_of_a_tokenizer_version_it_does_not_know_is_rebuilt(
