@@ -686,6 +686,9 @@ class BM25Index:
         # The tokenizer version its terms come from: older only as loaded from an older saved
         # index, until the store has re-indexed what that version tokenized otherwise.
         self.terms_version = TERMS_VERSION
+        # Whether the vocabulary's arrays are still the index file's, as a load from one leaves
+        # them: the first settle copies them out of the map (`Vocab.own`), once.
+        self._vocab_mapped = False
 
     # --- size ------------------------------------------------------------------------------
 
@@ -863,9 +866,16 @@ class BM25Index:
         import numpy as np
 
         self._post.settle()
-        self._vocab.own(indexfile.copy_out)
+        self._own_vocab()
         self._vocab.settle(np.frombuffer(self._df, dtype=np.uint32) > 0)
         self._doc_terms.fold()
+
+    def _own_vocab(self) -> None:
+        """Before the vocabulary's first settle after a load from the index file: its arrays
+        copied out of the map, which that settle would otherwise copy whole beside them."""
+        if self._vocab_mapped:
+            self._vocab.own(indexfile.copy_out)
+            self._vocab_mapped = False
 
     def _code(self, tid: int, d: int, tf: int, s_tf: int, t_tf: int) -> int:
         """The code byte for these frequencies; spilled ones are recorded in the spill dict."""
@@ -1165,7 +1175,7 @@ class BM25Index:
 
         doc_terms, doc_terms_lens = self._doc_terms.flat()
         self._post.settle()
-        self._vocab.own(indexfile.copy_out)
+        self._own_vocab()
         vocab = self._vocab.to_state(np.frombuffer(self._df, dtype=np.uint32) > 0)
         return {
             "format": _STATE_FORMAT,
@@ -1200,6 +1210,7 @@ class BM25Index:
         # Arrays derived from the others, saved so that a start need not compute them; a state
         # without them (PostgreSQL's, an older file, another byte order) computes them.
         derived = not swap and all(key in state for key in DERIVED_ARRAYS)
+        self._vocab_mapped = indexfile.mapping(state) is not None
         self._vocab = Vocab.from_state(
             _raw(state["vocab_blob"]),
             _in_place(state["vocab_lens"], swap),

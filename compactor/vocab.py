@@ -286,9 +286,9 @@ class Vocab:
 
     def own(self, copy: Callable[[Any, Any], None]) -> None:
         """Hold the arrays in memory of this process's own, `copy(src, dst)` filling each new
-        one: a settle replaces or grows every array, and grows in place only what it owns; a
-        load's are the index file's (the index passes `indexfile.copy_out`, which drops the
-        map's pages as it goes)."""
+        one. For a vocabulary read from a memory-mapped file, before its first settle, which
+        replaces or grows every array and grows in place only what it owns (the index passes
+        `indexfile.copy_out`, which drops the map's pages as it goes)."""
         blob = self._blob
         if not isinstance(getattr(blob, "obj", None), bytearray):
             mine = bytearray(memoryview(blob).nbytes)
