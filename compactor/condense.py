@@ -9,6 +9,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
 from . import constants as C
+from .analyze import composed
 from .dedup import jaccard
 from .models import Item
 from .render import preview
@@ -158,8 +159,9 @@ _SCAN_CHARS = 100_000
 
 def unfamiliar_terms(summary: str, sources: Iterable[str]) -> list[str]:
     """Identifiers, numbers and paths in `summary` that appear in none of `sources`."""
-    body = summary.split(FOOTER_PREFIX, maxsplit=1)[0]
-    haystack = "\n".join(sources)
+    # Both composed (NFC): a name whose accents were typed apart is the same name composed.
+    body = composed(summary.split(FOOTER_PREFIX, maxsplit=1)[0])
+    haystack = composed("\n".join(sources))
     # In a long text, most terms are found as a whole word of it: a set lookup instead of a
     # scan of the whole text per term, which a long summary of a large item names by the
     # thousand.

@@ -224,6 +224,13 @@ def test_unfamiliar_terms():
     assert unfamiliar_terms("calls do_magic", ["nothing"]) == ["do_magic"]
 
 
+def test_a_name_is_familiar_however_its_accents_were_typed():
+    listed, typed = "docs/Re\u0301sume\u0301.md", "docs/R\u00e9sum\u00e9.md"  # as macOS lists it; as typed
+    assert unfamiliar_terms(f"rewrote {typed}", [f"$ cat {listed}"]) == []
+    assert unfamiliar_terms(f"rewrote {listed}", [f"$ cat {typed}"]) == []
+    assert unfamiliar_terms(f"rewrote {typed}", ["$ cat docs/cv.md"]) == [typed]
+
+
 def _unfamiliar_by_scan(summary: str, sources: list[str]) -> list[str]:
     """The plain definition: every term found in the summary, scanned for in the sources."""
     haystack = "\n".join(sources)
