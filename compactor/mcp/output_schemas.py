@@ -205,6 +205,8 @@ REPLIES: dict[str, dict[str, Any]] = {
                 "file_command": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
                 "file_paths": {"items": {"type": "string"}, "type": "array"},
                 "file_lines": {"items": {"type": "integer"}, "type": "array"},
+                "content_chars": {"type": "integer"},
+                "next_offset": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
             },
             "required": [
                 "id",
@@ -225,6 +227,7 @@ REPLIES: dict[str, dict[str, Any]] = {
                 "depth",
                 "parents",
                 "children",
+                "content_chars",
             ],
             "type": "object",
         },

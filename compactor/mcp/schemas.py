@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .. import constants as C
 from ..models import CompactReport, Item
 from ..render import item_preview
 
@@ -126,6 +127,8 @@ class GetResult(_Reply):
     file_command: str | None = Field(default=None, description="the program of a file view (cat, sed, grep, write...)")
     file_paths: list[str] = Field(default_factory=list, description="files whose lines this item shows")
     file_lines: list[int] = Field(default_factory=list, description="[first, last] line shown; last 0: to the end")
+    content_chars: int = Field(description="the whole content's length in characters; `content` may be a part")
+    next_offset: int | None = Field(default=None, description="where the next part starts; null: nothing follows")
 
 
 class StatusResult(_Reply):
@@ -334,10 +337,18 @@ def _brief_fields(item: Item, preview_text: str | None = None) -> dict[str, Any]
     }
 
 
-def full(item: Item) -> GetResult:
+def full(item: Item, offset: int | None = None) -> GetResult:
+    """The item, its content whole, or from `offset` one page (C.GET_PAGE_CHARS) at a time."""
+    content, next_offset = item.content, None
+    if offset is not None:
+        end = offset + C.GET_PAGE_CHARS
+        content = item.content[offset:end]
+        next_offset = end if end < len(item.content) else None
     return GetResult(
         id=item.id,
-        content=item.content,
+        content=content,
+        content_chars=len(item.content),
+        next_offset=next_offset,
         summary=item.summary,
         tier=item.tier,
         view=item.view,

@@ -80,9 +80,8 @@ def register(kit: ToolKit) -> None:
         name="compact",
         annotations=WRITE_IDEMPOTENT,
         description=(
-            "When the budget is high: bring usage to target_usage in four phases (summary view, merge "
-            "near-duplicates, archive, condense into summary nodes). Deletes nothing. Lists what needs "
-            "a summary: write it with update."
+            "When the budget is high: bring usage to target_usage by summarizing, merging and archiving; "
+            "deletes nothing. Lists what needs a summary: write it with update."
         ),
     )
     async def compact(

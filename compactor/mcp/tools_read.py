@@ -11,6 +11,7 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from .. import constants as C
+from ..errors import InvalidArgumentError
 from ..render import fence, item_line, item_preview, page_span, preview
 from ..views import describe as describe_view
 from . import schemas as S
@@ -88,11 +89,18 @@ def register(kit: ToolKit) -> None:
     @kit.tool(
         name="get",
         annotations=READ_ONLY,
-        description="Read an item in full, whatever compaction did to it.",
+        description="Read an item in full, whatever compaction did to it; offset pages long content.",
     )
-    async def get(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.GetResult]:
+    async def get(
+        ctx: Context, id: IdArg, offset: Annotated[int | None, Field(ge=0)] = None
+    ) -> Annotated[CallToolResult, S.GetResult]:
         def go() -> CallToolResult:
             it = store.get(id)
+            if offset is not None and offset > len(it.content):
+                raise InvalidArgumentError(
+                    f"offset {offset:,} is past the end of {it.id}'s content ({len(it.content):,} characters)."
+                )
+            model = S.full(it, offset)
             head = (
                 f"{it.id} ({it.content_type}, importance {it.importance}, {it.tier}, view: {it.view}"
                 f"{', pinned' if it.pinned else ''}{', merged into ' + it.merged_into if it.merged_into else ''})"
@@ -104,8 +112,13 @@ def register(kit: ToolKit) -> None:
                 parts.append("summary: " + it.summary)
             if it.file_paths:
                 parts.append(describe_view(it.file_command, it.file_paths, it.file_lines))
-            parts.append(it.content)
-            return result("\n".join(parts), S.full(it))
+            if offset is None:
+                parts.append(it.content)
+            else:
+                end = offset + len(model.content)
+                more = f"more: get({it.id!r}, offset={end})" if model.next_offset is not None else "the end"
+                parts += [model.content, f"(characters {offset:,}-{end:,} of {len(it.content):,}; {more})"]
+            return result("\n".join(parts), model)
 
         return await kit.run(ctx, go)
 
