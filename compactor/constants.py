@@ -139,10 +139,13 @@ MAX_PASSES: Final = 4  # text with secrets settles after one pass (a second one 
 # --- output bounds ------------------------------------------------------------------------
 # Claude Code warns above 10k tokens of tool output; stay well under it (~4 chars a token).
 MAX_OUTPUT_CHARS: Final = 24_000
-# `get(id, offset=N)` returns the content this many characters at a time. Claude Code refuses
-# a reply over 25k tokens and gives the model the structured result (the content in JSON, its
-# escapes included), so an item past ~100 KB can only be read there in parts.
+# `get(id, offset=N)` returns the content this many characters at a time, fewer where they
+# count more than GET_PAGE_TOKENS (CJK text is ~1 token a character). Claude Code refuses a
+# reply over 25k tokens and gives the model the structured result (the content in JSON, its
+# escapes included: 20,000 characters of code came to ~9.7k tokens), so an item past ~100 KB
+# can only be read there in parts.
 GET_PAGE_CHARS: Final = 20_000
+GET_PAGE_TOKENS: Final = 8_000
 PREVIEW_CHARS: Final = 160
 RECALL_TOKENS_DEFAULT: Final = 2_000
 RECALL_TOKENS_MAX: Final = 20_000

@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import constants as C
 from ..models import CompactReport, Item
 from ..render import item_preview
 
@@ -337,13 +336,12 @@ def _brief_fields(item: Item, preview_text: str | None = None) -> dict[str, Any]
     }
 
 
-def full(item: Item, offset: int | None = None) -> GetResult:
-    """The item, its content whole, or from `offset` one page (C.GET_PAGE_CHARS) at a time."""
+def full(item: Item, part: tuple[int, int] | None = None) -> GetResult:
+    """The item, its content whole, or only `content[start:end]` for `part` (start, end)."""
     content, next_offset = item.content, None
-    if offset is not None:
-        end = offset + C.GET_PAGE_CHARS
-        content = item.content[offset:end]
-        next_offset = end if end < len(item.content) else None
+    if part is not None:
+        content = item.content[part[0] : part[1]]
+        next_offset = part[1] if part[1] < len(item.content) else None
     return GetResult(
         id=item.id,
         content=content,
