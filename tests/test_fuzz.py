@@ -42,7 +42,7 @@ TOOLS: dict[str, tuple[str, ...]] = {
     "store": ("content", "summary", "tags", "importance", "pinned", "scope"),
     "bulk_store": ("items",),
     "query": ("query", "tags", "limit", "include_archived", "scope"),
-    "get": ("id",),
+    "get": ("id", "offset"),
     "status": (),
     "compact": ("target_usage",),
     "update": ("id", "summary", "content", "tags", "importance"),
