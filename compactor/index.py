@@ -528,7 +528,7 @@ class _Postings:
             return
         # A load's flat array and starts are the index file's: copied out of the map here,
         # its pages dropped as they go, the settle below then grows them in place.
-        self._flat, self._starts = _owned(self._flat), _owned(self._starts)
+        self._flat, self._starts = indexfile.unmapped(self._flat), indexfile.unmapped(self._starts)
         self._frozen = memoryview(self._flat)
         n = self._n
         flat: array[int] | memoryview
@@ -612,16 +612,6 @@ class _Postings:
         return out, starts
 
 
-def _owned(buf: array[int] | memoryview) -> array[int] | memoryview:
-    """`buf` itself, or an array of this process's own with its items when it reads a memory
-    map (copied out of it by `indexfile.copy_out`)."""
-    if isinstance(buf, array) or indexfile.map_of(buf) is None:
-        return buf
-    out = array(buf.format, [0]) * len(buf)
-    indexfile.copy_out(buf, out)
-    return out
-
-
 def _extended(arr: array[int] | memoryview, typecode: str, *parts: bytes | array[int]) -> array[int]:
     """`arr` with `parts` appended: the same array, grown in place (a large block is remapped,
     not copied), when it is an array that nothing else reads; else a copy (of a memory-mapped
@@ -686,9 +676,6 @@ class BM25Index:
         # The tokenizer version its terms come from: older only as loaded from an older saved
         # index, until the store has re-indexed what that version tokenized otherwise.
         self.terms_version = TERMS_VERSION
-        # Whether the vocabulary's arrays are still the index file's, as a load from one leaves
-        # them: the first settle copies them out of the map (`Vocab.own`), once.
-        self._vocab_mapped = False
 
     # --- size ------------------------------------------------------------------------------
 
@@ -866,16 +853,9 @@ class BM25Index:
         import numpy as np
 
         self._post.settle()
-        self._own_vocab()
+        self._vocab.own(indexfile.unmapped)
         self._vocab.settle(np.frombuffer(self._df, dtype=np.uint32) > 0)
         self._doc_terms.fold()
-
-    def _own_vocab(self) -> None:
-        """Before the vocabulary's first settle after a load from the index file: its arrays
-        copied out of the map, which that settle would otherwise copy whole beside them."""
-        if self._vocab_mapped:
-            self._vocab.own(indexfile.copy_out)
-            self._vocab_mapped = False
 
     def _code(self, tid: int, d: int, tf: int, s_tf: int, t_tf: int) -> int:
         """The code byte for these frequencies; spilled ones are recorded in the spill dict."""
@@ -1175,7 +1155,7 @@ class BM25Index:
 
         doc_terms, doc_terms_lens = self._doc_terms.flat()
         self._post.settle()
-        self._own_vocab()
+        self._vocab.own(indexfile.unmapped)
         vocab = self._vocab.to_state(np.frombuffer(self._df, dtype=np.uint32) > 0)
         return {
             "format": _STATE_FORMAT,
@@ -1210,7 +1190,6 @@ class BM25Index:
         # Arrays derived from the others, saved so that a start need not compute them; a state
         # without them (PostgreSQL's, an older file, another byte order) computes them.
         derived = not swap and all(key in state for key in DERIVED_ARRAYS)
-        self._vocab_mapped = indexfile.mapping(state) is not None
         self._vocab = Vocab.from_state(
             _raw(state["vocab_blob"]),
             _in_place(state["vocab_lens"], swap),

@@ -21,6 +21,7 @@ import mmap
 import os
 import re
 import zlib
+from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,23 @@ def copy_out(src: Any, dst: Any) -> None:
         target[lo : lo + step] = source[lo : lo + step]
         if mapped is not None:
             release(mapped)
+
+
+def unmapped(buf: Any) -> Any:
+    """`buf` itself, or, when it reads a memory map, a copy of it in this process's own memory
+    made by `copy_out`: an array of the view's typecode (a bytearray for bytes), or a numpy
+    array like it."""
+    if map_of(buf) is None:
+        return buf
+    out: Any
+    if isinstance(buf, memoryview):
+        out = bytearray(buf.nbytes) if buf.format == "B" else array(buf.format, [0]) * len(buf)
+    else:
+        import numpy as np
+
+        out = np.empty_like(buf)
+    copy_out(buf, out)
+    return out
 
 
 def release(mapped: mmap.mmap) -> None:

@@ -284,22 +284,16 @@ class Vocab:
         if tid < len(self._lens):
             self._dead.add(tid)
 
-    def own(self, copy: Callable[[Any, Any], None]) -> None:
-        """Hold the arrays in memory of this process's own, `copy(src, dst)` filling each new
-        one. For a vocabulary read from a memory-mapped file, before its first settle, which
-        replaces or grows every array and grows in place only what it owns (the index passes
-        `indexfile.copy_out`, which drops the map's pages as it goes)."""
-        blob = self._blob
-        if not isinstance(getattr(blob, "obj", None), bytearray):
-            mine = bytearray(memoryview(blob).nbytes)
-            copy(blob, mine)
-            self._blob = memoryview(mine)
+    def own(self, unmapped: Callable[[Any], Any]) -> None:
+        """Replace each array that reads a memory-mapped file (a load's) by `unmapped(array)`,
+        a copy of its own; the others stay. A settle replaces or grows every array, and grows
+        in place only what it owns (the index passes `indexfile.unmapped`, whose copy drops the
+        map's pages as it goes)."""
+        blob = unmapped(self._blob)
+        if blob is not self._blob:
+            self._blob = memoryview(blob)
         for name in ("_lens", "_starts", "_order", "_sorted"):
-            arr = getattr(self, name)
-            if not arr.flags.owndata:
-                fresh = np.empty_like(arr)
-                copy(arr, fresh)
-                setattr(self, name, fresh)
+            setattr(self, name, unmapped(getattr(self, name)))
         self._lens_at, self._starts_at = self._lens.data, self._starts.data
         if self._hashes is not None and not self._hashes.flags.owndata:
             self._hashes = None  # `settled_hashes` makes them from `_order` and `_sorted`
