@@ -166,7 +166,7 @@ def composed(text: str) -> str:
 def _expand(raw: str) -> tuple[str, ...]:
     if _SIMPLE.fullmatch(raw):
         return (raw,) if _MIN_LEN <= len(raw) <= _MAX_LEN else ()
-    if not raw.isascii() and _unspaced(raw):
+    if _unspaced(raw):
         return tuple(_unspaced_terms(raw, query=False))
     out: dict[str, None] = {}
     if "/" in raw:
