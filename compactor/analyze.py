@@ -224,6 +224,81 @@ def _query_tokens(text: str) -> list[str]:
     return out
 
 
+# A word a query may hold in another English form than the text it is after ("connection
+# pools" for a note on "the connection pool", "failing tests" for "test fails"): letters only,
+# at least three (shorter words are acronyms and abbreviations, which have no forms).
+_INFLECTABLE: Final = re.compile(r"[a-z]{3,40}")
+# A final consonant doubled before -ing/-ed (running, stopped, logging), undone on the way back:
+# not l, s or z, which English also doubles at rest (install, pass, buzz).
+_DOUBLED: Final = frozenset("bdfgkmnprtv")
+_VOWELS: Final = frozenset("aeiouy")
+
+
+def _bases(word: str) -> set[str]:
+    """The forms `word` may be inflected from: itself only when it ends in no inflection (a
+    stem must hold a vowel, so ``string`` and ``bring`` are words of their own, and ``-eed``
+    is one too: ``speed``)."""
+    out: set[str] = set()
+    if word.endswith("ies") and len(word) > 4:
+        out.add(word[:-3] + "y")
+    elif word.endswith("es") and word[:-2].endswith(("s", "x", "z", "ch", "sh")):
+        out.update((word[:-2], word[:-1]))  # classes -> class; caches -> cache
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        out.add(word[:-1])
+    elif word.endswith("ied") and len(word) > 4:
+        return {word[:-3] + "y"}  # copied -> copy
+    for suffix in ("ing", "ed"):
+        stem = word[: -len(suffix)]
+        if word.endswith(suffix) and _VOWELS.intersection(stem):
+            out.update((stem, stem + "e"))  # testing -> test, parsing -> parse, used -> use
+            if len(stem) >= 4 and stem[-1] == stem[-2] and stem[-1] in _DOUBLED:
+                out.add(stem[:-1])  # running -> run
+            if not stem.endswith("e"):
+                break
+            out.add(word)  # speed, need: a word, or a past (agreed) of what the stem + e gives
+    return {b for b in out if len(b) >= 3} or {word}
+
+
+def _forms(base: str) -> set[str]:
+    """`base` with its plural or third person, past and -ing endings."""
+    out = {base}
+    if base.endswith("y") and base[-2] not in _VOWELS:
+        out.update((base[:-1] + "ies", base[:-1] + "ied", base + "ing"))
+        return out
+    out.add(base + "es" if base.endswith(("s", "x", "z", "ch", "sh")) else base + "s")
+    if base.endswith("e"):
+        out.update((base + "d", base[:-1] + "ing"))
+    else:
+        out.update((base + "ed", base + "ing"))
+        if len(base) <= 4 and base[-1] in _DOUBLED and base[-2] in _VOWELS and base[-3] not in _VOWELS:
+            out.update((base + base[-1] + "ed", base + base[-1] + "ing"))  # run -> running
+    return out
+
+
+def inflections(word: str) -> tuple[str, ...]:
+    """Other English forms of a lowercase `word` (``pool``: ``pools``; ``parsing``: ``parse``,
+    ``parsed``, ``parses``), in sorted order; some are not words, and none is a stop word.
+    Nothing for a word that is not ASCII letters, or shorter than three."""
+    if not _INFLECTABLE.fullmatch(word):
+        return ()
+    forms: set[str] = set()
+    for base in _bases(word):
+        forms.update(_forms(base))
+    forms.discard(word)
+    return tuple(sorted(f for f in forms if f not in QUERY_STOPWORDS and len(f) <= _MAX_LEN))
+
+
+def query_words(text: str) -> list[str]:
+    """The words of a query standing on their own (not parts of a path or identifier) that may
+    have other forms: distinct, lowercase, in order, stop words left out."""
+    out: dict[str, None] = {}
+    for raw in _COMPOUND.findall(composed(text)):
+        word = raw.lower()
+        if _INFLECTABLE.fullmatch(word) and word not in QUERY_STOPWORDS:
+            out[word] = None
+    return list(out)
+
+
 def query_terms(text: str) -> list[str]:
     """Distinct terms of a query in the order they first appear, stop words left out (all of
     them are kept when the query has nothing else)."""

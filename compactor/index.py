@@ -54,7 +54,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 from compactor import constants as C
 from compactor import indexfile
-from compactor.analyze import TERMS_VERSION, query_terms, tokenize
+from compactor.analyze import TERMS_VERSION, inflections, query_terms, query_words, tokenize
 from compactor.vocab import Vocab, gather, insert_grown, offsets_dtype, saved_offsets_dtype
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
@@ -1081,11 +1081,15 @@ class BM25Index:
             return found, weighted
         df = self._df
         terms = query_terms(query)
-        for term, tid in zip(terms, self._vocab.lookup(terms), strict=True):
-            if tid >= 0:
+        tids = self._vocab.lookup(terms)
+        held = {term for term, tid in zip(terms, tids, strict=True) if tid >= 0 and df[tid]}
+        forms = _other_forms(query, held)
+        for k, (term, tid) in enumerate(zip(terms + forms, tids + self._vocab.lookup(forms), strict=True)):
+            if tid >= 0 and df[tid]:
                 found.append((term, tid))
                 f = df[tid]
-                weighted.append((math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (BM25_K1 + 1.0), tid))
+                w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (BM25_K1 + 1.0)
+                weighted.append((w if k < len(terms) else w * C.INFLECTION_WEIGHT, tid))
         # Rarest first; a stable sort keeps query order among equal weights (determinism).
         weighted.sort(key=itemgetter(0), reverse=True)
         return found, weighted
@@ -1382,6 +1386,20 @@ class _Acceptance:
             return heapq.nlargest(limit, acc.values())[-1]
         kept = [s for s, d in _best(acc, limit * _ACCEPT_OVERFETCH) if self(d)]
         return kept[limit - 1] if len(kept) >= limit else None
+
+
+def _other_forms(query: str, held: Collection[str]) -> list[str]:
+    """Other English forms (`analyze.inflections`) of the query's words that no document holds
+    as written, among its first INFLECTED_WORDS words: "pools" is looked up as "pool" too in a
+    memory that only says "pool". A word documents hold keeps to itself: its forms would add
+    the many documents of a common word ("models" for "modeling") to a query already answered."""
+    if C.INFLECTION_WEIGHT <= 0:
+        return []
+    out: dict[str, None] = {}
+    for word in query_words(query)[: C.INFLECTED_WORDS]:
+        if word not in held:
+            out.update((form, None) for form in inflections(word) if form not in held)
+    return list(out)
 
 
 def _best(acc: dict[int, float], n: int) -> list[tuple[float, int]]:

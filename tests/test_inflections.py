@@ -1,0 +1,171 @@
+"""A query word that memory does not hold is looked up in its other English forms.
+
+"connection pools leaking" found a note on "the connection pool leaks" only by "connection", as
+it found any other note on connections. Now a word no document holds as written ("pools",
+"leaking") is searched as its other forms ("pool", "leaks"), at INFLECTION_WEIGHT of a term's
+weight; a word some document holds is searched as written only. Through the index, the SDK's
+in-memory client, a stdio server and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mcp import Client
+
+from compactor import constants as C
+from compactor.analyze import QUERY_STOPWORDS, inflections, query_words
+from compactor.index import BM25Index
+from compactor.mcp import build_server
+from compactor.store import Store
+from tests.conftest import server_command, server_env
+from tests.stdio_client import StdioServer
+
+POOL = "the connection pool leaks under load"
+STRING = "the connection string is read from the environment"
+QUERY = "connection pools leaking"
+
+
+@pytest.mark.parametrize(
+    ("word", "forms"),
+    [
+        ("pools", {"pool"}),
+        ("pool", {"pools", "pooled", "pooling"}),
+        ("tests", {"test", "tested", "testing"}),
+        ("failing", {"fail", "fails", "failed"}),
+        ("parsing", {"parse", "parses", "parsed"}),
+        ("queries", {"query", "queried", "querying"}),
+        ("copied", {"copy", "copies", "copying"}),
+        ("classes", {"class"}),
+        ("caches", {"cache", "cached", "caching"}),
+        ("running", {"run", "runs"}),
+        ("logging", {"log", "logs", "logged"}),
+        ("used", {"use", "uses", "using"}),
+        ("configured", {"configure", "configures", "configuring"}),
+        ("string", {"strings"}),  # a word of its own, not "str" + ing
+        ("speed", {"speeds"}),  # -eed is no past
+    ],
+)
+def test_a_word_has_its_other_forms(word: str, forms: set[str]) -> None:
+    assert forms <= set(inflections(word))
+    assert "str" not in inflections("string")
+    assert "spe" not in inflections("speed") or "speeds" in inflections("speed")
+
+
+@pytest.mark.parametrize("word", ["js", "ok", "pool_3", "Pools", "http2", "naïve", "x" * 41])
+def test_only_lowercase_words_of_three_letters_or_more_have_forms(word: str) -> None:
+    assert inflections(word) == ()
+
+
+# A regular English base of three letters or more: a vowel, then a final consonant English inflects plainly (no s, x,
+# z, h, y or e, which take other endings).
+_BASE = st.from_regex(r"[a-z]{1,6}[aeiou][a-z]{0,3}[bcdfgklmnprtvw]", fullmatch=True)
+
+
+@given(_BASE)
+def test_each_regular_form_leads_back_to_its_base(base: str) -> None:
+    for form in (base + "s", base + "ed", base + "ing"):
+        got = inflections(form)
+        assert base in got or base in QUERY_STOPWORDS, (form, got)
+        assert form not in got
+        assert not set(got) & QUERY_STOPWORDS
+
+
+@given(st.text(max_size=60))
+def test_forms_are_never_the_word_and_never_stop_words(word: str) -> None:
+    got = inflections(word)
+    assert word not in got
+    assert not set(got) & QUERY_STOPWORDS
+    assert list(got) == sorted(set(got))
+
+
+def test_query_words_are_the_words_standing_on_their_own() -> None:
+    assert query_words("How do the connection pools in db/pool.py handle failing_tests? HTTP2") == [
+        "connection",
+        "pools",
+        "handle",
+    ]
+
+
+def _index(*docs: str) -> BM25Index:
+    index = BM25Index()
+    for k, text in enumerate(docs):
+        index.add(f"d{k}", text)
+    return index
+
+
+def test_a_word_no_document_holds_finds_its_other_forms() -> None:
+    index = _index(POOL, STRING)
+    hits = index.search(QUERY)
+    assert [h.doc_id for h in hits] == ["d0", "d1"]
+    assert hits[0].matched == ("connection", "pool", "leaks")
+    assert hits[1].matched == ("connection",)
+    # A form scores INFLECTION_WEIGHT of what the word would, written as the note writes it.
+    exact = index.search("connection pool leaks")[0].score
+    assert hits[0].score < exact
+
+
+def test_a_word_some_document_holds_is_searched_as_written() -> None:
+    index = _index(POOL, "two pools were drained")
+    assert [h.doc_id for h in index.search("pools")] == ["d1"]
+    assert [h.doc_id for h in index.search("pool")] == ["d0"]
+
+
+def test_a_word_inside_a_path_or_name_has_no_forms() -> None:
+    index = _index("the user table", "the handler module")
+    assert index.search("src/handlers/users.py") == []
+    assert index.search("handlers_users") == []
+    assert [h.doc_id for h in index.search("users")] == ["d0"]
+
+
+def test_only_the_first_words_of_a_long_query_have_forms() -> None:
+    filler = " ".join(f"zq{chr(ord('a') + k)}x" for k in range(C.INFLECTED_WORDS))  # words, held by no note
+    index = _index(POOL)
+    assert index.search(f"pools {filler}")
+    assert not index.search(f"{filler} pools")
+
+
+def test_no_forms_at_weight_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "INFLECTION_WEIGHT", 0.0)
+    index = _index(POOL, STRING)
+    assert [h.matched for h in index.search(QUERY)] == [("connection",), ("connection",)]
+
+
+def test_the_in_memory_client_finds_the_note_in_other_forms() -> None:
+    async def go() -> None:
+        async with Client(build_server(Store()), mode="legacy") as c:
+            pool = (await c.call_tool("store", {"content": POOL})).structured_content["id"]  # type: ignore[index]
+            string = (await c.call_tool("store", {"content": STRING})).structured_content["id"]  # type: ignore[index]
+            hits = (await c.call_tool("query", {"query": QUERY})).structured_content["items"]  # type: ignore[index]
+            assert hits[0]["id"] == pool
+            assert hits[0]["matched_terms"] == ["connection", "pool", "leaks"]
+            recall = (await c.call_tool("recall", {"query": QUERY})).structured_content  # type: ignore[index]
+            related = recall["text"].split("Related to the task", 1)[1]
+            assert related.index(pool) < related.index(string)
+
+    anyio.run(go)
+
+
+def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    with StdioServer("--state-dir", state) as server:
+        pool = server.ok("store", content=POOL)["id"]
+        server.ok("store", content=STRING)
+        hits = server.ok("query", query=QUERY)["items"]
+        assert hits[0]["id"] == pool
+        assert hits[0]["matched_terms"] == ["connection", "pool", "leaks"]
+    out = subprocess.run(
+        server_command("query", QUERY, "--state-dir", state, "--json"),
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert json.loads(out)["items"][0]["id"] == pool
