@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +78,14 @@ def server_env() -> dict[str, str]:
 
 def server_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "compactor", *args]
+
+
+def cli_json(*args: str) -> Any:
+    """What `compactor ARGS --json` prints, parsed; the command must succeed."""
+    out = subprocess.run(
+        server_command(*args, "--json"), env=server_env(), capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    return json.loads(out)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,6 @@ in-memory client, a stdio server and the CLI.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import anyio
@@ -24,7 +22,7 @@ from compactor.analyze import QUERY_STOPWORDS, inflections, query_words
 from compactor.index import BM25Index
 from compactor.mcp import build_server
 from compactor.store import Store
-from tests.conftest import server_command, server_env
+from tests.conftest import cli_json
 from tests.stdio_client import StdioServer
 
 POOL = "the connection pool leaks under load"
@@ -160,12 +158,4 @@ def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
         hits = server.ok("query", query=QUERY)["items"]
         assert hits[0]["id"] == pool
         assert hits[0]["matched_terms"] == ["connection", "pool", "leaks"]
-    out = subprocess.run(
-        server_command("query", QUERY, "--state-dir", state, "--json"),
-        env=server_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    assert json.loads(out)["items"][0]["id"] == pool
+    assert cli_json("query", QUERY, "--state-dir", state)["items"][0]["id"] == pool

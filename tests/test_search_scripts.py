@@ -11,9 +11,7 @@ found and merged, as an English note's are."""
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from compactor import constants as C
 from compactor.index import BM25Index
 from compactor.mcp import build_server
 from compactor.store import Store
-from tests.conftest import server_command, server_env
+from tests.conftest import cli_json
 from tests.old_tokenizer import tokenizer_version
 from tests.stdio_client import StdioServer
 
@@ -79,15 +77,7 @@ def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
         recall = server.ok("recall", query="连接池的超时")
         assert ids["pool"] in [it["id"] for it in recall["items"]]
     for query, name in (("连接池", "pool"), ("R\u00e9sum\u00e9", "resume")):
-        out = subprocess.run(
-            server_command("query", query, "--state-dir", state, "--json"),
-            env=server_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-        assert json.loads(out)["items"][0]["id"] == ids[name], query
+        assert cli_json("query", query, "--state-dir", state)["items"][0]["id"] == ids[name], query
 
 
 def _saved_by(version: int, state: Path) -> dict[str, str]:
