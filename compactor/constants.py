@@ -363,8 +363,8 @@ VOCAB_HOT_TERMS: Final = 16_384
 # "pool" for "pools", "parse" for "parsing"), each at this share of the weight a term of its
 # rarity has. Known-item queries of thoughts in other word forms, tuning half (bench.inflections):
 # MRR 0.464 without, 0.734 / 0.777 / 0.780 at 0.5 / 0.75 / 1; the same queries in the thoughts'
-# own words, replay_fast and resume_fast did not move. Not 1: a document holding two forms of
-# the word counts both.
+# own words and resume_fast did not move, replay_fast by 0.003 at most. Not 1: a document
+# holding two forms of the word counts both. Levers tried: bench/REPLAY.md.
 INFLECTION_WEIGHT: Final = 0.75
 # Forms are made for the first this many words of a query: an agent's query may be its whole
 # thought, and each word brings up to ten forms to look up.
