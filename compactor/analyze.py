@@ -288,13 +288,60 @@ def inflections(word: str) -> tuple[str, ...]:
     return tuple(sorted(f for f in forms if f not in QUERY_STOPWORDS and len(f) <= _MAX_LEN))
 
 
+# A query word on its own: a lowercase letter, then letters or digits ("db", "k8s", "pools").
+_WORD_ALONE: Final = re.compile(r"[a-z][a-z0-9]{1,39}")
+# Abbreviations a developer writes for a word, and the words (lowercase; the plural where it is
+# written too): a query in either finds a note in the other ("db password" and "the database
+# password"). Only the pairs that stand for one word wherever they appear in code and its talk.
+# fmt: off
+_ABBREVIATIONS: Final = {
+    "app": ("application",), "apps": ("applications",), "arg": ("argument",), "args": ("arguments",),
+    "async": ("asynchronous",), "auth": ("authentication", "authorization"), "bool": ("boolean",),
+    "cfg": ("config", "configuration"), "conf": ("config", "configuration"), "config": ("configuration",),
+    "configs": ("configurations",), "db": ("database",), "dbs": ("databases",), "dep": ("dependency",),
+    "deps": ("dependencies",), "dev": ("development",), "dict": ("dictionary",), "dir": ("directory",),
+    "dirs": ("directories",), "doc": ("documentation",), "docs": ("documentation",),
+    "env": ("environment",), "envs": ("environments",), "err": ("error",), "errs": ("errors",),
+    "fn": ("function",), "func": ("function",), "funcs": ("functions",), "impl": ("implementation",),
+    "init": ("initialize", "initialization"), "int": ("integer",), "js": ("javascript",),
+    "k8s": ("kubernetes",), "lib": ("library",), "libs": ("libraries",), "max": ("maximum",),
+    "min": ("minimum",), "msg": ("message",), "msgs": ("messages",), "num": ("number",),
+    "param": ("parameter",), "params": ("parameters",), "perf": ("performance",),
+    "pg": ("postgres", "postgresql"), "postgres": ("postgresql",), "pkg": ("package",),
+    "pkgs": ("packages",), "prod": ("production",), "py": ("python",), "repo": ("repository",),
+    "repos": ("repositories",), "req": ("request",), "reqs": ("requests", "requirements"),
+    "resp": ("response",), "spec": ("specification",), "specs": ("specifications",), "str": ("string",),
+    "sync": ("synchronous", "synchronize"), "tmp": ("temporary",), "temp": ("temporary",),
+    "ts": ("typescript",), "var": ("variable",), "vars": ("variables",),
+}
+# fmt: on
+
+
+def _both_ways(pairs: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for short, longs in pairs.items():
+        for long in longs:
+            out.setdefault(short, []).append(long)
+            out.setdefault(long, []).append(short)
+    return {word: tuple(dict.fromkeys(others)) for word, others in out.items()}
+
+
+_SYNONYMS: Final = _both_ways(_ABBREVIATIONS)
+
+
+def synonyms(word: str) -> tuple[str, ...]:
+    """The abbreviations of a lowercase `word`, or the words an abbreviation stands for
+    (``db``: ``database``; ``configuration``: ``cfg``, ``conf``, ``config``)."""
+    return _SYNONYMS.get(word, ())
+
+
 def query_words(text: str) -> list[str]:
-    """The words of a query standing on their own (not parts of a path or identifier) that may
-    have other forms: distinct, lowercase, in order, stop words left out."""
+    """The words of a query standing on their own (not parts of a path or identifier), which
+    may have other forms or synonyms: distinct, lowercase, in order, stop words left out."""
     out: dict[str, None] = {}
     for raw in _COMPOUND.findall(composed(text)):
         word = raw.lower()
-        if _INFLECTABLE.fullmatch(word) and word not in QUERY_STOPWORDS:
+        if _WORD_ALONE.fullmatch(word) and word not in QUERY_STOPWORDS:
             out[word] = None
     return list(out)
 

@@ -359,16 +359,18 @@ INDEX_SETTLE_SHARE: Final = 32
 # Settled terms remembered in a dict after a lookup: enough for the words a code-and-prose
 # corpus repeats in every document (a few thousand), ~2 MiB at most.
 VOCAB_HOT_TERMS: Final = 16_384
-# A query word no document holds is looked up in its other English forms (analyze.inflections:
+# A query word no document holds is also searched as its synonyms (analyze.synonyms: "database"
+# for "db", "config" for "configuration") and its other English forms (analyze.inflections:
 # "pool" for "pools", "parse" for "parsing"), each at this share of the weight a term of its
-# rarity has. Known-item queries of thoughts in other word forms, tuning half (bench.inflections):
-# MRR 0.464 without, 0.734 / 0.777 / 0.780 at 0.5 / 0.75 / 1; the same queries in the thoughts'
-# own words and resume_fast did not move, replay_fast by 0.003 at most. Not 1: a document
-# holding two forms of the word counts both. Levers tried: bench/REPLAY.md.
-INFLECTION_WEIGHT: Final = 0.75
-# Forms are made for the first this many words of a query: an agent's query may be its whole
-# thought, and each word brings up to ten forms to look up.
-INFLECTED_WORDS: Final = 16
+# rarity has. Known-item queries of a thought's words with some in other forms or synonyms,
+# tuning half (bench.inflections): forms, MRR 0.464 without, 0.734 / 0.777 / 0.780 at 0.5 /
+# 0.75 / 1; two-word queries with a synonym, 0.581 without, 0.738 / 0.741 / 0.743. Queries in
+# the thoughts' own words and resume_fast did not move, replay_fast by 0.003 at most. Not 1: a
+# document holding two of the word's other words counts both. Levers tried: bench/REPLAY.md.
+OTHER_WORD_WEIGHT: Final = 0.75
+# Other words are looked up for the first this many words of a query: an agent's query may be
+# its whole thought, and each word brings up to ten forms to look up.
+EXPANDED_WORDS: Final = 16
 BM25_K1: Final = 1.2
 BM25_B: Final = 0.75
 # BM25F field weight: a term in the summary counts as this many in an average-length body. A

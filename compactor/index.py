@@ -54,7 +54,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 from compactor import constants as C
 from compactor import indexfile
-from compactor.analyze import TERMS_VERSION, inflections, query_terms, query_words, tokenize
+from compactor.analyze import TERMS_VERSION, inflections, query_terms, query_words, synonyms, tokenize
 from compactor.vocab import Vocab, gather, insert_grown, offsets_dtype, saved_offsets_dtype
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
@@ -1083,13 +1083,13 @@ class BM25Index:
         terms = query_terms(query)
         tids = self._vocab.lookup(terms)
         held = {term for term, tid in zip(terms, tids, strict=True) if tid >= 0 and df[tid]}
-        forms = _other_forms(query, held)
-        for k, (term, tid) in enumerate(zip(terms + forms, tids + self._vocab.lookup(forms), strict=True)):
+        other = _other_words(query, terms, held)
+        for k, (term, tid) in enumerate(zip(terms + other, tids + self._vocab.lookup(other), strict=True)):
             if tid >= 0 and df[tid]:
                 found.append((term, tid))
                 f = df[tid]
                 w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (BM25_K1 + 1.0)
-                weighted.append((w if k < len(terms) else w * C.INFLECTION_WEIGHT, tid))
+                weighted.append((w if k < len(terms) else w * C.OTHER_WORD_WEIGHT, tid))
         # Rarest first; a stable sort keeps query order among equal weights (determinism).
         weighted.sort(key=itemgetter(0), reverse=True)
         return found, weighted
@@ -1388,18 +1388,20 @@ class _Acceptance:
         return kept[limit - 1] if len(kept) >= limit else None
 
 
-def _other_forms(query: str, held: Collection[str]) -> list[str]:
-    """Other English forms (`analyze.inflections`) of the query's words that no document holds
-    as written, among its first INFLECTED_WORDS words: "pools" is looked up as "pool" too in a
-    memory that only says "pool". A word documents hold keeps to itself: its forms would add
-    the many documents of a common word ("models" for "modeling") to a query already answered."""
-    if C.INFLECTION_WEIGHT <= 0:
+def _other_words(query: str, terms: Collection[str], held: Collection[str]) -> list[str]:
+    """Words to search beside the query's own `terms`, for each of its first EXPANDED_WORDS
+    words that stand on their own and that no document holds (is not in `held`): its synonyms
+    (`analyze.synonyms`: "database" for "db") and its other English forms (`analyze.inflections`:
+    "pool" for "pools"). A word documents hold keeps to itself: its other words would add the
+    many documents of a common word ("models" for "modeling") to a query already answered."""
+    if C.OTHER_WORD_WEIGHT <= 0:
         return []
     out: dict[str, None] = {}
-    for word in query_words(query)[: C.INFLECTED_WORDS]:
+    for word in query_words(query)[: C.EXPANDED_WORDS]:
         if word not in held:
-            out.update((form, None) for form in inflections(word) if form not in held)
-    return list(out)
+            out.update(dict.fromkeys(synonyms(word)))
+            out.update(dict.fromkeys(inflections(word)))
+    return [word for word in out if word not in terms]
 
 
 def _best(acc: dict[int, float], n: int) -> list[tuple[float, int]]:

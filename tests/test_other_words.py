@@ -1,10 +1,11 @@
-"""A query word that memory does not hold is looked up in its other English forms.
+"""A query word that memory does not hold is looked up in its other forms and synonyms.
 
-"connection pools leaking" found a note on "the connection pool leaks" only by "connection", as
-it found any other note on connections. Now a word no document holds as written ("pools",
-"leaking") is searched as its other forms ("pool", "leaks"), at INFLECTION_WEIGHT of a term's
-weight; a word some document holds is searched as written only. Through the index, the SDK's
-in-memory client, a stdio server and the CLI.
+"db connection pools leaking" found a note on "the database connection pool leaks" only by
+"connection", as it found any other note on connections. Now a word no document holds as
+written is also searched as its synonyms ("db": "database") and its other English forms
+("pools": "pool"; "leaking": "leaks"), at OTHER_WORD_WEIGHT of a term's weight; a word some
+document holds is searched as written only. Through the index, the SDK's in-memory client, a
+stdio server and the CLI.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from compactor import constants as C
-from compactor.analyze import QUERY_STOPWORDS, inflections, query_words
+from compactor.analyze import QUERY_STOPWORDS, inflections, query_words, synonyms
 from compactor.index import BM25Index
 from compactor.mcp import build_server
 from compactor.store import Store
 from tests.conftest import cli_json
 from tests.stdio_client import StdioServer
 
-POOL = "the connection pool leaks under load"
+POOL = "the database connection pool leaks under load"
 STRING = "the connection string is read from the environment"
-QUERY = "connection pools leaking"
+QUERY = "db connection pools leaking"
+MATCHED = ("connection", "database", "pool", "leaks")
 
 
 @pytest.mark.parametrize(
@@ -83,11 +85,38 @@ def test_forms_are_never_the_word_and_never_stop_words(word: str) -> None:
     assert list(got) == sorted(set(got))
 
 
+@pytest.mark.parametrize(
+    ("word", "others"),
+    [
+        ("db", {"database"}),
+        ("database", {"db"}),
+        ("configuration", {"cfg", "conf", "config"}),
+        ("config", {"configuration", "cfg", "conf"}),
+        ("auth", {"authentication", "authorization"}),
+        ("authentication", {"auth"}),
+        ("k8s", {"kubernetes"}),
+        ("vars", {"variables"}),
+        ("postgresql", {"pg", "postgres"}),
+    ],
+)
+def test_an_abbreviation_and_its_word_are_synonyms(word: str, others: set[str]) -> None:
+    assert set(synonyms(word)) == others
+
+
+def test_synonyms_go_both_ways_and_are_never_the_word() -> None:
+    assert synonyms("pool") == ()
+    for word in ("db", "database", "cfg", "configuration", "auth", "authorization", "str", "string"):
+        for other in synonyms(word):
+            assert other != word
+            assert word in synonyms(other)
+
+
 def test_query_words_are_the_words_standing_on_their_own() -> None:
     assert query_words("How do the connection pools in db/pool.py handle failing_tests? HTTP2") == [
         "connection",
         "pools",
         "handle",
+        "http2",
     ]
 
 
@@ -98,51 +127,56 @@ def _index(*docs: str) -> BM25Index:
     return index
 
 
-def test_a_word_no_document_holds_finds_its_other_forms() -> None:
+def test_a_word_no_document_holds_finds_its_other_words() -> None:
     index = _index(POOL, STRING)
     hits = index.search(QUERY)
     assert [h.doc_id for h in hits] == ["d0", "d1"]
-    assert hits[0].matched == ("connection", "pool", "leaks")
+    assert hits[0].matched == MATCHED
     assert hits[1].matched == ("connection",)
-    # A form scores INFLECTION_WEIGHT of what the word would, written as the note writes it.
-    exact = index.search("connection pool leaks")[0].score
+    # Another word scores OTHER_WORD_WEIGHT of what the word would, written as the note writes it.
+    exact = index.search("database connection pool leaks")[0].score
     assert hits[0].score < exact
+    assert [h.matched for h in index.search("db")] == [("database",)]
+    assert [h.matched for h in index.search("configurations from env")] == [("environment",)]
 
 
 def test_a_word_some_document_holds_is_searched_as_written() -> None:
-    index = _index(POOL, "two pools were drained")
+    index = _index(POOL, "two pools were drained", "the db file is locked")
     assert [h.doc_id for h in index.search("pools")] == ["d1"]
     assert [h.doc_id for h in index.search("pool")] == ["d0"]
+    assert [h.doc_id for h in index.search("db")] == ["d2"]
+    assert [h.doc_id for h in index.search("database")] == ["d0"]
 
 
 def test_a_word_inside_a_path_or_name_has_no_forms() -> None:
-    index = _index("the user table", "the handler module")
+    index = _index("the user table", "the handler module", "the database")
     assert index.search("src/handlers/users.py") == []
     assert index.search("handlers_users") == []
+    assert index.search("app/db/models.py") == []
     assert [h.doc_id for h in index.search("users")] == ["d0"]
 
 
 def test_only_the_first_words_of_a_long_query_have_forms() -> None:
-    filler = " ".join(f"zq{chr(ord('a') + k)}x" for k in range(C.INFLECTED_WORDS))  # words, held by no note
+    filler = " ".join(f"zq{chr(ord('a') + k)}x" for k in range(C.EXPANDED_WORDS))  # words, held by no note
     index = _index(POOL)
     assert index.search(f"pools {filler}")
     assert not index.search(f"{filler} pools")
 
 
-def test_no_forms_at_weight_zero(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(C, "INFLECTION_WEIGHT", 0.0)
+def test_no_other_words_at_weight_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "OTHER_WORD_WEIGHT", 0.0)
     index = _index(POOL, STRING)
     assert [h.matched for h in index.search(QUERY)] == [("connection",), ("connection",)]
 
 
-def test_the_in_memory_client_finds_the_note_in_other_forms() -> None:
+def test_the_in_memory_client_finds_the_note_in_other_words() -> None:
     async def go() -> None:
         async with Client(build_server(Store()), mode="legacy") as c:
             pool = (await c.call_tool("store", {"content": POOL})).structured_content["id"]  # type: ignore[index]
             string = (await c.call_tool("store", {"content": STRING})).structured_content["id"]  # type: ignore[index]
             hits = (await c.call_tool("query", {"query": QUERY})).structured_content["items"]  # type: ignore[index]
             assert hits[0]["id"] == pool
-            assert hits[0]["matched_terms"] == ["connection", "pool", "leaks"]
+            assert hits[0]["matched_terms"] == list(MATCHED)
             recall = (await c.call_tool("recall", {"query": QUERY})).structured_content  # type: ignore[index]
             related = recall["text"].split("Related to the task", 1)[1]
             assert related.index(pool) < related.index(string)
@@ -157,5 +191,5 @@ def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
         server.ok("store", content=STRING)
         hits = server.ok("query", query=QUERY)["items"]
         assert hits[0]["id"] == pool
-        assert hits[0]["matched_terms"] == ["connection", "pool", "leaks"]
+        assert hits[0]["matched_terms"] == list(MATCHED)
     assert cli_json("query", QUERY, "--state-dir", state)["items"][0]["id"] == pool
