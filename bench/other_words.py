@@ -1,6 +1,6 @@
 """Known-item search in other words: does a query find the note it describes when some of its
-words are in other English forms ("failing tests" for "the test fails") or are synonyms ("db"
-for "database") of the note's?
+words are in other English forms ("failing tests" for "the test fails", "deploy" for
+"deployment") or are synonyms ("db" for "database") of the note's?
 
 For each trajectory of the half: a Store (in process, as bench.replay_fast) holds all its
 events, stored as bench.replay stores them. Each of up to PER_TRAJ of its thoughts (evenly
@@ -10,6 +10,8 @@ letters or more it holds on their own (`analyze.query_words`), spread over the t
 - "exact": those words; "inflected": each word that has one in another form that
   `analyze.inflections` gives, that the thought does not hold, and that some event of the
   corpus holds as a word (English an agent writes); at least MIN_CHANGED changed.
+- "derived exact" / "derived": the same with each word that has one in a derived noun or verb
+  (`analyze.derivations`: "deployment" for "deploy"), when at least one has.
 - "abbreviated exact" / "abbreviated": the same with synonyms (`analyze.synonyms`), when one of
   the words has one (else the thought's first word with one takes the last place); and "short
   exact" / "short abbreviated": that word and one other, a two-word query.
@@ -33,9 +35,19 @@ from bench.halves import half_of
 from bench.replay import GENEROUS_BUDGET, QUERY_LIMIT, _store_arguments
 from bench.revisits import default_corpus, group_trajectories, load_events
 from compactor import constants as C
-from compactor.analyze import inflections, query_words, synonyms
+from compactor.analyze import derivations, inflections, query_words, synonyms
 from compactor.store import Store
 
+CONDITIONS = (
+    "exact",
+    "inflected",
+    "derived exact",
+    "derived",
+    "abbreviated exact",
+    "abbreviated",
+    "short exact",
+    "short abbreviated",
+)
 PER_TRAJ = 10
 QUERY_WORDS = 4
 MIN_CHANGED = 2
@@ -75,6 +87,9 @@ def make_queries(thought: str, english: set[str]) -> dict[str, str]:
     inflected = _changed(chosen, held, english, inflections)
     if sum(a != b for a, b in zip(chosen, inflected, strict=True)) >= MIN_CHANGED:
         out["exact"], out["inflected"] = " ".join(chosen), " ".join(inflected)
+    derived = _changed(chosen, held, english, derivations)
+    if derived != chosen:
+        out["derived exact"], out["derived"] = " ".join(chosen), " ".join(derived)
     has_synonym = [w for w in query_words(thought) if any(s in english and s not in held for s in synonyms(w))]
     if has_synonym:
         with_one = chosen if set(chosen) & set(has_synonym) else [*chosen[:-1], has_synonym[0]]
@@ -102,10 +117,7 @@ def main() -> None:
         english.update(_WORD.findall(ev.content.lower()))
     groups = [(t, e) for t, e in sorted(group_trajectories(events).items()) if a.half == "all" or half_of(t) == a.half]
     started = time.perf_counter()
-    rr: dict[str, list[float]] = {
-        name: []
-        for name in ("exact", "inflected", "abbreviated exact", "abbreviated", "short exact", "short abbreviated")
-    }
+    rr: dict[str, list[float]] = {name: [] for name in CONDITIONS}
     for _traj, evs in groups:
         store = Store(budget=GENEROUS_BUDGET)
         id_of: dict[int, str] = {}

@@ -288,6 +288,59 @@ def inflections(word: str) -> tuple[str, ...]:
     return tuple(sorted(f for f in forms if f not in QUERY_STOPWORDS and len(f) <= _MAX_LEN))
 
 
+def _verbs(noun: str) -> set[str]:
+    """The verbs a noun may be derived from (deployment: deploy; connection: connect;
+    configuration: configure; validation: validate), some of them not words."""
+    if noun.endswith("ment"):
+        return {noun[:-4]}
+    if noun.endswith("ization"):
+        return {noun[:-7] + "ize"}  # serialization
+    if noun.endswith("ification"):
+        return {noun[:-9] + "ify"}  # verification
+    if noun.endswith("ation"):
+        stem = noun[:-5]
+        return {stem, stem + "e", stem + "ate"}  # information, configuration, validation
+    if noun.endswith("ion"):
+        stem = noun[:-3]
+        return {stem, stem + "e"}  # connection, execution
+    return set()
+
+
+def _nouns(verb: str) -> set[str]:
+    """The nouns English derives from a verb by -ion, -ation and -ment, some of them not words."""
+    if verb.endswith("ion"):
+        return set()
+    if verb.endswith("ment"):
+        return {verb + "ation"}  # implement, document
+    if verb.endswith("ate"):
+        return {verb[:-1] + "ion"}  # validate
+    if verb.endswith("ize"):
+        return {verb[:-1] + "ation"}  # serialize
+    if verb.endswith("ify"):
+        return {verb[:-1] + "ication"}  # verify
+    stem = verb[:-1] if verb.endswith("e") else verb
+    return {stem + "ion", stem + "ation", verb + "ment"}  # connect, configure, deploy
+
+
+def derivations(word: str) -> tuple[str, ...]:
+    """The nouns and verbs of a lowercase `word` by -ion, -ation and -ment, with their forms
+    (``deploy``: ``deployment``, ``deployments``; ``migrations``: ``migrate``, ``migrated``...),
+    in sorted order; some are not words, none is a stop word or one of `inflections(word)`.
+    Nothing for a word that is not ASCII letters, or shorter than three."""
+    if not _INFLECTABLE.fullmatch(word):
+        return ()
+    out: set[str] = set()
+    for base in _bases(word):
+        for verb in _verbs(base):
+            if len(verb) >= 4:  # "act" of "action", "opt" of "option": other words
+                out.update(_forms(verb))
+        for noun in _nouns(base):
+            out.update((noun, noun + "s"))
+    out.discard(word)
+    out.difference_update(inflections(word))
+    return tuple(sorted(f for f in out if f not in QUERY_STOPWORDS and len(f) <= _MAX_LEN))
+
+
 # A query word on its own: a lowercase letter, then letters or digits ("db", "k8s", "pools").
 _WORD_ALONE: Final = re.compile(r"[a-z][a-z0-9]{1,39}")
 # Abbreviations a developer writes for a word, and the words (lowercase; the plural where it is

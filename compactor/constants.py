@@ -360,13 +360,14 @@ INDEX_SETTLE_SHARE: Final = 32
 # corpus repeats in every document (a few thousand), ~2 MiB at most.
 VOCAB_HOT_TERMS: Final = 16_384
 # A query word no document holds is also searched as its synonyms (analyze.synonyms: "database"
-# for "db", "config" for "configuration") and its other English forms (analyze.inflections:
-# "pool" for "pools", "parse" for "parsing"), each at this share of the weight a term of its
-# rarity has. Known-item queries of a thought's words with some in other forms or synonyms,
-# tuning half (bench.inflections): forms, MRR 0.464 without, 0.734 / 0.777 / 0.780 at 0.5 /
-# 0.75 / 1; two-word queries with a synonym, 0.581 without, 0.738 / 0.741 / 0.743. Queries in
-# the thoughts' own words and resume_fast did not move, replay_fast by 0.003 at most. Not 1: a
-# document holding two of the word's other words counts both. Levers tried: bench/REPLAY.md.
+# for "db"), its other English forms (analyze.inflections: "pool" for "pools") and its derived
+# nouns and verbs (analyze.derivations: "deployment" for "deploy"), each at this share of the
+# weight a term of its rarity has. Known-item queries of a thought's words with some in other
+# words, tuning half (bench.other_words), MRR without / at 0.5 / 0.75 / 1: other forms 0.465 /
+# 0.733 / 0.776 / 0.779; derived 0.902 / 0.951 / 0.948 / 0.936; two-word queries with a synonym
+# 0.576 / 0.738 / 0.741 / 0.742. Queries in the thoughts' own words and resume_fast did not
+# move, replay_fast by 0.003 at most. Not 1: a document holding two of the word's other words
+# counts both. Levers tried: bench/REPLAY.md.
 OTHER_WORD_WEIGHT: Final = 0.75
 # Other words are looked up for the first this many words of a query: an agent's query may be
 # its whole thought, and each word brings up to ten forms to look up.

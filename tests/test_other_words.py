@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from compactor import constants as C
-from compactor.analyze import QUERY_STOPWORDS, inflections, query_words, synonyms
+from compactor.analyze import QUERY_STOPWORDS, derivations, inflections, query_words, synonyms
 from compactor.index import BM25Index
 from compactor.mcp import build_server
 from compactor.store import Store
@@ -86,6 +86,39 @@ def test_forms_are_never_the_word_and_never_stop_words(word: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("word", "derived"),
+    [
+        ("deploy", {"deployment", "deployments"}),
+        ("deployments", {"deploy", "deployed", "deploying"}),
+        ("migrate", {"migration", "migrations"}),
+        ("migrations", {"migrate", "migrated", "migrating"}),
+        ("validation", {"validate", "validated"}),
+        ("connection", {"connect", "connected", "connects"}),
+        ("configure", {"configuration", "configurations"}),
+        ("configuration", {"configure", "configured"}),
+        ("implement", {"implementation"}),
+        ("serialization", {"serialize", "serialized"}),
+        ("verify", {"verification"}),
+    ],
+)
+def test_a_word_has_its_derived_nouns_and_verbs(word: str, derived: set[str]) -> None:
+    assert derived <= set(derivations(word))
+
+
+@given(st.text(max_size=60))
+def test_derivations_are_never_the_word_its_forms_or_stop_words(word: str) -> None:
+    got = derivations(word)
+    assert word not in got
+    assert not set(got) & (QUERY_STOPWORDS | set(inflections(word)))
+    assert list(got) == sorted(set(got))
+
+
+def test_a_short_stem_is_another_word() -> None:
+    assert "act" not in derivations("action")
+    assert "opt" not in derivations("options")
+
+
+@pytest.mark.parametrize(
     ("word", "others"),
     [
         ("db", {"database"}),
@@ -138,6 +171,9 @@ def test_a_word_no_document_holds_finds_its_other_words() -> None:
     assert hits[0].score < exact
     assert [h.matched for h in index.search("db")] == [("database",)]
     assert [h.matched for h in index.search("configurations from env")] == [("environment",)]
+    deployed = _index("Deployment: the image is built by the release workflow", "the pipeline of the parser")
+    assert [h.matched for h in deployed.search("deploy pipeline")] == [("pipeline",), ("deployment",)]
+    assert [h.matched for h in deployed.search("deploy")] == [("deployment",)]
 
 
 def test_a_word_some_document_holds_is_searched_as_written() -> None:
