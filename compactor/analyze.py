@@ -8,6 +8,7 @@ path also by its tails (``models/query.py``), so it matches however it was roote
 
 import re
 import unicodedata
+from functools import lru_cache
 from typing import Final
 
 # Combining marks: Python's \w leaves them out, so a Hindi, Bengali or Tamil word broke at each
@@ -388,14 +389,25 @@ def synonyms(word: str) -> tuple[str, ...]:
     return _SYNONYMS.get(word, ())
 
 
-def query_words(text: str) -> list[str]:
+@lru_cache(maxsize=_CACHE_MAX)
+def other_words(word: str) -> tuple[str, ...]:
+    """What a query may search for a lowercase `word` beside it: its synonyms, then its other
+    forms and its derived nouns and verbs, each once. Memoised: a query asks for each of its
+    words, and an agent's queries repeat their words."""
+    return tuple(dict.fromkeys((*synonyms(word), *inflections(word), *derivations(word))))
+
+
+def query_words(text: str, limit: int | None = None) -> list[str]:
     """The words of a query standing on their own (not parts of a path or identifier), which
-    may have other forms or synonyms: distinct, lowercase, in order, stop words left out."""
+    may have other forms or synonyms: distinct, lowercase, in order, stop words left out; the
+    first `limit` of them."""
     out: dict[str, None] = {}
-    for raw in _COMPOUND.findall(composed(text)):
+    for raw in dict.fromkeys((_COMPOUND_ASCII if text.isascii() else _COMPOUND).findall(composed(text))):
         word = raw.lower()
-        if _WORD_ALONE.fullmatch(word) and word not in QUERY_STOPWORDS:
+        if word not in out and _WORD_ALONE.fullmatch(word) and word not in QUERY_STOPWORDS:
             out[word] = None
+            if len(out) == limit:
+                break
     return list(out)
 
 

@@ -54,7 +54,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 from compactor import constants as C
 from compactor import indexfile
-from compactor.analyze import TERMS_VERSION, derivations, inflections, query_terms, query_words, synonyms, tokenize
+from compactor.analyze import TERMS_VERSION, other_words, query_terms, query_words, tokenize
 from compactor.vocab import Vocab, gather, insert_grown, offsets_dtype, saved_offsets_dtype
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
@@ -1390,19 +1390,16 @@ class _Acceptance:
 
 def _other_words(query: str, terms: Collection[str], held: Collection[str]) -> list[str]:
     """Words to search beside the query's own `terms`, for each of its first EXPANDED_WORDS
-    words that stand on their own and that no document holds (is not in `held`): its synonyms
-    (`analyze.synonyms`: "database" for "db"), its other English forms (`analyze.inflections`:
-    "pool" for "pools") and the nouns or verbs derived from it or it from (`analyze.derivations`:
-    "deployment" for "deploy"). A word documents hold keeps to itself: its other words would add the
+    words that stand on their own and that no document holds (is not in `held`): its synonyms,
+    other English forms and derived nouns or verbs (`analyze.other_words`: "database" for "db",
+    "pool" for "pools", "deployment" for "deploy"). A word documents hold keeps to itself: its other words would add the
     many documents of a common word ("models" for "modeling") to a query already answered."""
     if C.OTHER_WORD_WEIGHT <= 0:
         return []
     out: dict[str, None] = {}
-    for word in query_words(query)[: C.EXPANDED_WORDS]:
+    for word in query_words(query, C.EXPANDED_WORDS):
         if word not in held:
-            out.update(dict.fromkeys(synonyms(word)))
-            out.update(dict.fromkeys(inflections(word)))
-            out.update(dict.fromkeys(derivations(word)))
+            out.update(dict.fromkeys(other_words(word)))
     return [word for word in out if word not in terms]
 
 
