@@ -229,3 +229,30 @@ def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
         assert hits[0]["id"] == pool
         assert hits[0]["matched_terms"] == list(MATCHED)
     assert cli_json("query", QUERY, "--state-dir", state)["items"][0]["id"] == pool
+
+
+# Documents and queries over a few words that are one another's forms, synonyms and derivations.
+_VOCAB = ["pool", "pools", "pooled", "db", "database", "deploy", "deployment", "deploys", "cache", "caching", "load"]
+_DOCS = st.lists(st.lists(st.sampled_from(_VOCAB), min_size=1, max_size=6).map(" ".join), min_size=1, max_size=8)
+_QUERY = st.lists(st.sampled_from([*_VOCAB, "connections", "configs"]), min_size=1, max_size=4).map(" ".join)
+
+
+@given(_DOCS, _QUERY)
+def test_other_words_only_add_to_what_the_query_finds(docs: list[str], query: str) -> None:
+    """Against the same index, the query without other words: every document it scores keeps at
+    least that score and those matched terms; and a query whose every word some document
+    holds finds exactly what it found."""
+    index = _index(*docs)
+    with_other = index.search_scores(query)
+    saved = C.OTHER_WORD_WEIGHT
+    C.OTHER_WORD_WEIGHT = 0.0
+    try:
+        without = index.search_scores(query)
+    finally:
+        C.OTHER_WORD_WEIGHT = saved
+    for doc_id, (score, matched) in without.items():
+        assert with_other[doc_id][0] >= score - 1e-9
+        assert set(matched) <= set(with_other[doc_id][1])
+    held = {t for d in docs for t in d.split()}
+    if all(word in held for word in query.split()):
+        assert with_other == without
