@@ -369,6 +369,10 @@ VOCAB_HOT_TERMS: Final = 16_384
 # move, replay_fast by 0.003 at most. Not 1: a document holding two of the word's other words
 # counts both. Levers tried: bench/REPLAY.md.
 OTHER_WORD_WEIGHT: Final = 0.75
+# Whether a document the query may find (its scope, its tags) holds a query word is asked of
+# that word's newest postings, this many at most: a word every project writes would otherwise
+# cost a pass over all its documents for each query in a project that does not.
+HELD_SCAN_POSTINGS: Final = 256
 # Other words are looked up for the first this many words of a query: an agent's query may be
 # its whole thought, and each word brings up to ten forms to look up.
 EXPANDED_WORDS: Final = 16

@@ -1030,7 +1030,7 @@ class BM25Index:
         if limit <= 0:
             return []
         ok = _Acceptance(self._ext, accept)
-        found, weighted = self._weigh(query)
+        found, weighted = self._weigh(query, ok)
         if sum(self._post.length(tid) for _, tid in weighted) >= _DENSE_MIN_POSTINGS:
             ranked = _dense_top(self, weighted, limit, ok)
         else:
@@ -1043,16 +1043,19 @@ class BM25Index:
             hits.append(IndexHit(doc_id, score, self._matched(d, found) if with_matched else ()))
         return hits
 
-    def matched_terms(self, doc_ids: Sequence[str], query: str) -> list[tuple[str, ...]]:
-        """For each document, the query's terms it contains (in query order), as `search` gives."""
-        found, _ = self._weigh(query)
+    def matched_terms(
+        self, doc_ids: Sequence[str], query: str, accept: Callable[[str], bool] | None = None
+    ) -> list[tuple[str, ...]]:
+        """For each document, the query's terms it contains (in query order), as `search` with
+        the same `accept` gives."""
+        found, _ = self._weigh(query, _Acceptance(self._ext, accept))
         return [self._matched(self._ids[doc_id], found) for doc_id in doc_ids]
 
     def search_scores(
         self, query: str, accept: Callable[[str], bool] | None = None
     ) -> dict[str, tuple[float, tuple[str, ...]]]:
         """BM25 score and matched terms of every candidate, for callers that mix in other signals."""
-        found, weighted = self._weigh(query)
+        found, weighted = self._weigh(query, _Acceptance(self._ext, accept))
         acc = self._accumulate(weighted, None, _Acceptance(self._ext, None))
         out: dict[str, tuple[float, tuple[str, ...]]] = {}
         for d, score in acc.items():
@@ -1062,18 +1065,22 @@ class BM25Index:
                 out[doc_id] = (score, self._matched(d, found))
         return out
 
-    def score_docs(self, query: str, doc_ids: Sequence[str]) -> list[IndexHit]:
-        """The scores `search` would give these documents (those matching a term), by bisection
-        into the query's postings: for callers that add candidates of their own."""
-        _, weighted = self._weigh(query)
+    def score_docs(
+        self, query: str, doc_ids: Sequence[str], accept: Callable[[str], bool] | None = None
+    ) -> list[IndexHit]:
+        """The scores `search` with the same `accept` would give these documents (those matching
+        a term), by bisection into the query's postings: for callers that add candidates of
+        their own."""
+        _, weighted = self._weigh(query, _Acceptance(self._ext, accept))
         acc = {self._ids[i]: 0.0 for i in doc_ids if i in self._ids}
         scorer = _Scorer(self, len(self._ids))
         for w, tid in weighted:
             scorer.refine(acc, w, tid)
         return [IndexHit(doc_id, score, ()) for d, score in acc.items() if score > 0.0 and (doc_id := self._ext[d])]
 
-    def _weigh(self, query: str) -> tuple[list[tuple[str, int]], list[tuple[float, int]]]:
-        """The query's indexed terms as (term, id), and as (idf * (k1 + 1), id) rarest first."""
+    def _weigh(self, query: str, ok: _Acceptance) -> tuple[list[tuple[str, int]], list[tuple[float, int]]]:
+        """The query's indexed terms as (term, id), and as (idf * (k1 + 1), id) rarest first,
+        with the other words of those no document `ok` accepts holds (`_other_words`)."""
         n = len(self._ids)
         found: list[tuple[str, int]] = []
         weighted: list[tuple[float, int]] = []
@@ -1082,8 +1089,8 @@ class BM25Index:
         df = self._df
         terms = query_terms(query)
         tids = self._vocab.lookup(terms)
-        held = {term for term, tid in zip(terms, tids, strict=True) if tid >= 0 and df[tid]}
-        other = _other_words(query, terms, held)
+        tid_of = dict(zip(terms, tids, strict=True))
+        other = _other_words(query, terms, lambda word: self._held(tid_of.get(word, -1), ok))
         for k, (term, tid) in enumerate(zip(terms + other, tids + self._vocab.lookup(other), strict=True)):
             if tid >= 0 and df[tid]:
                 found.append((term, tid))
@@ -1093,6 +1100,18 @@ class BM25Index:
         # Rarest first; a stable sort keeps query order among equal weights (determinism).
         weighted.sort(key=itemgetter(0), reverse=True)
         return found, weighted
+
+    def _held(self, tid: int, ok: _Acceptance) -> bool:
+        """Whether a document `ok` accepts holds term `tid`: another project's notes, or items a
+        tag filter leaves out, do not keep a word from its other words. The newest
+        HELD_SCAN_POSTINGS are asked; a term only older documents hold counts as not held."""
+        if tid < 0 or not self._df[tid]:
+            return False
+        if ok.unfiltered:
+            return True
+        post = self._post[tid]
+        newest = range(len(post) - 1, max(len(post) - 1 - C.HELD_SCAN_POSTINGS, -1), -1)
+        return any(ok(post[i] >> _TF_BITS) for i in newest)
 
     def _accumulate(self, weighted: list[tuple[float, int]], limit: int | None, ok: _Acceptance) -> dict[int, float]:
         """Partial-or-full scores of the `_weigh`ed terms: exact for every document that can be
@@ -1388,17 +1407,18 @@ class _Acceptance:
         return kept[limit - 1] if len(kept) >= limit else None
 
 
-def _other_words(query: str, terms: Collection[str], held: Collection[str]) -> list[str]:
+def _other_words(query: str, terms: Collection[str], held: Callable[[str], bool]) -> list[str]:
     """Words to search beside the query's own `terms`, for each of its first EXPANDED_WORDS
-    words that stand on their own and that no document holds (is not in `held`): its synonyms,
-    other English forms and derived nouns or verbs (`analyze.other_words`: "database" for "db",
-    "pool" for "pools", "deployment" for "deploy"). A word documents hold keeps to itself: its other words would add the
-    many documents of a common word ("models" for "modeling") to a query already answered."""
+    words that stand on their own and that no document the query may find holds (`held` is
+    false): its synonyms, other English forms and derived nouns or verbs (`analyze.other_words`:
+    "database" for "db", "pool" for "pools", "deployment" for "deploy"). A word documents hold
+    keeps to itself: its other words would add the many documents of a common word ("models"
+    for "modeling") to a query already answered."""
     if C.OTHER_WORD_WEIGHT <= 0:
         return []
     out: dict[str, None] = {}
     for word in query_words(query, C.EXPANDED_WORDS):
-        if word not in held:
+        if not held(word):
             out.update(dict.fromkeys(other_words(word)))
     return [word for word in out if word not in terms]
 

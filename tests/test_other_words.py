@@ -192,6 +192,20 @@ def test_a_word_inside_a_path_or_name_has_no_forms() -> None:
     assert [h.doc_id for h in index.search("users")] == ["d0"]
 
 
+def test_a_word_only_another_project_holds_still_finds_its_other_words() -> None:
+    s = Store(scope="/p/a")
+    drained = s.store("two pools were drained", scope="/p/a").item.id
+    pool = s.store(POOL, scope="/p/b").item.id
+    hits = s.query("connection pools", scope="/p/b")
+    assert [h.item.id for h in hits] == [pool]
+    assert hits[0].matched == ("connection", "pool")
+    assert [h.item.id for h in s.query("pools", scope="/p/a")] == [drained]  # held there: as written
+    assert {h.item.id for h in s.query("pools", scope="all")} == {drained}
+    # The same for a tag filter: no note tagged "db" says "pools".
+    tagged = s.store("the pool of workers", tags=["db"], scope="/p/a").item.id
+    assert [h.item.id for h in s.query("pools", tags=["db"], scope="/p/a")] == [tagged]
+
+
 def test_only_the_first_words_of_a_long_query_have_forms() -> None:
     filler = " ".join(f"zq{chr(ord('a') + k)}x" for k in range(C.EXPANDED_WORDS))  # words, held by no note
     index = _index(POOL)

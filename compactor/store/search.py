@@ -65,7 +65,7 @@ class _Search(_Journaled):
             have = {h.doc_id for h in raw}
             wanted = {i for i in lifts if i not in have and (accepts_all or accept(i))}
             if wanted:
-                raw.extend(s.index.score_docs(text, sorted(wanted)))
+                raw.extend(s.index.score_docs(text, sorted(wanted), None if accepts_all else accept))
                 raw.sort(key=lambda h: -h.score)
         bound = scoring.MAX_RANK_FACTOR * max(lifts.values(), default=1.0)
         newest = s.next_seq - 1
@@ -103,7 +103,7 @@ class _Search(_Journaled):
                 if not newly:
                     break
                 dropped |= newly
-        matched = s.index.matched_terms([it.id for _, it in top], text)
+        matched = s.index.matched_terms([it.id for _, it in top], text, None if accepts_all else accept)
         return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
 
     def _view_lifts(self, text: str) -> dict[str, float]:
