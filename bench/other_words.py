@@ -8,11 +8,11 @@ spaced; a thought is the agent's own prose) gives QUERY_WORDS of its words: the 
 letters or more it holds on their own (`analyze.query_words`), spread over the thought. Asked:
 
 - "exact": those words; "inflected": each word that has one in another form that
-  `analyze.inflections` gives, that the thought does not hold, and that some event of the
+  `wordforms.inflections` gives, that the thought does not hold, and that some event of the
   corpus holds as a word (English an agent writes); at least MIN_CHANGED changed.
 - "derived exact" / "derived": the same with each word that has one in a derived noun or verb
-  (`analyze.derivations`: "deployment" for "deploy"), when at least one has.
-- "abbreviated exact" / "abbreviated": the same with synonyms (`analyze.synonyms`), when one of
+  (`wordforms.derivations`: "deployment" for "deploy"), when at least one has.
+- "abbreviated exact" / "abbreviated": the same with synonyms (`wordforms.synonyms`), when one of
   the words has one (else the thought's first word with one takes the last place); and "short
   exact" / "short abbreviated": that word and one other, a two-word query.
 
@@ -35,8 +35,9 @@ from bench.halves import half_of
 from bench.replay import GENEROUS_BUDGET, QUERY_LIMIT, _store_arguments
 from bench.revisits import default_corpus, group_trajectories, load_events
 from compactor import constants as C
-from compactor.analyze import derivations, inflections, query_words, synonyms
+from compactor.analyze import query_words
 from compactor.store import Store
+from compactor.wordforms import derivations, inflections, synonyms
 
 CONDITIONS = (
     "exact",

@@ -359,9 +359,9 @@ INDEX_SETTLE_SHARE: Final = 32
 # Settled terms remembered in a dict after a lookup: enough for the words a code-and-prose
 # corpus repeats in every document (a few thousand), ~2 MiB at most.
 VOCAB_HOT_TERMS: Final = 16_384
-# A query word no document holds is also searched as its synonyms (analyze.synonyms: "database"
-# for "db"), its other English forms (analyze.inflections: "pool" for "pools") and its derived
-# nouns and verbs (analyze.derivations: "deployment" for "deploy"), each at this share of the
+# A query word no document holds is also searched as its synonyms (wordforms.synonyms: "database"
+# for "db"), its other English forms (wordforms.inflections: "pool" for "pools") and its derived
+# nouns and verbs (wordforms.derivations: "deployment" for "deploy"), each at this share of the
 # weight a term of its rarity has. Known-item queries of a thought's words with some in other
 # words, tuning half (bench.other_words), MRR without / at 0.5 / 0.75 / 1: other forms 0.465 /
 # 0.733 / 0.776 / 0.779; derived 0.902 / 0.951 / 0.948 / 0.936; two-word queries with a synonym

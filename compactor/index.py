@@ -54,8 +54,9 @@ from typing import Any, Final, Literal, NamedTuple
 
 from compactor import constants as C
 from compactor import indexfile
-from compactor.analyze import TERMS_VERSION, other_words, query_terms, query_words, tokenize
+from compactor.analyze import TERMS_VERSION, query_terms, query_words, tokenize
 from compactor.vocab import Vocab, gather, insert_grown, offsets_dtype, saved_offsets_dtype
+from compactor.wordforms import other_words
 
 # Re-exported for callers and tests; the numbers and their sources are in constants.py.
 BM25_K1: Final = C.BM25_K1
@@ -1410,7 +1411,7 @@ class _Acceptance:
 def _other_words(query: str, terms: Collection[str], held: Callable[[str], bool]) -> list[str]:
     """Words to search beside the query's own `terms`, for each of its first EXPANDED_WORDS
     words that stand on their own and that no document the query may find holds (`held` is
-    false): its synonyms, other English forms and derived nouns or verbs (`analyze.other_words`:
+    false): its synonyms, other English forms and derived nouns or verbs (`wordforms.other_words`:
     "database" for "db", "pool" for "pools", "deployment" for "deploy"). A word documents hold
     keeps to itself: its other words would add the many documents of a common word ("models"
     for "modeling") to a query already answered."""

@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from compactor import constants as C
-from compactor.analyze import QUERY_STOPWORDS, derivations, inflections, query_words, synonyms
+from compactor.analyze import QUERY_STOPWORDS, query_words
 from compactor.index import BM25Index
 from compactor.mcp import build_server
 from compactor.store import Store
+from compactor.wordforms import derivations, inflections, synonyms
 from tests.conftest import cli_json
 from tests.stdio_client import StdioServer
 
