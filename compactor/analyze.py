@@ -13,14 +13,14 @@ from typing import Final
 # Combining marks: Python's \w leaves them out, so a Hindi, Bengali or Tamil word broke at each
 # vowel sign ("डेटाबेस" gave no term at all), and an accent typed as its own character split
 # its word. The marks of the scripts that write words with them count as word characters here.
-_MARKS: Final = (
+WORD_MARKS: Final = (
     "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed"
     "\u0900-\u0963\u0966-\u0dff\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff"
 )
 # A compound: word characters joined by ``. / - _``, optionally led by ``/``, ``./``, ``../``
 # or ``~/`` so absolute and relative paths stay whole. It never ends on a separator, so the
 # full stop after "see foo.py." is not part of the token.
-_COMPOUND: Final = re.compile(rf"(?:~?/|\.\.?/)?[\w{_MARKS}](?:[\w{_MARKS}./-]*[\w{_MARKS}])?")
+_COMPOUND: Final = re.compile(rf"(?:~?/|\.\.?/)?[\w{WORD_MARKS}](?:[\w{WORD_MARKS}./-]*[\w{WORD_MARKS}])?")
 # The same on ASCII text (most of what an agent stores), where it finds the same, faster.
 _COMPOUND_ASCII: Final = re.compile(r"(?:~?/|\.\.?/)?\w(?:[\w./-]*\w)?")
 _PATH_SEP: Final = re.compile(r"/+")
@@ -41,7 +41,7 @@ _UNSPACED_CHARS: Final = (
 )
 _UNSPACED_RUN: Final = re.compile(f"[{_UNSPACED_CHARS}]+")
 # What tokenizer version 1 (\w only, no pairs) made other terms of.
-_NEW_IN_2: Final = re.compile(f"[{_UNSPACED_CHARS}{_MARKS}]")
+_NEW_IN_2: Final = re.compile(f"[{_UNSPACED_CHARS}{WORD_MARKS}]")
 
 # Which terms this module makes. A saved index records it; a start re-indexes the items whose
 # terms an older version made otherwise (`terms_changed`), or rebuilds an index of a version

@@ -337,3 +337,25 @@ def test_a_file_name_with_accents_over_stdio(tmp_path: Path):
         view = srv.ok("store", content=f"{command}\n# Experience\nbuilt things\nfixed things", summary=command)["id"]
         srv.ok("store", content=mention, summary=mention)  # as `_put` stores each
         assert srv.ok("query", query=_TYPED)["items"][0]["id"] == view
+
+
+def test_a_file_name_in_a_script_with_vowel_signs_is_one_path(store: Store):
+    path = "docs/\u0921\u0947\u091f\u093e\u092c\u0947\u0938.md"  # Hindi "database": each vowel sign a mark
+    view = _put(store, f"$ head -n 3 {path}\n# title\nconnection pool\nsize 5")
+    _put(store, f"{path} needs a new section; {path} is out of date, {path} again.")
+    assert store.get(view).file_paths == (path,)
+    found = parse_query(f"cat {path}")
+    assert found is not None and found.paths == (path,)
+    found = parse_query(f"see {path}:12")
+    assert found is not None and (found.paths, found.lines) == ((path,), (12, 12))
+    assert _top(store, path, 1) == [view]
+
+
+def test_a_file_name_in_a_script_with_vowel_signs_over_stdio(tmp_path: Path):
+    path = "docs/\u0921\u0947\u091f\u093e\u092c\u0947\u0938.md"
+    with StdioServer("--state-dir", str(tmp_path / "state")) as srv:
+        command, mention = f"$ head -n 3 {path}", f"{path} needs a new section; {path} is out of date, {path} again."
+        view = srv.ok("store", content=f"{command}\n# title\nconnection pool\nsize 5", summary=command)["id"]
+        srv.ok("store", content=mention, summary=mention)
+        assert srv.ok("query", query=path)["items"][0]["id"] == view
+        assert srv.ok("query", query=f"see {path}:2")["items"][0]["id"] == view
