@@ -1421,7 +1421,10 @@ def _other_words(query: str, terms: Collection[str], held: Callable[[str], bool]
     for word in query_words(query, C.EXPANDED_WORDS):
         if not held(word):
             out.update(dict.fromkeys(other_words(word)))
-    return [word for word in out if word not in terms]
+    if not out:
+        return []
+    have = set(terms)  # a long query has thousands of terms
+    return [word for word in out if word not in have]
 
 
 def _best(acc: dict[int, float], n: int) -> list[tuple[float, int]]:
