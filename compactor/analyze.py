@@ -13,14 +13,16 @@ from typing import Final
 # Combining marks: Python's \w leaves them out, so a Hindi, Bengali or Tamil word broke at each
 # vowel sign ("डेटाबेस" gave no term at all), and an accent typed as its own character split
 # its word. The marks of the scripts that write words with them count as word characters here.
-WORD_MARKS: Final = (
+_MARKS: Final = (
     "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed"
     "\u0900-\u0963\u0966-\u0dff\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff"
 )
+# A word character, for a regex character class: \w and those marks (views.py's paths use it too).
+WORD_CHARS: Final = rf"\w{_MARKS}"
 # A compound: word characters joined by ``. / - _``, optionally led by ``/``, ``./``, ``../``
 # or ``~/`` so absolute and relative paths stay whole. It never ends on a separator, so the
 # full stop after "see foo.py." is not part of the token.
-_COMPOUND: Final = re.compile(rf"(?:~?/|\.\.?/)?[\w{WORD_MARKS}](?:[\w{WORD_MARKS}./-]*[\w{WORD_MARKS}])?")
+_COMPOUND: Final = re.compile(rf"(?:~?/|\.\.?/)?[{WORD_CHARS}](?:[{WORD_CHARS}./-]*[{WORD_CHARS}])?")
 # The same on ASCII text (most of what an agent stores), where it finds the same, faster.
 _COMPOUND_ASCII: Final = re.compile(r"(?:~?/|\.\.?/)?\w(?:[\w./-]*\w)?")
 _PATH_SEP: Final = re.compile(r"/+")
@@ -41,7 +43,7 @@ _UNSPACED_CHARS: Final = (
 )
 _UNSPACED_RUN: Final = re.compile(f"[{_UNSPACED_CHARS}]+")
 # What tokenizer version 1 (\w only, no pairs) made other terms of.
-_NEW_IN_2: Final = re.compile(f"[{_UNSPACED_CHARS}{WORD_MARKS}]")
+_NEW_IN_2: Final = re.compile(f"[{_UNSPACED_CHARS}{_MARKS}]")
 
 # Which terms this module makes. A saved index records it; a start re-indexes the items whose
 # terms an older version made otherwise (`terms_changed`), or rebuilds an index of a version
@@ -163,6 +165,11 @@ def composed(text: str) -> str:
     return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
+def compounds(text: str) -> list[str]:
+    """The compounds of `text` in its composed form, in order (`_COMPOUND`)."""
+    return (_COMPOUND_ASCII if text.isascii() else _COMPOUND).findall(composed(text))
+
+
 def _expand(raw: str) -> tuple[str, ...]:
     if _SIMPLE.fullmatch(raw):
         return (raw,) if _MIN_LEN <= len(raw) <= _MAX_LEN else ()
@@ -199,7 +206,7 @@ def tokenize(text: str) -> list[str]:
     cache = _cache
     out: list[str] = []
     extend = out.extend
-    for raw in (_COMPOUND_ASCII if text.isascii() else _COMPOUND).findall(composed(text)):
+    for raw in compounds(text):
         terms = cache.get(raw)
         if terms is None:
             terms = _expand(raw)
@@ -216,7 +223,7 @@ def _query_tokens(text: str) -> list[str]:
     if text.isascii():
         return tokenize(text)
     out: list[str] = []
-    for raw in _COMPOUND.findall(composed(text)):
+    for raw in compounds(text):
         if _unspaced(raw):  # not from the cache, which holds a document's terms
             out.extend(_unspaced_terms(raw, query=True))
         else:
@@ -233,7 +240,7 @@ def query_words(text: str, limit: int | None = None) -> list[str]:
     may have other forms or synonyms: distinct, lowercase, in order, stop words left out; the
     first `limit` of them."""
     out: dict[str, None] = {}
-    for raw in dict.fromkeys((_COMPOUND_ASCII if text.isascii() else _COMPOUND).findall(composed(text))):
+    for raw in dict.fromkeys(compounds(text)):
         word = raw.lower()
         if word not in out and _WORD_ALONE.fullmatch(word) and word not in QUERY_STOPWORDS:
             out[word] = None

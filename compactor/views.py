@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from . import constants as C
-from .analyze import WORD_MARKS, composed
+from .analyze import WORD_CHARS, composed
 
 # A view's lines: (first, last), 1-based and inclusive; last 0 means "to the end of the file".
 Lines = tuple[int, int]
@@ -87,9 +87,9 @@ _SED_RANGE = re.compile(r"^\s*(\d+|\$)\s*(?:,\s*(\+?)(\d+|\$)\s*)?([pd])?\s*$")
 _SED_ADDRESS = re.compile(r"^\s*(\d+)\s*(?:,\s*(\d+))?\s*[a-zA-Z]")
 _AWK_RANGE = re.compile(r"NR\s*>=?\s*(\d+)\s*&&\s*NR\s*<=?\s*(\d+)|NR\s*==\s*(\d+)\s*,\s*NR\s*==\s*(\d+)")
 _GIT_SHOW_OBJECT = re.compile(r"[^\s:]*:(.+)")
-# A word character of a path, here as in analyze.py, is also a combining mark of the scripts
-# that write words with them: a Hindi file name is one path, not pieces cut at each vowel sign.
-_WC = rf"\w{WORD_MARKS}"
+# A word character of a path is analyze.py's, combining marks included: a Hindi file name is
+# one path, not pieces cut at each vowel sign.
+_WC = WORD_CHARS
 _PATHLIKE = re.compile(rf"[{_WC}.@+~-]*(?:/[{_WC}.@+~-]+)+/?|[{_WC}@+~-][{_WC}.@+~-]*\.[A-Za-z0-9_]{{1,10}}")
 _GLOB = re.compile(r"[*?\[\]{}$`]")
 # Query side: a compound word (as analyze.py tokenises), a path:line[-line], and "lines 10-20".
