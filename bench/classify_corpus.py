@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.revisits import default_corpus
-from compactor.classify import ContentType, auto_tags, detect_type
+from compactor.content.classify import ContentType, auto_tags, detect_type
 
 CORPUS = Path(sys.argv[1]) if len(sys.argv) > 1 else default_corpus()
 

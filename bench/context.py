@@ -14,7 +14,7 @@ import anyio
 import tiktoken
 from mcp import Client
 
-# Budgets (issue 16, goal 1); tests/test_context.py holds the server to them.
+# Budgets (issue 16, goal 1); tests/bench/test_context.py holds the server to them.
 TOOLS_MAX = 1_800
 INSTRUCTIONS_MAX = 200
 

@@ -859,7 +859,7 @@ TINY = {
     "rounds": 2,
     "cases": 1,
     "deadline": 60,
-}  # tests/test_bench_durability.py
+}  # tests/bench/test_bench_durability.py
 QUICK = {"procs": [2], "writes": 40, "cli_writers": 1, "rounds": 5, "cases": None, "deadline": 15}
 FULL = {"procs": [2, 4, 6], "writes": 300, "cli_writers": 2, "rounds": 40, "cases": None, "deadline": 40}
 

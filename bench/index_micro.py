@@ -21,8 +21,8 @@ import tracemalloc
 import orjson
 
 from bench.revisits import default_corpus
-from compactor import analyze
-from compactor.index import BM25Index
+from compactor.search import analyze
+from compactor.search.index import BM25Index
 
 CORPUS = default_corpus()
 

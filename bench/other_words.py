@@ -35,9 +35,9 @@ from bench.halves import half_of
 from bench.replay import GENEROUS_BUDGET, QUERY_LIMIT, _store_arguments
 from bench.revisits import default_corpus, group_trajectories, load_events
 from compactor import constants as C
-from compactor.analyze import query_words
+from compactor.search.analyze import query_words
+from compactor.search.wordforms import derivations, inflections, synonyms
 from compactor.store import Store
-from compactor.wordforms import derivations, inflections, synonyms
 
 CONDITIONS = (
     "exact",

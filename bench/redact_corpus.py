@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.revisits import default_corpus
-from compactor.redact import redact
+from compactor.content.redact import redact
 
 CORPUS = Path(sys.argv[1]) if len(sys.argv) > 1 else default_corpus()
 

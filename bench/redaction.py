@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.revisits import default_corpus
 from bench.secret_shapes import NEAR_MISSES, SHAPES
-from compactor.redact import redact
+from compactor.content.redact import redact
 
 # (trajectory, seq): literal passwords in Django test code, replaced on purpose.
 REVIEWED: frozenset[tuple[str, int]] = frozenset(

@@ -149,7 +149,7 @@ async def _call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[st
 
 
 def _count_tokens(text: str) -> int:
-    from compactor.tokens import default_counter
+    from compactor.content.tokens import default_counter
 
     return default_counter().count(text)
 

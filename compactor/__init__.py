@@ -14,7 +14,7 @@ if _typing.TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Imported on first use: `python -m compactor` as a stdio relay (cli/relay.py) never needs them,
+# Imported on first use: `python -m compactor` as a stdio relay (sharing/relay.py) never needs them,
 # and the store's modules and numpy are most of a process's start-up memory.
 _LAZY = {"Item": ".models", "Store": ".store", "StoreInput": ".store"}
 

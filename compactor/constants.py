@@ -345,7 +345,7 @@ SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024
 # queries); figures are recall@5 / MRR at the generous budget, with the other levers in place.
 # Okapi defaults from Robertson & Zaragoza, "The Probabilistic Relevance Framework" (2009).
 # The search index merges the terms and postings written since its last merge into its flat
-# arrays (compactor.vocab) once there are this many new terms, or a thirty-second as many as it
+# arrays (compactor.search.vocab) once there are this many new terms, or a thirty-second as many as it
 # already holds if that is more. What waits unmerged (~150 bytes a term in Python objects) is
 # memory the process keeps once freed, so the largest wait sets a load's peak. A merge after a
 # load grows the arrays in place, O(index) numpy moves and an O(new terms) Python pass, so
@@ -430,7 +430,7 @@ VIEW_EDIT_LIFT: Final = 1.0
 # and the oldest of those views are the least likely to be what it goes back for.
 VIEW_LIFT_MAX: Final = 16
 
-# --- PostgreSQL (compactor.postgres) -------------------------------------------------------------
+# --- PostgreSQL (compactor.persistence.postgres) -------------------------------------------------------------
 # The database schema compactor writes; a newer one is refused (upgrade compactor), an older
 # one is migrated at start under PG_MIGRATE_LOCK.
 PG_SCHEMA_VERSION: Final = 1

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import constants as C
-from .condense import gist
 from .models import Item
+from .search.views import describe as describe_view
 from .store import Status, Store
-from .views import describe as describe_view
+from .summaries.condense import gist
 
 # (text, role) -> text. Roles: head, dim, ok, warn, bad, id.
 Paint = Callable[[str, str], str]

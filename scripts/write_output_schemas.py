@@ -1,5 +1,5 @@
 """Rewrite compactor/mcp/output_schemas.py from the tools' reply models (compactor/mcp/schemas.py).
-Run it after changing a reply model: tests/test_contract.py fails until the file matches.
+Run it after changing a reply model: tests/mcp/test_contract.py fails until the file matches.
 
     python scripts/write_output_schemas.py
 """
@@ -21,7 +21,7 @@ from compactor.store import Store  # noqa: E402
 HEAD = '''"""The tools' output schemas as the server publishes them: what the SDK derives from each tool's
 reply model (schemas.py), without titles and descriptions (contract.lean_output). Deriving them
 took ~14 ms of every start, so they are kept here. Written by scripts/write_output_schemas.py;
-tests/test_contract.py checks that they are still exactly what the models give."""
+tests/mcp/test_contract.py checks that they are still exactly what the models give."""
 
 from typing import Any
 

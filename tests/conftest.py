@@ -90,9 +90,9 @@ def cli_json(*args: str) -> Any:
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Any]:
-    """One real PostgreSQL cluster for the whole session (tests/pg_cluster.py); fails, never
+    """One real PostgreSQL cluster for the whole session (tests/support/pg_cluster.py); fails, never
     skips, when PostgreSQL cannot start."""
-    from tests.pg_cluster import Cluster
+    from tests.support.pg_cluster import Cluster
 
     cluster = Cluster()
     try:

@@ -26,7 +26,7 @@ def test_a_stdio_relay_imports_no_store():
     the store nor numpy nor the MCP SDK (cli/relay.py)."""
     code = (
         "import sys; sys.argv = ['compactor', '--version']\n"
-        "import compactor.cli, compactor.cli.relay, compactor.scope\n"
+        "import compactor.cli, compactor.sharing.relay, compactor.scope\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'numpy', 'mcp', 'anyio', 'tiktoken'}\n"
         "               or m.startswith('compactor.store'))\n"
         "print(heavy)"
@@ -48,9 +48,9 @@ def test_a_start_that_only_reads_compiles_no_classification(tmp_path):
         f"s = Store(state_dir={str(tmp_path)!r})\n"
         "build_server(s)\n"
         "assert s.query('parse_config', tags=['config'])\n"
-        "print('compactor.classify' in sys.modules)\n"
+        "print('compactor.content.classify' in sys.modules)\n"
         "s.store('def main():\\n    return 1\\n')\n"
-        "print('compactor.classify' in sys.modules)\n"
+        "print('compactor.content.classify' in sys.modules)\n"
         "s.close()\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

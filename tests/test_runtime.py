@@ -142,7 +142,7 @@ def test_the_index_merges_inside_write_work_and_a_query_scores_outside(tmp_path:
     """Writes (and the merges they make) run inside `write_work`; a query's scoring, whose
     per-term arrays must stay on the heap, runs outside it (its access-time journal write
     comes after)."""
-    from compactor.index import BM25Index
+    from compactor.search.index import BM25Index
 
     class Spy(Runtime):
         depth = 0

@@ -26,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if not {"-h", "--help"} & set(args_list) and not serve_parser().parse_known_args(args_list)[1]:
         # The server's options alone: skip the commands' parsers, whose imports (the whole
-        # store) a stdio relay to the shared host must not pay for (cli/relay.py).
+        # store) a stdio relay to the shared host must not pay for (sharing/relay.py).
         return run_server(args_list)
     parser = build_parser()
     args, extra = parser.parse_known_args(args_list)

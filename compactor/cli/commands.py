@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
 def run_doctor(args: argparse.Namespace, extra: list[str]) -> int:
     try:
         # Imported only when asked for: the doctor ships separately from the CLI.
-        module = importlib.import_module("compactor.doctor")
+        module = importlib.import_module("compactor.doctor.checks")
     except ImportError as exc:
         raise CliError(f"doctor is not available in this installation ({exc}). Reinstall compactor") from exc
     doctor_main = cast(Callable[..., int], module.main)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..persist import JOURNAL, SNAPSHOT
+from ..persistence.statedir import JOURNAL, SNAPSHOT
 from ..report import StateFiles
 from ..scope import lost_cwd_problem, project_scope, state_dir_arg
 from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store, TierFilter

@@ -52,7 +52,7 @@ def _sections(p: argparse.ArgumentParser, prefix: str) -> Iterator[str]:
         nested = list(_subparsers(sub))
         shown = sub
         if name == "doctor":
-            from .. import doctor
+            from ..doctor import checks as doctor
 
             shown = doctor.parser()
         usage = shown.format_help().rstrip()

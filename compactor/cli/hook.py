@@ -44,7 +44,7 @@ def cmd_session_start(args: argparse.Namespace, out: Out) -> int:
     the budgeted recall digest, asked with the project's last task (the requests pre-compact or
     session-end saved last in this project), and after a compaction what pre-compact saved from
     the session."""
-    from .. import hooks  # with the transcript reader: hooks only, not every start of the server
+    from ..claude_code import hooks  # with the transcript reader: hooks only, not every start of the server
 
     payload = hooks.read_payload(sys.stdin)
     if database_of(args) is None and not has_state(state_dir_of(args)):
@@ -71,7 +71,7 @@ def cmd_session_end(args: argparse.Namespace, out: Out) -> int:
 
 
 def _save_digest(args: argparse.Namespace, out: Out, event: str) -> int:
-    from .. import hooks
+    from ..claude_code import hooks
 
     payload = hooks.read_payload(sys.stdin)
     with opened(args, create=True, cwd=_cwd(payload)) as store:

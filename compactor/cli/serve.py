@@ -305,9 +305,9 @@ def _share_settings(args: argparse.Namespace, state_dir: str) -> dict[str, Any]:
 
 
 def _run_shared(args: argparse.Namespace) -> int | None:
-    """Relay this client to the shared host for its state dir and settings (cli/relay.py);
+    """Relay this client to the shared host for its state dir and settings (sharing/relay.py);
     None when sharing is unavailable here, and this process serves the client itself."""
-    from .relay import HostFailed, SharingUnavailable, connect_or_start, host_key, relay
+    from ..sharing.relay import HostFailed, SharingUnavailable, connect_or_start, host_key, relay
 
     state_dir = os.path.abspath(args.state_dir)
     scope = args.scope or project_scope()
@@ -329,15 +329,15 @@ def _run_shared(args: argparse.Namespace) -> int | None:
 
 
 def _host_main(args: argparse.Namespace, state_dir: str, scope: str, path: str, lock_fd: int) -> int:
-    """The shared host (mcp/shared_host.py), in the process `relay` forked: load, listen, then
+    """The shared host (sharing/host.py), in the process `relay` forked: load, listen, then
     send what it logs to the state dir's log instead of the starting client's stderr."""
     from ..runtime import PROCESS
 
     PROCESS.pause_for_start()  # no collection until the host is built
     import anyio
 
-    from ..mcp.shared_host import serve_host
-    from .relay import release_host_lock
+    from ..sharing.host import serve_host
+    from ..sharing.relay import release_host_lock
 
     # The path as given, as a server in its own process has it (`status` shows it). A relative
     # one resolves here as it did for the starting relay: the host runs in its directory.

@@ -136,7 +136,7 @@ def cmd_export(args: argparse.Namespace, out: Out) -> int:
     elif args.format == "markdown":
         _write(_markdown(items), args.output, args.force)
     else:
-        from .. import memory_md  # YAML and all: only this format needs it, not every start of the server
+        from ..claude_code import memory_md  # YAML and all: only this format needs it, not every start of the server
 
         result = memory_md.export_memory_dir(items, args.output, args.min_importance, force=args.force)
         out.line(f"Wrote {counted(len(result.files), 'memory file')} and {args.output / memory_md.INDEX_NAME}.")
@@ -207,7 +207,7 @@ def read_inputs(path: Path) -> tuple[str, list[dict[str, Any]] | None, list[Stor
     if path.is_file():
         _refuse_markdown_export(path)
     if path.is_dir() or path.suffix.lower() in (".md", ".markdown"):
-        from .. import memory_md
+        from ..claude_code import memory_md
 
         entries = memory_md.read_memory_path(path)
         kind = "memory dir" if path.is_dir() else path.name

@@ -10,7 +10,7 @@ from typing import Any
 from .. import constants as C
 from ..errors import StateCorruptError
 from ..models import Item
-from ..persist import JOURNAL, StateDir
+from ..persistence.statedir import JOURNAL, StateDir
 from ..render import preview
 from ..report import StateFiles, ago, item_report, per_depth, status_report
 from ..store import Store

@@ -37,7 +37,7 @@ from .stdio_runtime import run_stdio as _run_stdio
 log = logging.getLogger(__name__)
 
 # The project scope of the connection a call came on, when one process serves several stdio
-# clients (shared_host): each relay sends the scope of its own working directory.
+# clients (sharing/host.py): each relay sends the scope of its own working directory.
 CONNECTION_SCOPE: ContextVar[str | None] = ContextVar("compactor_connection_scope", default=None)
 
 INSTRUCTIONS = """\

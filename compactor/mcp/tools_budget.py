@@ -10,9 +10,9 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from .. import constants as C
-from ..condense import depth_instruction
 from ..errors import NotFoundError
 from ..render import preview
+from ..summaries.condense import depth_instruction
 from . import schemas as S
 from .kit import READ_ONLY, WRITE_IDEMPOTENT, ToolKit
 from .replies import compaction_text, result

@@ -10,8 +10,8 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from .. import constants as C
-from ..condense import gist
 from ..render import page_span
+from ..summaries.condense import gist
 from . import schemas as S
 from .kit import READ_ONLY, WRITE_IDEMPOTENT, IdArg, ToolKit
 from .replies import bounded, result

@@ -14,7 +14,7 @@ from pydantic import Field
 from .. import constants as C
 from ..errors import InvalidArgumentError
 from ..render import fence, item_line, item_preview, page_span, preview
-from ..views import describe as describe_view
+from ..search.views import describe as describe_view
 from . import schemas as S
 from .kit import READ_ONLY, WRITE_IDEMPOTENT, IdArg, ScopeArg, TagsArg, ToolKit
 from .replies import bounded, result

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import heapq
 
-from .. import compaction, scoring
 from .. import constants as C
 from ..models import CompactReport, Item, Op
+from ..search import scoring
+from ..summaries import planning as compaction
 from .dag import _Dag
 from .journaled import _Txn
 from .state import scope_key

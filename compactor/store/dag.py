@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import bounds, scoring
+from .. import bounds
 from .. import constants as C
-from ..condense import extractive_text, gist, group_coherent, lineage_id
 from ..errors import InvalidArgumentError
 from ..models import Item, Op, Tier
+from ..search import scoring
+from ..summaries.condense import extractive_text, gist, group_coherent, lineage_id
 from .journaled import _Journaled, _Txn
 from .state import scope_key
 

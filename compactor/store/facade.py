@@ -18,13 +18,13 @@ from typing import Any
 
 from .. import bounds
 from .. import constants as C
-from ..backend import DirBackend, Persistence
-from ..condense import unfamiliar_terms, with_footer
+from ..content.tags import merge_tags, parse_tags
+from ..content.tokens import TokenCounter, default_counter
 from ..errors import InvalidArgumentError, PersistenceError
 from ..models import CompactReport, Item, Op, Settings
+from ..persistence.interface import DirBackend, Persistence
 from ..runtime import PROCESS, Runtime
-from ..tags import merge_tags, parse_tags
-from ..tokens import TokenCounter, default_counter
+from ..summaries.condense import unfamiliar_terms, with_footer
 from .compact import _Compaction, _item_bytes
 from .inputs import StoreInput, _check_importance, _utf8_size, file_view_fields
 from .journaled import SavedIndex, _Txn
@@ -95,7 +95,7 @@ class Store(_Recall, _Compaction, _Ledger):
         if state_dir is not None and database is not None:
             raise InvalidArgumentError("Give a state dir or a database, not both.")
         if database is not None:
-            from ..postgres import PgBackend  # psycopg is an optional extra: imported when asked for
+            from ..persistence.postgres import PgBackend  # psycopg is an optional extra: imported when asked for
 
             backend = PgBackend.connect(database)
         elif state_dir is not None:
@@ -302,7 +302,7 @@ class Store(_Recall, _Compaction, _Ledger):
     ) -> Updated:
         if summary is None and content is None and tags is None and importance is None:
             raise InvalidArgumentError("Nothing to update: give at least one of summary, content, tags, importance.")
-        from ..classify import auto_tags, detect_type  # on the first write, as in inputs.py
+        from ..content.classify import auto_tags, detect_type  # on the first write, as in inputs.py
 
         with self._locked():
             self._sync()

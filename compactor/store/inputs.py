@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .. import bounds
 from .. import constants as C
+from ..content.tags import merge_tags, parse_tags
 from ..errors import InvalidArgumentError
 from ..models import CONTENT_TYPES, ContentType, Item
-from ..tags import merge_tags, parse_tags
-from ..views import detect
+from ..search.views import detect
 from .state import ALL_SCOPES, _StateOps
 
 if TYPE_CHECKING:
-    from ..redact import Redaction
+    from ..content.redact import Redaction
 
 _VALID_ID = re.compile(rf"[a-z0-9][a-z0-9_-]{{{C.ID_MIN_CHARS - 1},{C.ID_MAX_CHARS - 1}}}")
 _ID_RULE = f"{C.ID_MIN_CHARS}-{C.ID_MAX_CHARS} characters of a-z, 0-9, '-' or '_'"
@@ -29,9 +29,9 @@ _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read al
 
 
 def redact(text: str) -> tuple[str, list[Redaction]]:
-    """compactor.redact's, imported at the first write: its ~100 patterns take ~15 ms to compile,
+    """compactor.content.redact's, imported at the first write: its ~100 patterns take ~15 ms to compile,
     which a start that only answers queries need not pay."""
-    from ..redact import redact as scan
+    from ..content.redact import redact as scan
 
     return scan(text)
 
@@ -94,7 +94,7 @@ class _Inputs(_StateOps):
 
     def _build(self, inp: StoreInput, seq: int, now: float) -> Item:
         """A new item from a store input, its token counts left 0 for `_count_tokens`."""
-        from ..classify import auto_tags, detect_type  # on the first write: a start need not compile it
+        from ..content.classify import auto_tags, detect_type  # on the first write: a start need not compile it
 
         content = inp.content
         if not isinstance(content, str) or not content.strip():
@@ -214,7 +214,7 @@ class _Inputs(_StateOps):
     def _build_record(self, rec: dict[str, Any], now: float) -> Item:
         """An Item from an exported record, every field checked as `_build` checks a new one
         (token counts left 0 for `_count_tokens`)."""
-        from ..classify import auto_tags, detect_type
+        from ..content.classify import auto_tags, detect_type
 
         if not isinstance(rec, dict):
             raise InvalidArgumentError("an item must be a JSON object.")
@@ -327,7 +327,7 @@ class _Inputs(_StateOps):
 
     @staticmethod
     def _user_tags(item: Item) -> list[str]:
-        from ..classify import auto_tags
+        from ..content.classify import auto_tags
 
         auto = set(auto_tags(item.content, item.content_type))
         return [t for t in item.tags if t not in auto]

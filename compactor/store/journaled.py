@@ -18,14 +18,14 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
-from ..analyze import TERMS_VERSION, terms_changed
-from ..backend import Persistence
 from ..errors import PersistenceError
-from ..index import DERIVED_ARRAYS, saved_terms_version
-from ..indexfile import IndexFileError
 from ..models import Item, Op, Settings
-from ..persist import ItemRecords
+from ..persistence.indexfile import IndexFileError
+from ..persistence.interface import Persistence
+from ..persistence.statedir import ItemRecords
 from ..runtime import Runtime
+from ..search.analyze import TERMS_VERSION, terms_changed
+from ..search.index import DERIVED_ARRAYS, saved_terms_version
 from .state import _State, _StateOps, dedup_arrays, dedup_state, stale_limit
 
 log = logging.getLogger(__name__)
@@ -493,7 +493,7 @@ class _Journaled(_StateOps):
 
     def _saved_index(self, gen: int) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
         """The search index's state for the snapshot's header, the reference of the file its
-        arrays went to when the backend keeps them apart (compactor.indexfile beside a state
+        arrays went to when the backend keeps them apart (compactor.persistence.indexfile beside a state
         dir's snapshot: memory-mapped at the next start; None when it does not), and whether
         the near-duplicate buckets' arrays went to that file too."""
         assert self._dir is not None

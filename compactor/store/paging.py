@@ -10,9 +10,9 @@ from typing import get_args
 
 from .. import bounds
 from .. import constants as C
+from ..content.tags import normalize_tag
 from ..errors import InvalidArgumentError
 from ..models import Item
-from ..tags import normalize_tag
 from .inputs import _Inputs
 from .journaled import _Journaled
 from .records import ExportPage, Page

@@ -11,12 +11,13 @@ from collections.abc import Collection
 from operator import itemgetter
 from typing import NamedTuple
 
-from .. import bounds, scoring
+from .. import bounds
 from .. import constants as C
-from ..condense import depth_instruction, gist
 from ..errors import InvalidArgumentError
 from ..models import Item
 from ..render import budget_line, counted, recall_line
+from ..search import scoring
+from ..summaries.condense import depth_instruction, gist
 from .dag import _Dag
 from .paging import _Paging
 from .records import Recall

@@ -8,10 +8,10 @@ import heapq
 import logging
 
 from .. import constants as C
-from .. import scoring
 from ..errors import PersistenceError
 from ..models import Item, Op
-from ..views import covers, overlaps, parse_query
+from ..search import scoring
+from ..search.views import covers, overlaps, parse_query
 from .journaled import _Journaled
 from .records import Hit
 from .state import scope_key

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import constants as C
-from .. import indexfile
-from ..dedup import BUFFER_KEYS, DedupIndex, json_state
+from ..content.tokens import TokenCounter
 from ..errors import NotFoundError
-from ..index import BM25Index
 from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
+from ..persistence import indexfile
 from ..render import examples
-from ..tokens import TokenCounter
-from ..views import ViewIndex
+from ..search.dedup import BUFFER_KEYS, DedupIndex, json_state
+from ..search.index import BM25Index
+from ..search.views import ViewIndex
 
 if TYPE_CHECKING:
     import mmap

@@ -1,0 +1,2 @@
+"""Claude Code's side of memory: its hooks (restore context at session start, save a digest
+before it compacts and when it ends) and its MEMORY.md files, both ways."""

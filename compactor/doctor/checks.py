@@ -1,0 +1,1068 @@
+"""`compactor doctor --state-dir DIR`: check a state dir and say what is wrong and how to fix it;
+with `--repair`, fix what can be fixed without losing more than the damage already did.
+
+The check is read-only by construction: the state files are read once, under a shared flock on
+DIR/lock when that file exists (so no writer is mid-append), and the rest happens in memory,
+through the Store's own loading code (`Store.replay`, `Store.check_derived`). `--repair` works
+under the exclusive lock: it cuts a damaged journal (the whole file kept aside first), accepts
+writes the record says were lost, restores file modes, removes dead writers' temp files and
+rebuilds the index with a fresh snapshot. A damaged snapshot it cannot cut back: the report
+says to restore it from a backup.
+
+Checks, in order (later ones are skipped when an earlier one makes them meaningless):
+    permissions   DIR is 0700, every file in it 0600 (memory may hold secrets)
+    snapshot      parses, has an items list, a supported schema version, well-formed records
+    journal       header and every line parse and match their CRC-32; a torn last line (no line
+                  break) is a warning (compactor cuts it on the next start), any other bad line
+                  is an error naming the line
+    acknowledged writes
+                  the journal holds at least what the lock file records as acknowledged
+    generation    the journal belongs with the snapshot (see persistence/statedir.py)
+    replay        snapshot + journal rebuild in memory through the Store's own apply path
+    index         the rebuilt search index holds exactly the items, with the terms a fresh
+                  index gives them; the derived counters (tokens used, tiers) agree too
+    lineage       children/parents exist (or are recorded as gone), links are two-way,
+                  merged_into points at an item, no cycles, every archived item is reachable
+                  from an active summary (a warning: query and get still find it)
+    ledger        the forget ledger's lines parse; drops it records are really gone
+
+Exit status: 0 healthy (warnings allowed), 1 at least one error, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from .. import constants as C
+from ..errors import CompactorError, StateCorruptError
+from ..models import CONTENT_TYPES, Item
+from ..persistence import indexfile
+from ..persistence.statedir import (
+    JOURNAL,
+    LOCK,
+    SNAPSHOT,
+    JournalRecord,
+    StateDir,
+    journal_header_len,
+    parse_line,
+    pid_alive,
+    snapshot_checksum_problem,
+    temp_file_pid,
+)
+from ..render import counted, examples
+from ..scope import state_dir_arg
+from ..store import Store
+
+LOCK_WAIT_S = C.DOCTOR_LOCK_WAIT_S
+MAX_EXAMPLES = C.REPORT_EXAMPLES
+
+Severity = Literal["error", "warning"]
+_TIERS = ("active", "archived")
+_VIEWS = ("content", "summary")
+
+
+@dataclass(slots=True)
+class Problem:
+    severity: Severity
+    check: str
+    what: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"severity": self.severity, "check": self.check, "what": self.what, "fix": self.fix}
+
+
+@dataclass(slots=True)
+class DoctorReport:
+    state_dir: Path | str  # or the database, as `display_url` shows it (no password)
+    problems: list[Problem] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    checks: list[str] = field(default_factory=list)  # the checks that ran
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state_dir": str(self.state_dir),
+            "healthy": self.healthy,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "checks": self.checks,
+            "facts": self.facts,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+    def error(self, check: str, what: str, fix: str) -> None:
+        self.problems.append(Problem("error", check, what, fix))
+
+    def warn(self, check: str, what: str, fix: str) -> None:
+        self.problems.append(Problem("warning", check, what, fix))
+
+
+def _bug_fix(dir_: Path) -> str:
+    return (
+        f"This is a compactor bug, not something you did. Keep a copy (`cp -a {dir_} {dir_}.bak`) and "
+        "report it with that copy; the server skips broken links, so memory keeps working meanwhile."
+    )
+
+
+# --- reading (the only I/O) ------------------------------------------------------------------
+@contextlib.contextmanager
+def _shared_lock(dir_: Path, report: DoctorReport) -> Iterator[None]:
+    """Hold LOCK_SH on an existing lock file; never create it (that would be a write)."""
+    try:
+        fd = os.open(dir_ / LOCK, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        locked = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                locked = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+        if not locked:
+            report.warn(
+                "lock",
+                f"another process held {dir_ / LOCK} for over {LOCK_WAIT_S:g} s; read the files without it, so "
+                "the check may see a write in progress.",
+                "Run the doctor again; if it keeps happening, look for a hung compactor process (`fuser "
+                f"{dir_ / LOCK}`).",
+            )
+        try:
+            yield
+        finally:
+            if locked:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path, report: DoctorReport, check: str) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        report.error(
+            check,
+            f"cannot read {path}: {exc.strerror or exc}.",
+            f"Run the doctor as the user that runs compactor, or fix ownership: `chown $USER {path}`.",
+        )
+        return None
+
+
+# --- permissions -----------------------------------------------------------------------------
+def _check_mode(report: DoctorReport, path: Path, mode: int, wanted: int, others_can: str) -> None:
+    """`wanted` is the owner's bits the state needs (0o700 for the dir, 0o600 for a file)."""
+    if mode & 0o077:
+        report.error(
+            "permissions",
+            f"{path} has mode {mode:04o}: other users can {others_can}. Memory can hold secrets.",
+            f"`chmod {wanted:o} {path}`",
+        )
+    elif mode & wanted != wanted:
+        report.error(
+            "permissions",
+            f"{path} has mode {mode:04o}: compactor cannot read and write it.",
+            f"`chmod {wanted:o} {path}`",
+        )
+
+
+def _check_permissions(dir_: Path, report: DoctorReport) -> None:
+    report.checks.append("permissions")
+    mode = stat.S_IMODE(dir_.stat().st_mode)
+    if mode & 0o077 and mode & 0o700 == 0o700 and not any(dir_.iterdir()):
+        # A fresh `mkdir`: nothing in it to leak yet, and compactor sets 0700 when it first opens it.
+        report.warn(
+            "permissions",
+            f"{dir_} has mode {mode:04o}: other users can list it. It is empty; compactor sets 0700 on first start.",
+            f"nothing needed (or `chmod 700 {dir_}` now)",
+        )
+        return
+    _check_mode(report, dir_, mode, 0o700, "list it")
+    for entry in sorted(dir_.iterdir()):
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            report.error(
+                "permissions",
+                f"{entry} is a symbolic link: compactor refuses to start, since writes through it would land "
+                "outside the state dir.",
+                f"Replace it with the real file, or remove it: `rm {entry}`.",
+            )
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        _check_mode(report, entry, stat.S_IMODE(st.st_mode), 0o600, "read it")
+        if entry.name.endswith(".tmp"):
+            pid = temp_file_pid(entry.name)
+            if pid is not None and pid_alive(pid):
+                continue  # a snapshot being written right now by a running server
+            report.warn(
+                "temp files",
+                f"{entry} is a temporary file left by an interrupted snapshot ({st.st_size:,} bytes).",
+                f"Harmless; compactor deletes it at its next start or snapshot, or delete it now: `rm {entry}`.",
+            )
+
+
+# --- records -----------------------------------------------------------------------------------
+_REQUIRED = tuple(f.name for f in fields(Item) if f.default is MISSING and f.default_factory is MISSING)
+
+
+def _record_problem(rec: Any) -> str | None:
+    """Why `rec` is not a well-formed item record, or None."""
+    if not isinstance(rec, dict):
+        return f"is a {type(rec).__name__}, not an object"
+    missing = [k for k in _REQUIRED if k not in rec]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+
+    def bad(key: str, ok: bool) -> str | None:
+        return None if ok else f"has a bad {key} ({rec.get(key)!r:.60})"
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def str_list(v: Any) -> bool:
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+    checks = [
+        bad("id", isinstance(rec["id"], str) and bool(rec["id"])),
+        bad("seq", is_int(rec["seq"]) and rec["seq"] > 0),
+        bad("content", isinstance(rec["content"], str)),
+        bad("summary", rec["summary"] is None or isinstance(rec["summary"], str)),
+        bad("tags", str_list(rec["tags"])),
+        bad("content_type", rec["content_type"] in CONTENT_TYPES),
+        bad("content_tokens", is_int(rec["content_tokens"]) and rec["content_tokens"] >= 0),
+        bad("summary_tokens", is_int(rec["summary_tokens"]) and rec["summary_tokens"] >= 0),
+        bad("tier", rec.get("tier", "active") in _TIERS),
+        bad("view", rec.get("view", "content") in _VIEWS),
+        bad("depth", is_int(rec.get("depth", 0)) and rec.get("depth", 0) >= 0),
+        *(bad(k, str_list(rec.get(k, []))) for k in ("children", "parents", "gone_children")),
+        bad("merged_into", rec.get("merged_into") is None or isinstance(rec.get("merged_into"), str)),
+    ]
+    return next((c for c in checks if c), None)
+
+
+# --- snapshot ----------------------------------------------------------------------------------
+def _check_snapshot(
+    dir_: Path, raw: bytes | None, report: DoctorReport, held: Mapping[str, int] | None = None
+) -> dict[str, Any] | None:
+    """The parsed snapshot if it can be used; None if absent or broken (an error says which)."""
+    report.checks.append("snapshot")
+    path = dir_ / SNAPSHOT
+    if raw is None:
+        report.facts["snapshot"] = None
+        return None
+    aside = f"`mv {path} {path}.bad`"
+    damage = snapshot_checksum_problem(raw)
+    if damage:
+        report.error(
+            "snapshot",
+            f"{path} is damaged: {damage}. compactor refuses to start rather than serve changed memory.",
+            f"Restore it from a backup if you have one. Otherwise move it aside ({aside}); compactor then "
+            "starts from what the journal holds, which may be little if a snapshot truncated it.",
+        )
+        return None
+    try:
+        snap = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        report.error(
+            "snapshot",
+            f"{path} is not valid JSON ({exc}).",
+            f"Restore it from a backup if you have one. Otherwise move it aside ({aside}); compactor then "
+            "starts from what the journal holds, which may be little if a snapshot truncated it.",
+        )
+        return None
+    if not isinstance(snap, dict) or not isinstance(snap.get("items"), list):
+        report.error(
+            "snapshot",
+            f"{path} is JSON but not a compactor snapshot (no items list).",
+            f"Move it aside ({aside}) and check what wrote it.",
+        )
+        return None
+    version = snap.get("schema")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        report.error(
+            "snapshot",
+            f"{path} has no valid schema version ({version!r}).",
+            f"Restore it from a backup, or move it aside ({aside}).",
+        )
+        return None
+    if version > C.SCHEMA_VERSION:
+        report.error(
+            "snapshot",
+            f"{path} has schema version {version}; this compactor reads up to {C.SCHEMA_VERSION}.",
+            "Upgrade compactor (`pip install -U compactor`); do not let an older version touch this dir.",
+        )
+        return None
+    for key in ("gen", "prev_gen", "prev_offset"):
+        value = snap.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            report.error(
+                "snapshot",
+                f"{path} has a bad {key} ({value!r}).",
+                f"Restore it from a backup, or move it aside ({aside}).",
+            )
+            return None
+    if not isinstance(snap.get("settings", {}), dict):
+        report.error("snapshot", f"{path} has settings that are not an object.", f"Move it aside ({aside}).")
+        return None
+    bad: list[str] = []
+    seen: set[str] = set()
+    dupes: list[str] = []
+    for i, rec in enumerate(snap["items"]):
+        why = _record_problem(rec)
+        if why:
+            bad.append(f"items[{i}] {why}")
+        elif rec["id"] in seen:
+            dupes.append(rec["id"])
+        else:
+            seen.add(rec["id"])
+    if bad:
+        report.error(
+            "snapshot",
+            f"{path} has {len(bad)} malformed item record(s): {'; '.join(bad[:MAX_EXAMPLES])}.",
+            f"Restore it from a backup, or move it aside ({aside}) and re-import an export if you have one.",
+        )
+        return None
+    if dupes:
+        report.error("snapshot", f"{path} holds these ids more than once: {examples(dupes)}.", _bug_fix(dir_))
+    report.facts["snapshot"] = {
+        "schema": version,
+        "gen": snap.get("gen", 1),
+        "items": len(snap["items"]),
+        "bytes": len(raw),
+    }
+    _check_index_file(dir_, snap, report, held)
+    return snap
+
+
+def _check_index_file(dir_: Path, snap: dict[str, Any], report: DoctorReport, held: Mapping[str, int] | None) -> None:
+    """The binary index file the snapshot names: present, whole and matching its checksum.
+    Its arrays join the snapshot's saved index for the replay, as a start joins them."""
+    if "index_file" not in snap:
+        return
+    ref = snap.pop("index_file")
+    try:
+        arrays = indexfile.read(dir_, ref if isinstance(ref, dict) else {}, held)
+    except indexfile.IndexFileError as exc:
+        snap.pop("index", None)
+        report.error(
+            "index",
+            f"the search index saved beside the snapshot is unusable: {exc}.",
+            f"`compactor doctor --repair --state-dir {dir_}` rebuilds it from the items and saves it; until "
+            "then compactor rebuilds it at every start (a slower start). Nothing stored is lost.",
+        )
+        return
+    if isinstance(snap.get("index"), dict):
+        snap["index"] = {**snap["index"], **arrays}
+
+
+# --- journal -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Journal:
+    gen: int
+    lines: list[tuple[int, int, list[dict[str, Any]]]]  # (line number, byte offset, ops)
+    size: int
+    intact: int  # bytes up to the first torn or damaged line
+
+
+def _check_journal(dir_: Path, raw: bytes | None, report: DoctorReport) -> _Journal | None:
+    report.checks.append("journal")
+    path = dir_ / JOURNAL
+    if not raw:
+        report.facts["journal"] = None
+        return None
+    nl = raw.find(b"\n")
+    try:
+        if nl < 0:
+            raise ValueError("no complete first line")
+        header = orjson.loads(raw[:nl])
+        gen = header["gen"]
+        version = header.get("journal", 1)
+        if not isinstance(gen, int) or isinstance(gen, bool) or gen < 1:
+            raise ValueError(f"generation {gen!r}")
+    except (ValueError, KeyError, TypeError) as exc:
+        report.error(
+            "journal",
+            f'{path} has a bad header line ({exc}); it should be like {{"journal": 2, "gen": 1}}.',
+            f"Keep a copy (`cp {path} {path}.bad`). If the snapshot is healthy and recent, move the journal "
+            f"aside (`mv {path} {path}.bad`): compactor starts a new one, losing only writes since the snapshot.",
+        )
+        return None
+    lines: list[tuple[int, int, list[dict[str, Any]]]] = []
+    bad: list[tuple[int, str]] = []
+    pos, lineno = nl + 1, 2
+    intact = pos
+    while pos < len(raw):
+        end = raw.find(b"\n", pos)
+        if end < 0:
+            report.warn(
+                "journal",
+                f"{path} line {lineno} is torn ({len(raw) - pos} bytes without a newline): a crash hit mid-write. "
+                "That call was never acknowledged.",
+                "Nothing to do: compactor cuts the torn line at its next start.",
+            )
+            break
+        try:
+            ops = parse_line(raw[pos:end], int(version))
+            if not all(isinstance(o, dict) and isinstance(o.get("op"), str) for o in ops):
+                raise TypeError("ops is not a list of {op: ...} objects")
+        except (ValueError, KeyError, TypeError) as exc:
+            bad.append((lineno, str(exc)))
+        else:
+            lines.append((lineno, pos, ops))
+            if not bad:
+                intact = end + 1
+        pos, lineno = end + 1, lineno + 1
+    if bad:
+        first, why = bad[0]
+        report.error(
+            "journal",
+            f"{path} line {first} is corrupt ({why})"
+            + (f"; so are lines {examples([str(n) for n, _ in bad[1:]])}" if len(bad) > 1 else "")
+            + ". compactor refuses to start rather than serve or drop acknowledged writes.",
+            f"`compactor doctor --repair --state-dir {dir_}` keeps the intact lines before line {first}, loses "
+            f"line {first} and everything after it, and moves the damaged journal aside as {JOURNAL}.damaged-<time> "
+            "so nothing is deleted. Stop every compactor on this state dir first.",
+        )
+    report.facts["journal"] = {"gen": gen, "lines": len(lines), "bytes": len(raw)}
+    return _Journal(gen=gen, lines=lines, size=len(raw), intact=intact)
+
+
+def _check_record(
+    dir_: Path, raw: bytes | None, snap: dict[str, Any] | None, journal: _Journal | None, report: DoctorReport
+) -> None:
+    """What the lock file records as acknowledged must still be in the journal."""
+    report.checks.append("acknowledged writes")
+    record = JournalRecord.parse(raw or b"")
+    if record is None:
+        return
+    report.facts["record"] = {"gen": record.gen, "durable_bytes": record.durable, "bytes": record.end}
+    fix = (
+        "Restore the journal from a backup if you have one. Otherwise `compactor doctor --repair --state-dir "
+        f"{dir_}` accepts the loss (it keeps every intact line and notes the new length) so compactor can start."
+    )
+    if journal is None:
+        snap_gen = int(snap.get("gen", 1)) if snap else 1
+        if record.gen >= snap_gen and record.durable > journal_header_len(record.gen):
+            report.error(
+                "acknowledged writes",
+                f"{dir_ / JOURNAL} is missing, but {dir_ / LOCK} records {record.durable:,} acknowledged bytes of "
+                f"journal generation {record.gen}: writes that were saved are gone.",
+                fix,
+            )
+        return
+    if record.gen == journal.gen and journal.intact < record.durable:
+        report.error(
+            "acknowledged writes",
+            f"{dir_ / JOURNAL} holds {journal.intact:,} intact bytes but {record.durable:,} were acknowledged: "
+            f"{record.durable - journal.intact:,} bytes of saved writes are gone (the file was cut or damaged).",
+            fix,
+        )
+
+
+# --- generation --------------------------------------------------------------------------------
+def _batches_to_replay(
+    dir_: Path, snap: dict[str, Any] | None, journal: _Journal | None, report: DoctorReport
+) -> list[tuple[int, list[dict[str, Any]]]] | None:
+    """The (line, ops) compactor would replay on top of the snapshot; None if they don't belong."""
+    report.checks.append("generation")
+    snap_gen = int(snap.get("gen", 1)) if snap else 1
+    if journal is None:
+        if snap is not None:
+            report.warn(
+                "generation",
+                f"there is no journal ({dir_ / JOURNAL} missing or empty).",
+                "Nothing to do if compactor was stopped cleanly: it starts a new journal at the snapshot's "
+                "generation. If the journal was deleted, writes since the last snapshot are gone.",
+            )
+        return []
+    if journal.gen == snap_gen:
+        return [(n, ops) for n, _, ops in journal.lines]
+    prev_gen = int(snap.get("prev_gen", 0)) if snap else 0
+    prev_offset = int(snap.get("prev_offset", 0)) if snap else 0
+    if snap is not None and journal.gen == prev_gen:
+        starts = {off for _, off, _ in journal.lines}
+        if prev_offset > journal.size or (prev_offset < journal.size and prev_offset not in starts):
+            report.error(
+                "generation",
+                f"the snapshot (generation {snap_gen}) says it holds journal generation {prev_gen} up to byte "
+                f"{prev_offset}, but that is not a line boundary of the journal ({journal.size} bytes).",
+                "Restore both files from the same backup, or move the journal aside "
+                f"(`mv {dir_ / JOURNAL} {dir_ / JOURNAL}.bad`) to start from the snapshot.",
+            )
+            return None
+        report.warn(
+            "generation",
+            f"a journal rotation was interrupted: the journal is still generation {prev_gen} while the snapshot "
+            f"is {snap_gen}.",
+            "Nothing to do: compactor finishes the rotation at its next start, keeping every write.",
+        )
+        return [(n, ops) for n, off, ops in journal.lines if off >= prev_offset]
+    if snap is None:
+        what = (
+            f"the journal is generation {journal.gen} but there is no snapshot: generation {journal.gen} "
+            "starts only after a snapshot was written, so snapshot.json was lost."
+        )
+        fix = (
+            f"Restore snapshot.json from a backup. Otherwise move the journal aside "
+            f"(`mv {dir_ / JOURNAL} {dir_ / JOURNAL}.bad`); compactor then starts empty."
+        )
+    else:
+        what = (
+            f"the journal is generation {journal.gen} but the snapshot is generation {snap_gen} "
+            f"(follows journal generation {prev_gen}): they do not belong together, e.g. one was restored "
+            "from a backup."
+        )
+        fix = (
+            "Restore the matching file from the same backup. Otherwise keep the newer one: to start from the "
+            f"snapshot alone, `mv {dir_ / JOURNAL} {dir_ / JOURNAL}.bad` (the journal's writes are lost)."
+        )
+    report.error("generation", what, fix)
+    return None
+
+
+# --- replay ------------------------------------------------------------------------------------
+def _replay(
+    dir_: Path, snap: dict[str, Any] | None, batches: list[tuple[int, list[dict[str, Any]]]], report: DoctorReport
+) -> Store | None:
+    """Rebuild an in-memory Store through the store's own loading and apply path."""
+    report.checks.append("replay")
+    try:
+        store, restored, failures = Store.replay(snap, batches)
+    except Exception as exc:
+        report.error("replay", f"the snapshot's items cannot be loaded ({exc!r}).", _bug_fix(dir_))
+        return None
+    if snap and snap.get("index") and not restored:
+        report.warn(
+            "index",
+            "the search index saved in the snapshot is unusable or does not match its items.",
+            "Nothing to do: compactor rebuilds it from the items at start (a slower start) and "
+            "saves a good one with its next full snapshot.",
+        )
+    if failures:
+        report.error(
+            "replay",
+            f"{len(failures)} journal op(s) cannot be applied: {'; '.join(failures[:MAX_EXAMPLES])}.",
+            f"`compactor doctor --repair --state-dir {dir_}` cuts the journal before the first such line (that "
+            "line and everything after it are lost) and moves the whole journal aside first. " + _bug_fix(dir_),
+        )
+    _item_facts(store, report)
+    return store
+
+
+def _item_facts(store: Store, report: DoctorReport) -> dict[str, Item]:
+    """Count the loaded items into the report's facts; returns them by id."""
+    items = {it.id: it for it in store.iter_items()}
+    active = sum(1 for it in items.values() if it.tier == "active")
+    report.facts["items"] = {
+        "total": len(items),
+        "active": active,
+        "archived": len(items) - active,
+        "summaries": sum(1 for it in items.values() if it.depth),
+        "tokens_used": store.tokens_used,
+        "token_budget": store.budget,
+    }
+    return items
+
+
+# --- index -------------------------------------------------------------------------------------
+def _check_index(dir_: Path, store: Store, snap: dict[str, Any] | None, report: DoctorReport) -> None:
+    report.checks.append("index")
+    saved = bool(snap and snap.get("index"))
+    how = (
+        (
+            "compactor starts from the index saved in the snapshot, so a restart keeps this. "
+            f"`compactor doctor --repair --state-dir {dir_}` rebuilds it from the items and saves it. "
+            if saved
+            else "The index is rebuilt from the items at every start, so a restart fixes what you see now. "
+        )
+        + "Either way the incremental index upkeep has a bug. "
+        + _bug_fix(dir_)
+    )
+    for problem in store.check_derived():
+        report.error("index", problem + ".", how)
+
+
+# --- lineage -----------------------------------------------------------------------------------
+def _check_lineage(dir_: Path, items: dict[str, Item], report: DoctorReport) -> None:
+    report.checks.append("lineage")
+    fix = _bug_fix(dir_)
+    dangling_child: list[str] = []
+    dangling_parent: list[str] = []
+    one_way: list[str] = []
+    bad_merge: list[str] = []
+    shape: list[str] = []
+    for it in items.values():
+        gone = set(it.gone_children)
+        for c in it.children:
+            child = items.get(c)
+            if child is None:
+                if c not in gone:
+                    dangling_child.append(f"{it.id}->{c}")
+            elif it.id not in child.parents:
+                one_way.append(f"{it.id} lists child {c}, which does not list it as parent")
+        for p in it.parents:
+            parent = items.get(p)
+            if parent is None:
+                dangling_parent.append(f"{it.id}->{p}")
+            elif it.id not in parent.children:
+                one_way.append(f"{it.id} lists parent {p}, which does not list it as child")
+        if it.merged_into is not None and (it.merged_into not in items or it.merged_into == it.id):
+            bad_merge.append(f"{it.id}->{it.merged_into}")
+        if it.depth == 0 and it.children:
+            shape.append(f"{it.id} is a raw item (depth 0) with children")
+        if it.depth and not (it.children or it.gone_children):
+            shape.append(f"{it.id} is a depth-{it.depth} summary with no children")
+    if dangling_child:
+        report.error(
+            "lineage",
+            f"{len(dangling_child)} summary->child link(s) point at no item and the child is not recorded as "
+            f"forgotten: {examples(dangling_child)}.",
+            fix,
+        )
+    if dangling_parent:
+        report.error(
+            "lineage",
+            f"{len(dangling_parent)} item->parent link(s) point at no item: {examples(dangling_parent)}.",
+            fix,
+        )
+    if one_way:
+        report.error("lineage", f"{len(one_way)} one-way lineage link(s): {examples(one_way)}.", fix)
+    if bad_merge:
+        report.error(
+            "lineage", f"{len(bad_merge)} merged_into link(s) point at no other item: {examples(bad_merge)}.", fix
+        )
+    if shape:
+        report.error("lineage", f"{len(shape)} malformed node(s): {examples(shape)}.", fix)
+
+    # Cycles and reachability: walk parents upward from every archived item.
+    covered: dict[str, bool] = {}
+    cyclic: list[str] = []
+
+    def reaches_active(start: Item) -> bool:
+        stack: list[str] = list(start.parents)
+        seen = {start.id}
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                if pid == start.id:
+                    cyclic.append(start.id)
+                continue
+            seen.add(pid)
+            parent = items.get(pid)
+            if parent is None:
+                continue
+            if parent.tier == "active" or covered.get(pid):
+                return True
+            stack.extend(parent.parents)
+        return False
+
+    orphans: list[str] = []
+    for it in sorted(items.values(), key=lambda i: i.seq):
+        if it.tier != "archived":
+            continue
+        ok = reaches_active(it)
+        covered[it.id] = ok
+        if not ok:
+            orphans.append(it.id)
+    if cyclic:
+        report.error("lineage", f"lineage cycles through {examples(sorted(set(cyclic)))}.", fix)
+    if orphans:
+        report.warn(
+            "lineage",
+            f"{len(orphans)} archived item(s) are not reachable from any active summary: {examples(orphans)}.",
+            "Nothing is lost: query(include_archived=true) and get(id) still find them, and the next compaction "
+            "covers them with a summary. Run `compact` to do it now.",
+        )
+
+
+# --- forget ledger -----------------------------------------------------------------------------
+def _check_ledger(dir_: Path, raw: bytes | None, items: dict[str, Item], report: DoctorReport) -> None:
+    """The append-only record of every forget and prune (and of drops by older versions)."""
+    if raw is None:
+        return
+    report.checks.append("ledger")
+    path = dir_ / C.FORGET_LEDGER
+    lines = raw.split(b"\n")
+    torn = lines.pop() if lines and lines[-1] else None  # bytes after the last newline
+    if lines and not lines[-1]:
+        lines.pop()
+    bad: list[int] = []
+    entries: list[dict[str, Any]] = []
+    for n, line in enumerate(lines, 1):
+        try:
+            entry = orjson.loads(line)
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+                raise ValueError("not an {id, reason, at} object")
+        except ValueError:
+            bad.append(n)
+            continue
+        entries.append(entry)
+    if torn is not None:
+        report.warn(
+            "ledger",
+            f"{path} ends in a torn line ({len(torn)} bytes without a newline): a crash hit mid-append.",
+            "compactor skips unreadable ledger lines; that entry is lost, and the next entry appended is glued "
+            f"to it. Cut the fragment while compactor is stopped: `truncate -s {len(raw) - len(torn)} {path}`.",
+        )
+    if bad:
+        report.warn(
+            "ledger",
+            f"{path} has {len(bad)} unreadable line(s): {examples([str(n) for n in bad])}.",
+            "compactor skips them; the entries are lost but nothing else is affected. Keep the file as it is.",
+        )
+    back = sorted({e["id"] for e in entries if e.get("reason") in ("max_archive_tokens", "prune")} & set(items))
+    if back:
+        report.warn(
+            "ledger",
+            f"{len(back)} item(s) recorded as pruned (or dropped past max_archive_tokens) are present: "
+            f"{examples(back)}.",
+            "Harmless: the ledger entry is written before the drop, so a crash in between leaves an entry "
+            "for a drop that did not happen (or the id was stored again later).",
+        )
+    report.facts["ledger_entries"] = len(entries)
+
+
+# --- entry points ------------------------------------------------------------------------------
+def _no_step(text: str) -> None:
+    return None
+
+
+def check(state_dir: Path, step: Callable[[str], None] = _no_step) -> DoctorReport:
+    """Check `state_dir` without changing anything in it. `step(text)` is told each phase of
+    the work as it starts ("replaying 9,000 journal lines…"), for a caller to show."""
+    dir_ = Path(state_dir)
+    report = DoctorReport(state_dir=dir_)
+    if not dir_.exists():
+        report.error(
+            "state dir",
+            f"{dir_} does not exist.",
+            "Check the path (the one given to `compactor --state-dir`); compactor creates it on first start.",
+        )
+        return report
+    if not dir_.is_dir():
+        report.error("state dir", f"{dir_} is not a directory.", "Pass the directory given to --state-dir.")
+        return report
+    try:
+        _check_permissions(dir_, report)
+    except OSError as exc:
+        report.error("permissions", f"cannot list {dir_}: {exc.strerror or exc}.", f"`chmod 700 {dir_}`")
+        return report
+    step(f"reading {dir_}…")
+    with contextlib.ExitStack() as held_open:
+        with _shared_lock(dir_, report):
+            snap_raw = _read(dir_ / SNAPSHOT, report, "snapshot")
+            journal_raw = _read(dir_ / JOURNAL, report, "journal")
+            lock_raw = _read(dir_ / LOCK, report, "lock")
+            ledger_raw = _read(dir_ / C.FORGET_LEDGER, report, "ledger")
+            held = held_open.enter_context(indexfile.hold(dir_))
+        if snap_raw is None and not journal_raw and not report.errors:
+            _check_record(dir_, lock_raw, None, None, report)
+            if not report.errors:
+                report.facts["empty"] = True
+            return report
+        # While the index files open under the lock are still open (see `indexfile.hold`).
+        snap = _check_snapshot(dir_, snap_raw, report, held)
+    if snap_raw is not None and snap is None:
+        return report  # nothing after this means anything without the snapshot
+    journal = _check_journal(dir_, journal_raw, report)
+    if journal_raw and journal is None:
+        return report
+    _check_record(dir_, lock_raw, snap, journal, report)
+    if report.errors:
+        return report
+    batches = _batches_to_replay(dir_, snap, journal, report)
+    if batches is None:
+        return report
+    snap_items = len(snap["items"]) if snap and isinstance(snap.get("items"), list) else 0
+    step(f"replaying {len(batches):,} journal lines over {snap_items:,} snapshot items…")
+    store = _replay(dir_, snap, batches, report)
+    if store is None:
+        return report
+    step(f"checking the index, lineage and ledger of {len(store.ids()):,} items…")
+    _check_index(dir_, store, snap, report)
+    items = {it.id: it for it in store.iter_items()}
+    _check_lineage(dir_, items, report)
+    _check_ledger(dir_, ledger_raw, items, report)
+    return report
+
+
+def check_database(url: str, step: Callable[[str], None] = _no_step) -> DoctorReport:
+    """Check a PostgreSQL database the way `check` checks a state dir: the schema version,
+    every journal entry and the snapshot (loaded through the Store, checksums included), then
+    the index and the summary DAG. Creates nothing in a database compactor never used."""
+    from ..errors import PersistenceError
+    from ..persistence.postgres import display_url, schema_version
+
+    where = display_url(url)
+    report = DoctorReport(state_dir=where)
+    step(f"reading {where}…")
+    report.checks.append("database")
+    try:
+        version = schema_version(url)
+    except PersistenceError as exc:
+        report.error("database", str(exc), "Check the URL, that PostgreSQL is up, and the user's rights.")
+        return report
+    if version == 0:
+        report.facts["empty"] = True
+        return report
+    report.facts["schema"] = version
+    report.checks.append("load")
+    try:
+        store = Store(database=url)
+    except CompactorError as exc:
+        report.error(
+            "load",
+            str(exc),
+            "Restore the database from a backup (pg_dump/pg_restore or your provider's point-in-time "
+            "recovery); compactor never overwrites a row it cannot read.",
+        )
+        return report
+    try:
+        persistence = store.status().persistence
+        report.facts["journal"] = {
+            "gen": persistence.get("generation"),
+            "lines": persistence.get("journal_entries", 0),
+            "bytes": persistence.get("journal_bytes", 0),
+        }
+        step(f"checking the index and lineage of {len(store.ids()):,} items…")
+        items = _item_facts(store, report)
+        _check_index(Path(where), store, None, report)
+        _check_lineage(Path(where), items, report)
+    finally:
+        store.close()
+    return report
+
+
+def render(report: DoctorReport) -> str:
+    """The human report: facts, then each problem with its fix, then a verdict."""
+    out = [f"compactor doctor: {report.state_dir}"]
+    f = report.facts
+    if f.get("empty"):
+        kind = "database" if isinstance(report.state_dir, str) else "state dir"
+        out.append(f"  empty {kind} (compactor has not written anything yet)")
+    snap = f.get("snapshot")
+    if snap:
+        out.append(
+            f"  snapshot: schema {snap['schema']}, generation {snap['gen']}, {snap['items']:,} items, "
+            f"{snap['bytes']:,} bytes"
+        )
+    elif "snapshot" in f:
+        out.append("  snapshot: none yet")
+    journal = f.get("journal")
+    if journal:
+        lines = counted(journal["lines"], "line")
+        out.append(f"  journal: generation {journal['gen']}, {lines} of writes, {journal['bytes']:,} bytes")
+    items = f.get("items")
+    if items:
+        out.append(
+            f"  memory: {items['total']:,} items ({items['active']:,} active, {items['archived']:,} archived, "
+            f"{items['summaries']:,} summaries), {items['tokens_used']:,} of {items['token_budget']:,} tokens"
+        )
+    if report.checks:
+        out.append(f"  checked: {', '.join(report.checks)}")
+    for p in report.problems:
+        out.append("")
+        out.append(f"{p.severity.upper()} [{p.check}] {p.what}")
+        out.append(f"  fix: {p.fix}")
+    out.append("")
+    e, w = len(report.errors), len(report.warnings)
+    if e:
+        out.append(f"Problems found: {e} error(s), {w} warning(s). Nothing was changed.")
+    elif w:
+        out.append(f"Healthy, with {w} warning(s). Nothing was changed.")
+    else:
+        out.append("Healthy. Nothing was changed.")
+    return "\n".join(out) + "\n"
+
+
+# --- repair ------------------------------------------------------------------------------------
+def repair(state_dir: Path) -> list[str]:
+    """Bring a damaged state dir back to a state compactor starts from, losing as little as the
+    damage forces and deleting nothing: a damaged journal is moved aside before it is cut.
+    Works under the state dir's exclusive lock. Returns what was done, one line each."""
+    dir_ = Path(state_dir)
+    done: list[str] = []
+    before = check(dir_)
+    if any(p.check == "snapshot" for p in before.errors):
+        raise StateCorruptError(
+            f"{dir_ / SNAPSHOT} is damaged, and a snapshot cannot be cut back to an intact part. Restore it from "
+            f"a backup, or move it aside (`mv {dir_ / SNAPSHOT} {dir_ / SNAPSHOT}.bad`) to start from the journal."
+        )
+    if any(p.check == "permissions" and "symbolic link" in p.what for p in before.errors):
+        raise StateCorruptError(
+            "a symbolic link in the state dir: replace it with the real file or remove it first; --repair "
+            "does not follow or delete links."
+        )
+    done.extend(_repair_modes(dir_))
+    sd = StateDir(dir_)
+    sd.open()
+    try:
+        with sd.locked():
+            cut = _first_bad_line(dir_)
+            if cut is not None:
+                path = dir_ / JOURNAL
+                raw = path.read_bytes()
+                aside = dir_ / f"{JOURNAL}.damaged-{int(time.time())}"
+                fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(raw)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                lineno, offset = cut
+                kept = raw[:offset]
+                dropped = raw[offset:].count(b"\n") + (0 if raw.endswith(b"\n") else 1)
+                tmp = path.with_name(JOURNAL + ".tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(kept)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+                done.append(
+                    f"cut {JOURNAL} before line {lineno} ({dropped} line(s) lost); the whole damaged journal "
+                    f"is kept as {aside.name}"
+                )
+            if any(p.check in ("acknowledged writes", "journal") for p in before.errors) or cut is not None:
+                sd.forget_record()
+                done.append("accepted the journal as it now is (the lock file's record of acknowledged bytes reset)")
+    finally:
+        sd.close()
+    store = Store(state_dir=dir_)
+    try:
+        store.rebuild_and_snapshot()
+    finally:
+        store.close()
+    done.append("rebuilt the search index from the items and wrote a fresh snapshot")
+    return done
+
+
+def _repair_modes(dir_: Path) -> list[str]:
+    """0700 for the dir, 0600 for its files: memory may hold secrets."""
+    fixed: list[str] = []
+    if stat.S_IMODE(dir_.stat().st_mode) != 0o700:
+        os.chmod(dir_, 0o700)
+        fixed.append(f"set {dir_} to mode 0700")
+    for entry in sorted(dir_.iterdir()):
+        st = entry.lstat()
+        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o600:
+            os.chmod(entry, 0o600, follow_symlinks=False)
+            fixed.append(f"set {entry.name} to mode 0600")
+    return fixed
+
+
+def _first_bad_line(dir_: Path) -> tuple[int, int] | None:
+    """(line number, byte offset) of the journal's first damaged, torn or unappliable line."""
+    report = DoctorReport(state_dir=dir_)
+    raw = _read(dir_ / JOURNAL, report, "journal")
+    if not raw:
+        return None
+    journal = _check_journal(dir_, raw, report)
+    if journal is None:
+        return None
+    if journal.intact < len(raw):
+        offset = journal.intact
+        return raw.count(b"\n", 0, offset) + 1, offset
+    snap = _check_snapshot(dir_, _read(dir_ / SNAPSHOT, report, "snapshot"), report)
+    batches = _batches_to_replay(dir_, snap, journal, report)
+    store = _replay(dir_, snap, batches or [], report)
+    failed = [p for p in report.errors if p.check == "replay"]
+    if store is None or not failed:
+        return None
+    first = min(int(p.what.split("line ", 1)[1].split(" ", 1)[0]) for p in failed)
+    offsets = {n: off for n, off, _ in journal.lines}
+    return first, offsets[first]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="compactor doctor",
+        description="Check a compactor state dir (read-only) and say what is wrong and how to repair it.",
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--state-dir", type=state_dir_arg, help="the directory given to `compactor --state-dir`")
+    where.add_argument(
+        "--database", metavar="URL", help="the PostgreSQL database given to `compactor --database` (checked only)"
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="fix what can be fixed under the state dir's lock: cut a damaged journal (kept aside, not deleted), "
+        "accept lost writes, rebuild the index; then check again",
+    )
+    return p
+
+
+def main(argv: Sequence[str], step: Callable[[str], None] = _no_step, done: Callable[[], None] = lambda: None) -> int:
+    """0 healthy (warnings allowed), 1 problems found, 2 usage error. `step` is told each phase
+    of a check as it starts and `done` when the check ends, before the report is printed (the
+    CLI shows them on a terminal)."""
+    try:
+        args = parser().parse_args(list(argv))
+    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.database is not None:
+        if args.repair:
+            sys.stderr.write(
+                "compactor doctor --repair: repairs a state dir only; a database is repaired from its backups.\n"
+            )
+            return 2
+        try:
+            report = check_database(args.database, step)
+        finally:
+            done()
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n" if args.json else render(report))
+        return 0 if report.healthy else 1
+    if args.repair:
+        try:
+            for line in repair(args.state_dir):
+                sys.stdout.write(f"repaired: {line}\n")
+        except CompactorError as exc:
+            sys.stderr.write(f"compactor doctor --repair: {exc}\n")
+            return 1
+    try:
+        report = check(args.state_dir, step)
+    finally:
+        done()
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(render(report))
+    sys.stdout.flush()
+    return 0 if report.healthy else 1

@@ -1,0 +1,241 @@
+"""The saved search index as a binary file beside the snapshot, read through a memory map.
+
+Inside the snapshot's first line the index was base64 in JSON: at 10k items ~80% of the
+snapshot's bytes, all of it parsed, decoded and copied into each process at every start. Here
+its arrays are raw bytes in their own file, `index.G.bin` (G: the snapshot generation that
+names it): a start maps the file and reads the arrays in place, and every server on the state
+dir shares the same pages through the page cache.
+
+Layout: the magic line, one JSON line naming each array's byte offset and length, then the
+arrays, each starting on an 8-byte boundary. The snapshot's header records the file's name,
+size and CRC-32 (`{"name", "size", "crc32"}`), so the snapshot's own checksum covers the
+reference, and a file that does not match it is never used: the index is rebuilt from the
+items instead. Written under a temp name (`index.G.bin.PID.tmp`), fsynced and renamed before
+the snapshot that names it; files no snapshot names any more are deleted after the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import zlib
+from array import array
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .. import constants as C
+
+MAGIC = b"compactor-index 1\n"
+_ALIGN = 8
+_NAME = re.compile(r"index\.\d+\.bin")
+
+
+class IndexFileError(ValueError):
+    """The index file is missing, cut short or changed since it was written."""
+
+
+def file_name(gen: int) -> str:
+    return f"index.{gen}.bin"
+
+
+def write(dir_: Path, gen: int, arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """Write the arrays (bytes-like, by name) to `index.<gen>.bin`, fsynced; returns the
+    reference the snapshot header keeps."""
+    layout: dict[str, list[int]] = {}
+    offset = 0
+    views = {name: memoryview(data).cast("B") for name, data in arrays.items()}
+    for name, view in views.items():
+        layout[name] = [offset, view.nbytes]
+        offset += -(-view.nbytes // _ALIGN) * _ALIGN
+    head = MAGIC + orjson.dumps(layout) + b"\n"
+    head += b"\0" * (-len(head) % _ALIGN)
+    name = file_name(gen)
+    tmp = dir_ / f"{name}.{os.getpid()}.tmp"
+    crc = zlib.crc32(head)
+    size = len(head)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(head)
+            for view in views.values():
+                pad = b"\0" * (-view.nbytes % _ALIGN)
+                for chunk in (view, pad):
+                    fh.write(chunk)
+                    crc = zlib.crc32(chunk, crc)
+                    size += len(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dir_ / name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return {"name": name, "size": size, "crc32": crc}
+
+
+def read(
+    dir_: Path, ref: Mapping[str, Any], opened: Mapping[str, int] | None = None, *, verify: bool = True
+) -> dict[str, memoryview]:
+    """The arrays of the file `ref` names, as read-only views into a shared memory map.
+    IndexFileError if the file is missing or does not match the reference. `opened`: files
+    already open, by name (`hold`), read from their descriptor even if since removed.
+    `verify=False` skips the checksum, which reads the whole file: for one this process has
+    just written and checksummed (85-330 ms at 100k items, under the lock)."""
+    name = ref.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise IndexFileError(f"the snapshot names no valid index file ({name!r})")
+    path = dir_ / name
+    try:
+        fd = os.dup(opened[name]) if opened and name in opened else os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise IndexFileError(f"{path} cannot be opened: {exc.strerror or exc}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size != ref.get("size") or size < len(MAGIC):
+            raise IndexFileError(f"{path} is {size:,} bytes, not the {ref.get('size')!r} the snapshot recorded")
+        if verify and _checksum(fd, size) != ref.get("crc32"):
+            raise IndexFileError(f"{path} does not match its checksum: some bytes changed after it was written")
+        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise IndexFileError(f"{path} cannot be read: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    view = memoryview(mapped)
+    end = bytes(view[: min(size, 1 << 20)]).find(b"\n", len(MAGIC))
+    if view[: len(MAGIC)] != MAGIC or end < 0:
+        raise IndexFileError(f"{path} is not a compactor index file")
+    try:
+        layout = orjson.loads(bytes(view[len(MAGIC) : end]))
+    except orjson.JSONDecodeError as exc:
+        raise IndexFileError(f"{path} has a damaged layout line") from exc
+    base = end + 1 + (-(end + 1) % _ALIGN)
+    out: dict[str, memoryview] = {}
+    for key, (offset, length) in layout.items():
+        if base + offset + length > size:
+            raise IndexFileError(f"{path} is cut short")
+        out[key] = view[base + offset : base + offset + length]
+    return out
+
+
+def mapping(arrays: Mapping[str, Any]) -> mmap.mmap | None:
+    """The memory map that arrays from `read` view; None for arrays read any other way."""
+    for value in arrays.values():
+        owner = map_of(value)
+        if owner is not None:
+            return owner
+    return None
+
+
+def map_of(buf: Any) -> mmap.mmap | None:
+    """The memory map `buf` reads (a view of one, or a numpy array over such a view), if any."""
+    while buf is not None and not isinstance(buf, mmap.mmap):
+        buf = buf.obj if isinstance(buf, memoryview) else getattr(buf, "base", None)
+    return buf
+
+
+def copy_out(src: Any, dst: Any) -> None:
+    """Copy the buffer `src` into `dst`, a writable buffer of its size in bytes. From a memory
+    map, a chunk at a time, the map's pages this process holds dropped after each (`release`):
+    a whole array copied at once kept its pages resident beside the copy until the next
+    release, the peak of a 10k-item server's first settle after a start (~10 MiB of ~170)."""
+    source, target = memoryview(src).cast("B"), memoryview(dst).cast("B")
+    if source.nbytes != target.nbytes:
+        raise ValueError(f"cannot copy {source.nbytes:,} bytes into {target.nbytes:,}")
+    mapped = map_of(src)
+    step = C.INDEX_FILE_COPY_CHUNK if mapped is not None else max(source.nbytes, 1)
+    for lo in range(0, source.nbytes, step):
+        target[lo : lo + step] = source[lo : lo + step]
+        if mapped is not None:
+            release(mapped)
+
+
+def unmapped(buf: Any) -> Any:
+    """`buf` itself, or, when it reads a memory map, a copy of it in this process's own memory
+    made by `copy_out`: an array of the view's typecode (a bytearray for bytes), or a numpy
+    array like it."""
+    if map_of(buf) is None:
+        return buf
+    out: Any
+    if isinstance(buf, memoryview):
+        out = bytearray(buf.nbytes) if buf.format == "B" else array(buf.format, [0]) * len(buf)
+    else:
+        import numpy as np
+
+        out = np.empty_like(buf)
+    copy_out(buf, out)
+    return out
+
+
+def release(mapped: mmap.mmap) -> None:
+    """Unmap this process's resident pages of `mapped`; the next read of one maps it again from
+    the page cache. Each scattered read of the map maps the 64 KiB around it (the kernel's
+    fault-around, whatever madvise says), so a compaction's reads of the index at 100k items
+    left ~150 MiB of the file resident, counted in the process's RSS."""
+    with contextlib.suppress(OSError, ValueError):  # only a hint; ValueError: already closed
+        mapped.madvise(mmap.MADV_DONTNEED)
+
+
+def _checksum(fd: int, size: int) -> int:
+    """The CRC-32 of the whole file, read a chunk at a time into one buffer. Reads copy from
+    the page cache and map nothing, so the check leaves no trace in RSS; reading the memory
+    map instead faulted every page in (the file's size in RSS until each chunk was dropped),
+    took a third longer, and slowed a thread parsing beside it."""
+    buf = memoryview(bytearray(min(size, max(C.INDEX_FILE_CHECK_MIN_CHUNK, size // C.INDEX_FILE_CHECK_CHUNKS))))
+    crc = 0
+    with open(fd, "rb", buffering=0, closefd=False) as fh:  # closefd=False: read() closes it
+        fh.seek(0)
+        while n := fh.readinto(buf):
+            crc = zlib.crc32(buf[:n], crc)
+    return crc
+
+
+@contextlib.contextmanager
+def hold(dir_: Path) -> Iterator[dict[str, int]]:
+    """Every index file in `dir_` open, by name, for as long as the context lasts. Opened under
+    the lock that read a snapshot, they are still there when it is checked: a server deletes
+    the file an older snapshot named off the lock, right after its next snapshot."""
+    held: dict[str, int] = {}
+    try:
+        for path in others(dir_, None):
+            with contextlib.suppress(OSError):
+                held[path.name] = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        yield held
+    finally:
+        for fd in held.values():
+            os.close(fd)
+
+
+def others(dir_: Path, keep: str | None) -> list[Path]:
+    """The index files no snapshot names any more (all of them but `keep`)."""
+    return [path for path in dir_.glob("index.*.bin") if path.name != keep and _NAME.fullmatch(path.name)]
+
+
+def remove(paths: list[Path]) -> None:
+    """Delete index files `others` listed. Off the lock when it can be: freeing ~25 MB (10k
+    items) holds the file system's journal, and every call's journal fsync waits behind it."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def remove_others(dir_: Path, keep: str | None) -> None:
+    """Delete the index files no snapshot names any more (all of them but `keep`): after a
+    forget no file may still hold the forgotten item's words. A process that still maps one
+    keeps reading it until it reloads."""
+    remove(others(dir_, keep))
+
+
+def problem(dir_: Path, ref: Any) -> str | None:
+    """Why the index file a snapshot names cannot be used, or None."""
+    if not isinstance(ref, dict):
+        return "the snapshot's reference to its index file is damaged"
+    try:
+        read(dir_, ref)
+    except IndexFileError as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,185 @@
+"""Where the Store keeps its journal and snapshots: the one small interface the core persists
+through (`Persistence`), and its state-dir implementation (`DirBackend`, over `persist.StateDir`).
+The other implementation is PostgreSQL (`compactor.persistence.postgres.PgBackend`); the Store never asks
+which one it has.
+
+Both keep the same event-sourced design: every call's ops are one journal entry, written after
+the writer caught up with every entry before it, under a lock the writers share; a snapshot
+plus the entries after it is the whole state; a snapshot of the next generation that drops
+history (`snapshot_now`, used by forget and repairs) makes every other process reload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from ..models import Item, Op
+from . import indexfile
+from .statedir import Loaded, StateDir, snapshot_chunks
+
+
+class Persistence(Protocol):
+    """What `store.journaled` needs of a place to keep memory. `gen` and `offset` say how far
+    this process has read: a generation that changes only when history was rewritten, and a
+    position inside it (journal bytes, or the last sequence number applied)."""
+
+    gen: int
+    offset: int
+    last_snapshot_at: float | None
+    last_snapshot_seconds: float | None
+    # Whether `save_index` keeps arrays in a file beside the snapshot (returns a reference).
+    index_in_file: bool
+
+    @property
+    def is_open(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+    def locked(self, exclusive: bool = True) -> AbstractContextManager[None]:
+        """Hold the writers' lock (re-entrant): no other process appends meanwhile."""
+        ...
+
+    def reading(self) -> AbstractContextManager[None]:
+        """What a read-only call holds while it catches up."""
+        ...
+
+    def load(self) -> Loaded:
+        """Snapshot + every journal entry after it. Call under the lock."""
+        ...
+
+    def journal_changed(self) -> bool:
+        """Whether another process wrote since we last read (cheap: no full read)."""
+        ...
+
+    def read_new(self) -> list[list[Op]] | None:
+        """Entries other processes wrote since ours; None if history was rewritten and the
+        caller must reload."""
+        ...
+
+    def append(self, ops: list[Op], *, sync: bool = True) -> None:
+        """One call's ops as one entry, durable before returning when `sync`; raises
+        PersistenceError (and stores nothing) if it cannot."""
+        ...
+
+    def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
+        """Under the lock: save a snapshot of everything applied and start generation
+        `gen + 1` with no history before it; no older snapshot or entry keeps any byte."""
+        ...
+
+    def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:
+        """In a worker thread, without the lock: write a snapshot not yet in use."""
+        ...
+
+    def install_pending_snapshot(
+        self, gen: int, offset: int, keep_index: str | None = None
+    ) -> Callable[[], None] | None:
+        """Under the lock, once caught up and still at generation `gen`: put the pending
+        snapshot (which holds everything up to `offset`, and names the index file
+        `keep_index` if not None) in use. Returns cleanup to run off the event loop, or None:
+        deleting what no snapshot names any more (the replaced snapshot, index files) frees
+        blocks, which every call's journal fsync would wait behind if it were done under the
+        lock."""
+        ...
+
+    def discard_pending_snapshot(self) -> None: ...
+
+    def remove_dead_temp_files(self) -> None:
+        """Drop pending snapshots whose writer is gone."""
+        ...
+
+    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
+        """Save the search index's arrays for the snapshot of generation `gen` apart from it
+        and return the reference the snapshot keeps; None if this backend keeps them inside
+        the snapshot. Raises OSError."""
+        ...
+
+    def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
+        """The arrays `save_index` saved under `ref`; raises IndexFileError if they are
+        missing or damaged (the index is then rebuilt from the items). `verify=False`: arrays
+        this process has just saved, whose checksum need not be read back."""
+        ...
+
+    def keep_only_index(self, name: str | None) -> None:
+        """Drop saved index arrays other than `name`'s: no snapshot names them any more."""
+        ...
+
+    def append_ledger(self, entries: list[dict[str, Any]]) -> None: ...
+
+    def read_ledger(self) -> list[dict[str, Any]]: ...
+
+    def ledger_count(self) -> int: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Where memory is kept and how big its journal is, for `status`."""
+        ...
+
+
+class DirBackend(StateDir):
+    """A state dir (`persist.StateDir`, unchanged) seen through `Persistence`."""
+
+    index_in_file = True
+
+    def reading(self) -> AbstractContextManager[None]:
+        # Exclusive, not shared: catching up cuts a dead writer's torn tail and a reload
+        # re-reads the journal.
+        return self.locked(exclusive=True)
+
+    def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
+        gen, offset = self.gen, self.offset
+        self.write_snapshot(snapshot_chunks(header, items))
+        self.rotate(gen + 1, offset)
+        self.remove_temp_files()
+
+    def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:
+        self.write_snapshot_tmp(snapshot_chunks(header, items))
+
+    def install_pending_snapshot(
+        self, gen: int, offset: int, keep_index: str | None = None
+    ) -> Callable[[], None] | None:
+        old = self.install_snapshot_tmp()
+        self.rotate(gen + 1, offset)
+        self.remove_dead_temp_files()
+        # The pending snapshot names at most `keep_index`, so no other index file is needed
+        # any more; listed here under the lock (a later snapshot's file has a later
+        # generation's name, never one of these) and deleted with the old snapshot in the
+        # cleanup, off the lock.
+        stale = indexfile.others(self.path, keep_index)
+        if old is None and not stale:
+            return None
+
+        def cleanup() -> None:
+            if old is not None:
+                StateDir.drop_old_snapshot(old)
+            indexfile.remove(stale)
+
+        return cleanup
+
+    def discard_pending_snapshot(self) -> None:
+        self.discard_snapshot_tmp()
+
+    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
+        return indexfile.write(self.path, gen, arrays)
+
+    def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
+        return indexfile.read(self.path, ref, verify=verify)
+
+    def keep_only_index(self, name: str | None) -> None:
+        indexfile.remove_others(self.path, name)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "state_dir": str(self.path),
+            "journal_bytes": self.journal_size(),
+            "generation": self.gen,
+            "last_snapshot_at": self.last_snapshot_at,
+            "last_snapshot_seconds": self.last_snapshot_seconds,
+        }
+
+
+@contextlib.contextmanager
+def nothing_held() -> Iterator[None]:
+    """A lock that holds nothing (for backends that need none around a read)."""
+    yield

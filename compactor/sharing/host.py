@@ -1,0 +1,190 @@
+"""The shared host: one process that serves every stdio client of a state dir over a Unix socket.
+
+`sharing/relay.py` starts it and connects each `compactor` command to it. Each connection is one MCP
+session, served by the same pipeline as stdio (`run_stdio` with the connection's lines). The host
+stops listening as soon as its last session ends, saves its final snapshot, and only then closes
+that last connection, so a client that waits for its server to exit still waits for the save.
+
+A connection starts with a hello each way, one JSON line: the relay's {"scope": ...} (the project
+of its working directory), and the host's {"pid": ...}. A relay that gets no hello (the host was
+stopping) starts a new host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .. import constants as C
+from ..mcp.server import CONNECTION_SCOPE, build_server, final_snapshot, snapshots
+from ..mcp.stdio_runtime import run_stdio
+from ..runtime import PROCESS
+from ..store import Store
+
+log = logging.getLogger(__name__)
+
+
+class _ConnectionLines:
+    """A connection read as text lines the way stdin is (UTF-8, bad bytes kept visible for
+    `invalid_message_reply`), and written as stdout is."""
+
+    def __init__(self, stream: anyio.abc.SocketStream, first: bytes) -> None:
+        self._stream = stream
+        self._buffer = first
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        chunks = [self._buffer] if self._buffer else []
+        while True:
+            tail = chunks[-1] if chunks else b""
+            if b"\n" in tail:
+                data = b"".join(chunks)
+                *lines, rest = data.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "surrogateescape") + "\n"
+                chunks = [rest] if rest else []
+                continue
+            try:
+                chunks.append(await self._stream.receive(C.SHARED_READ_BYTES))
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                break
+        if chunks and (data := b"".join(chunks)):
+            yield data.decode("utf-8", "surrogateescape")
+
+    async def write(self, text: str) -> None:
+        await self._stream.send(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        return None
+
+
+async def _read_hello(stream: anyio.abc.SocketStream) -> tuple[dict[str, Any], bytes]:
+    """The relay's hello line and whatever came after it in the same reads."""
+    data = b""
+    with anyio.fail_after(C.SHARED_HELLO_TIMEOUT_S):
+        while b"\n" not in data:
+            if len(data) > C.SHARED_HELLO_MAX_BYTES:
+                raise ValueError("hello too long")
+            data += await stream.receive(C.SHARED_READ_BYTES)
+    line, _, rest = data.partition(b"\n")
+    hello = json.loads(line)
+    if not isinstance(hello, dict):
+        raise ValueError("hello is not an object")
+    return hello, rest
+
+
+def state_identity(path: str) -> tuple[int, int] | None:
+    """The state dir's (device, inode): a dir removed and made again is another store."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+async def serve_host(
+    store: Store,
+    listener_socket: socket.socket,
+    *,
+    state_dir: str,
+    stop_listening: Callable[[], None],
+    snapshot_interval: float = C.SNAPSHOT_INTERVAL_S,
+    scope_fixed: bool = False,
+) -> None:
+    """Serve connections on `listener_socket` until the last one ends (or SIGTERM/SIGINT), then
+    save. `stop_listening` removes the socket's name and lets a new host start; it is called
+    before the final snapshot, so a client arriving meanwhile starts a new host at once. The
+    last connection is closed only after the snapshot."""
+    mcp = build_server(store, scope_fixed=scope_fixed)
+    PROCESS.start_done()
+    identity = state_identity(state_dir)
+    listener = await anyio.abc.SocketListener.from_socket(listener_socket)
+    accepting = anyio.CancelScope()
+    sessions = 0  # connections accepted and not yet ended
+    served = 0  # connections that said hello: a client, not a stray connection
+    done = anyio.Event()
+    held: list[anyio.abc.SocketStream] = []
+
+    def close_listener() -> None:
+        if not accepting.cancel_called:
+            accepting.cancel()
+            stop_listening()
+
+    async def session(stream: anyio.abc.SocketStream) -> None:
+        nonlocal sessions, served
+        try:
+            hello, rest = await _read_hello(stream)
+            if state_identity(state_dir) != identity:
+                log.warning("the state dir %s was replaced; this host takes no more clients", state_dir)
+                close_listener()
+                return  # no hello back: the relay starts a host for the new dir
+            served += 1
+            await stream.send(json.dumps({"pid": os.getpid()}).encode() + b"\n")
+            scope = hello.get("scope")
+            CONNECTION_SCOPE.set(scope if isinstance(scope, str) and scope and not scope_fixed else None)
+            log.info("a client connected (relay pid %s, scope %s); %d connected", hello.get("pid"), scope, sessions)
+            lines = _ConnectionLines(stream, rest)
+            await run_stdio(mcp, lines, lines)
+        except Exception as exc:
+            log.info("a client connection ended with %r", exc)
+        finally:
+            sessions -= 1
+            log.info("a client left; %d connected", sessions)
+            # A stray connection (no hello) before the first client must not stop the host.
+            if sessions == 0 and (served or accepting.cancel_called):
+                held.append(stream)  # closed after the final snapshot: its relay waits for the save
+                log.info("the last client left; saving and stopping")
+                done.set()
+            else:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+
+    async def accept(tg: anyio.abc.TaskGroup) -> None:
+        nonlocal sessions
+        with accepting:
+            async with listener:
+                while True:
+                    stream = await listener.accept()
+                    sessions += 1
+                    tg.start_soon(session, stream)
+
+    async def first_client() -> None:
+        await anyio.sleep(C.SHARED_FIRST_CLIENT_TIMEOUT_S)
+        if not served:
+            log.warning("no client connected within %g s; stopping", C.SHARED_FIRST_CLIENT_TIMEOUT_S)
+            done.set()
+
+    async def on_signal() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for sig in signals:
+                log.info("received %s, shutting down", signal.Signals(sig).name)
+                done.set()
+                return
+
+    try:
+        async with anyio.create_task_group() as tg:
+            if store.persistent:
+                tg.start_soon(snapshots, store, snapshot_interval)
+            tg.start_soon(on_signal)
+            tg.start_soon(first_client)
+            tg.start_soon(accept, tg)
+            await done.wait()
+            close_listener()
+            tg.cancel_scope.cancel()
+    finally:
+        close_listener()
+        listener_socket.close()
+        final_snapshot(store)
+        with anyio.CancelScope(shield=True):
+            for stream in held:  # now its relay may exit: the save is done
+                await stream.aclose()

@@ -1,0 +1,41 @@
+"""Older tokenizer versions, for tests of what a start does with an index it saved. Version 1:
+words were runs of \\w (a combining mark split them), a CJK or Thai run was one term, and a
+saved index did not record its version. Version 2: text was tokenized as it was typed, not in
+its composed form (NFC)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+from unittest.mock import patch
+
+from compactor.search import analyze
+from compactor.search.index import BM25Index
+
+
+@contextlib.contextmanager
+def tokenizer_version(version: int) -> Iterator[None]:
+    """Terms and saved indexes as `version` (1 or 2) made them, inside the block (this process only)."""
+    made_now = BM25Index.to_state
+
+    def saved_as_older(index: BM25Index, *, binary: bool = False) -> dict[str, Any]:
+        saved = made_now(index, binary=binary)
+        if version == 1:
+            del saved["terms"]
+        else:
+            saved["terms"] = version
+        return saved
+
+    analyze._cache.clear()  # it holds this version's expansions
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(patch.object(analyze, "composed", lambda text: text))
+            stack.enter_context(patch.object(BM25Index, "to_state", saved_as_older))
+            if version == 1:
+                stack.enter_context(patch.object(analyze, "_unspaced", lambda raw: False))
+                # \w alone, as version 1's
+                stack.enter_context(patch.object(analyze, "_COMPOUND", analyze._COMPOUND_ASCII))
+            yield
+    finally:
+        analyze._cache.clear()
