@@ -1,1 +1,1 @@
-"""Benchmarks and evaluations for compactor (not part of the installed package)."""
+"""The benchmark of compactor: speed and memory (not part of the installed package; the evaluations are in evals/)."""

@@ -1,8 +1,16 @@
-"""A development stand-in with the compactor's tool names, for testing the harness only.
+"""A stand-in MCP memory server with compactor's tool names and contract, for testing harnesses only.
 
-Not a benchmark target and not used by default: it exists so the harness and its smoke test can
-run without the real server. Naive on purpose (linear search, JSON snapshot written on the event
-loop), so its figures mean nothing. Field names follow the tool contract (issue 2).
+Not a benchmark target and not used by default: it exists so that the benchmark's harness
+(`python -m bench --server ...`) and the replay evaluation's (`python -m evals.replay --server ...`)
+and their tests run without the real server. Naive on purpose (search counts the distinct query
+words found as substrings, newest first on a tie; a JSON snapshot written on the event loop), so
+its figures mean nothing. Field names follow the tool contract: `store` returns `id`, `query`
+`items` with `id`, `get` returns `id`, `content`, `summary`, `tier`, `view`.
+
+With auto-compaction on (the default; `configure(auto_compact=False)` turns it off) a store past
+AUTO_COMPACT_AT of the budget archives the least important, oldest items (never the one just
+stored), which `get` still returns, and then adds an archived digest item of its own, as
+compactor's compaction adds summary items: a harness that reuses a server must empty it with `list`.
 
 Run: ``python bench/_devstub.py [--budget N] [--state-dir DIR] [--snapshot-interval S]``.
 """
@@ -11,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -27,12 +36,18 @@ from mcp.server.mcpserver import MCPServer
 
 logger = logging.getLogger("bench.devstub")
 
-_WORD = re.compile(r"[a-z0-9]{2,}")
+# Mirror the spec's auto-compaction thresholds.
+AUTO_COMPACT_AT = 0.9
+COMPACT_DOWN_TO = 0.8
+CHARS_PER_TOKEN = 4  # a rough token estimate: the stub has no tokenizer
+
+_WORD = re.compile(r"\w{2,}")
 
 
 @dataclass
 class _Item:
     id: str
+    order: int
     content: str
     summary: str | None
     tags: list[str]
@@ -43,7 +58,7 @@ class _Item:
 
     def tokens(self) -> int:
         text = self.summary if self.view == "summary" and self.summary else self.content
-        return max(1, len(text) // 4)
+        return len(text) // CHARS_PER_TOKEN + 1
 
 
 @dataclass
@@ -51,7 +66,7 @@ class _State:
     budget: int = 100_000
     auto_compact: bool = True
     items: dict[str, _Item] = field(default_factory=dict)
-    next_id: int = 1
+    counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     dirty: bool = False
     state_dir: Path | None = None
     last_snapshot_at: float | None = None
@@ -60,13 +75,50 @@ class _State:
     def used(self) -> int:
         return sum(i.tokens() for i in self.items.values() if i.tier == "active")
 
+    def add(
+        self, content: str, summary: str | None, tags: list[str], importance: int, pinned: bool, *, made: bool = False
+    ) -> _Item:
+        """A new item; `made`: one the server made itself (a digest, archived at once)."""
+        if not content.strip():
+            raise ValueError("content is empty: pass the text to remember")
+        order = next(self.counter)
+        item = _Item(f"{'d' if made else 'm'}{order:05d}", order, content, summary, tags, importance, pinned)
+        if made:
+            item.tier = "archived"
+        self.items[item.id] = item
+        self.dirty = True
+        return item
+
+    def auto_compact_after(self, stored: _Item) -> list[str]:
+        """Archive the least important, oldest items down to COMPACT_DOWN_TO once past AUTO_COMPACT_AT."""
+        if not self.auto_compact or self.used() <= AUTO_COMPACT_AT * self.budget:
+            return []
+        victims = sorted(
+            (i for i in self.items.values() if i.tier == "active" and not i.pinned and i.id != stored.id),
+            key=lambda i: (i.importance, i.order),
+        )
+        used, archived = self.used(), []
+        for victim in victims:
+            if used <= COMPACT_DOWN_TO * self.budget:
+                break
+            victim.tier = "archived"
+            used -= victim.tokens()
+            archived.append(victim.id)
+        if archived:
+            # Like compactor's summary nodes: an item the server made itself (archived, so inert).
+            self.add(
+                f"digest of {len(archived)} archived items: {' '.join(archived)}", None, ["digest"], 1, False, made=True
+            )
+        return archived
+
     def snapshot(self) -> None:
         if self.state_dir is None:
             return
         started = time.perf_counter()
         path = self.state_dir / "snapshot.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"next_id": self.next_id, "items": [asdict(i) for i in self.items.values()]}))
+        next_order = max((i.order for i in self.items.values()), default=0) + 1
+        tmp.write_text(json.dumps({"next": next_order, "items": [asdict(i) for i in self.items.values()]}))
         os.replace(tmp, path)
         self.dirty = False
         self.last_snapshot_at = time.time()
@@ -78,7 +130,7 @@ class _State:
         path = self.state_dir / "snapshot.json"
         if path.exists():
             data = json.loads(path.read_text())
-            self.next_id = data["next_id"]
+            self.counter = itertools.count(data["next"])
             self.items = {d["id"]: _Item(**d) for d in data["items"]}
 
 
@@ -87,6 +139,10 @@ def _tags(value: list[str] | str | None) -> list[str]:
         return []
     parts = value.split(",") if isinstance(value, str) else value
     return [p.strip() for p in parts if p.strip()]
+
+
+def _no_item(item_id: str) -> ValueError:
+    return ValueError(f"no item {item_id!r}: use an id returned by store or query")
 
 
 def build_server(state: _State, interval: float) -> MCPServer:
@@ -108,22 +164,8 @@ def build_server(state: _State, interval: float) -> MCPServer:
 
     server = MCPServer(name="bench-devstub", lifespan=lifespan)
 
-    def add(content: str, summary: str | None, tags: list[str] | str | None, importance: int, pinned: bool) -> str:
-        if not content.strip():
-            raise ValueError("content is empty")
-        item_id = f"m{state.next_id}"
-        state.next_id += 1
-        state.items[item_id] = _Item(item_id, content, summary, _tags(tags), importance, pinned)
-        state.dirty = True
-        return item_id
-
     def brief(item: _Item, score: float = 0.0) -> dict[str, Any]:
-        return {
-            "id": item.id,
-            "score": score,
-            "preview": (item.summary or item.content)[:80],
-            "tier": item.tier,
-        }
+        return {"id": item.id, "score": score, "preview": (item.summary or item.content)[:80], "tier": item.tier}
 
     @server.tool()
     async def store(
@@ -133,55 +175,78 @@ def build_server(state: _State, interval: float) -> MCPServer:
         importance: int = 5,
         pinned: bool = False,
     ) -> dict[str, Any]:
-        item_id = add(content, summary, tags, importance, pinned)
-        return {"id": item_id, "tokens": state.items[item_id].tokens(), "tokens_used": state.used()}
+        """Store a memory item."""
+        item = state.add(content, summary, _tags(tags), importance, pinned)
+        archived = state.auto_compact_after(item)
+        return {"id": item.id, "tokens": item.tokens(), "tokens_used": state.used(), "archived": archived}
 
     @server.tool()
     async def bulk_store(items: list[dict[str, Any]]) -> dict[str, Any]:
-        ids = [
-            add(
-                i["content"],
-                i.get("summary"),
-                i.get("tags"),
-                int(i.get("importance", 5)),
-                bool(i.get("pinned", False)),
+        """Store several items."""
+        added = [
+            state.add(
+                i["content"], i.get("summary"), _tags(i.get("tags")), int(i.get("importance", 5)), bool(i.get("pinned"))
             )
             for i in items
         ]
-        return {"ids": ids, "stored": len(ids)}
+        if added:
+            state.auto_compact_after(added[-1])
+        return {"ids": [i.id for i in added], "stored": len(added)}
 
     @server.tool()
-    async def query(query: str | None = None, tags: list[str] | None = None, limit: int = 10) -> dict[str, Any]:
-        words = set(_WORD.findall((query or "").lower()))
+    async def query(
+        query: str | None = None, tags: list[str] | None = None, limit: int = 10, include_archived: bool = False
+    ) -> dict[str, Any]:
+        """Find stored items by words of the query."""
+        words = sorted({w.lower() for w in _WORD.findall(query or "")})
         scored = []
         for item in state.items.values():
-            if item.tier != "active":
+            if item.tier != "active" and not include_archived:
                 continue
-            hits = len(words & set(_WORD.findall(item.content.lower())))
+            lowered = item.content.lower()
+            hits = sum(1 for w in words if w in lowered)
             if hits:
-                scored.append((hits, item.id, item))
-        scored.sort(key=lambda t: (-t[0], t[1]))
-        state.dirty = True
+                scored.append((hits, item.order, item))
+        scored.sort(key=lambda t: (-t[0], -t[1]))
+        state.dirty = True  # compactor records the access: a query is a write for the snapshot
         return {"items": [brief(i, float(h)) for h, _, i in scored[:limit]], "total": len(scored)}
 
     @server.tool()
     async def get(id: str) -> dict[str, Any]:
+        """Return one item in full, whatever its tier."""
         item = state.items.get(id)
         if item is None:
-            raise ValueError(f"no item {id}")
-        return asdict(item)
+            raise _no_item(id)
+        return {k: v for k, v in asdict(item).items() if k != "order"}
+
+    @server.tool()
+    async def forget(id: str) -> dict[str, Any]:
+        """Delete one item permanently."""
+        if state.items.pop(id, None) is None:
+            raise _no_item(id)
+        state.dirty = True
+        return {"id": id, "forgotten": True}
+
+    @server.tool(name="list")
+    async def list_items(offset: int = 0, limit: int = 20, tier: str = "active") -> dict[str, Any]:
+        """Items newest first."""
+        newest = sorted(state.items.values(), key=lambda i: -i.order)
+        chosen = [i for i in newest if tier in ("all", i.tier)][offset : offset + limit]
+        return {"items": [{"id": i.id, "tier": i.tier} for i in chosen]}
 
     @server.tool()
     async def recall(limit: int = 20, query: str | None = None) -> dict[str, Any]:
-        active = sorted((i for i in state.items.values() if i.tier == "active"), key=lambda i: (-i.importance, i.id))
+        """The most important active items."""
+        active = sorted((i for i in state.items.values() if i.tier == "active"), key=lambda i: (-i.importance, i.order))
         return {"items": [brief(i) for i in active[:limit]], "more": max(0, len(active) - limit)}
 
     @server.tool()
     async def compact(target_usage: float = 0.7) -> dict[str, Any]:
+        """Summary views first, then the archive, down to target_usage of the budget."""
         before = state.used()
         archived = promoted = 0
         goal = int(state.budget * target_usage)
-        for item in sorted(state.items.values(), key=lambda i: (i.importance, i.id)):
+        for item in sorted(state.items.values(), key=lambda i: (i.importance, i.order)):
             if state.used() <= goal:
                 break
             if item.tier != "active" or item.pinned:
@@ -204,12 +269,14 @@ def build_server(state: _State, interval: float) -> MCPServer:
 
     @server.tool()
     async def status() -> dict[str, Any]:
+        """Budget, tokens used, items per tier, persistence."""
         active = sum(1 for i in state.items.values() if i.tier == "active")
         return {
             "token_budget": state.budget,
             "tokens_used": state.used(),
             "active_items": active,
             "archived_items": len(state.items) - active,
+            "auto_compact": state.auto_compact,
             "persistence": {
                 "state_dir": str(state.state_dir) if state.state_dir else None,
                 "last_snapshot_at": state.last_snapshot_at,
@@ -219,6 +286,7 @@ def build_server(state: _State, interval: float) -> MCPServer:
 
     @server.tool()
     async def configure(token_budget: int | None = None, auto_compact: bool | None = None) -> dict[str, Any]:
+        """Set the budget or auto-compaction."""
         if token_budget is not None:
             state.budget = token_budget
         if auto_compact is not None:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import server_env
-from bench.replay import DEFAULT_IMPORTANCE, IMPORTANCE_BY_KIND
-from bench.revisits import default_corpus, load_events
 from bench.stats import median
+from evals.replay import DEFAULT_IMPORTANCE, IMPORTANCE_BY_KIND
+from evals.revisits import default_corpus, load_events
 
 RUNS = 3
 TIMEOUT_S = 600

@@ -20,9 +20,9 @@ import tracemalloc
 
 import orjson
 
-from bench.revisits import default_corpus
 from compactor.search import analyze
 from compactor.search.index import BM25Index
+from evals.revisits import default_corpus
 
 CORPUS = default_corpus()
 

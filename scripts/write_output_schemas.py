@@ -14,6 +14,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from compactor.mcp import sdk  # noqa: E402
 from compactor.mcp.contract import derived_output_schemas, reply_model  # noqa: E402
 from compactor.mcp.server import build_server  # noqa: E402
 from compactor.store import Store  # noqa: E402
@@ -69,7 +70,7 @@ def source(schemas: dict[str, dict[str, Any]], models: dict[str, str]) -> str:
 def main() -> None:
     server = build_server(Store())
     schemas = derived_output_schemas(server)
-    models = {tool.name: reply_model(tool.fn).__name__ for tool in server._tool_manager.list_tools()}
+    models = {tool.name: reply_model(tool.fn).__name__ for tool in sdk.registered_tools(server)}
     path = ROOT / "compactor" / "mcp" / "output_schemas.py"
     path.write_text(source(schemas, models))
     subprocess.run([sys.executable, "-m", "ruff", "format", "-q", str(path)], check=True)

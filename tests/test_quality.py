@@ -15,12 +15,12 @@ def run(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_check_is_clean():
-    proc = run(str(BIN / "ruff"), "check", "compactor", "tests", "bench")
+    proc = run(str(BIN / "ruff"), "check", "compactor", "tests", "bench", "evals")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_ruff_format_is_clean():
-    proc = run(str(BIN / "ruff"), "format", "--check", "compactor", "tests", "bench")
+    proc = run(str(BIN / "ruff"), "format", "--check", "compactor", "tests", "bench", "evals")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from .. import bounds
 from .. import constants as C
+from . import sdk
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def install(mcp: MCPServer) -> None:
         return await call_next(ctx)
 
     mcp.middleware.append(check_arguments)
-    for tool in mcp._tool_manager.list_tools():
+    for tool in sdk.registered_tools(mcp):
         # Error sentences say everything an argument accepts (null, a comma-separated string
         # for a list); the published schema is the lean one the model pays for in every prompt.
         accepts[tool.name] = copy.deepcopy(tool.parameters.get("properties", {}))
@@ -113,7 +114,7 @@ def derived_output_schema(fn: Callable[..., Any]) -> dict[str, Any]:
 
 def derived_output_schemas(mcp: MCPServer) -> dict[str, dict[str, Any]]:
     """`derived_output_schema` of every tool `mcp` registers, by name in its order."""
-    return {tool.name: derived_output_schema(tool.fn) for tool in mcp._tool_manager.list_tools()}
+    return {tool.name: derived_output_schema(tool.fn) for tool in sdk.registered_tools(mcp)}
 
 
 def reply_model(fn: Callable[..., Any]) -> type[BaseModel]:
@@ -151,7 +152,7 @@ def call_problem(
         arguments = {}
     if not isinstance(name, str) or not isinstance(arguments, dict):
         return None
-    tool = mcp._tool_manager.get_tool(name)
+    tool = sdk.get_tool(mcp, name)
     if tool is None:
         return None
     model = tool.fn_metadata.arg_model

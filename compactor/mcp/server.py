@@ -29,7 +29,7 @@ from ..errors import CompactorError
 from ..runtime import PROCESS, settle_heap
 from ..scope import scope_from_root_uri
 from ..store import Store
-from . import contract, resources, tools_budget, tools_dag, tools_memory, tools_read
+from . import contract, resources, sdk, tools_budget, tools_dag, tools_memory, tools_read
 from .kit import ToolKit
 from .output_schemas import OUTPUT_SCHEMAS
 from .stdio_runtime import run_stdio as _run_stdio
@@ -167,7 +167,6 @@ def build_server(
         group.register(kit)
     if set(kit.tools) != set(TOOL_ORDER):
         raise RuntimeError(f"tools defined and TOOL_ORDER differ: {sorted(set(kit.tools) ^ set(TOOL_ORDER))}")
-    tools = mcp._tool_manager
     for tool_name in TOOL_ORDER:
         tool = kit.tools[tool_name]
         # Registered without structured output, then given its reply model (each reply is still
@@ -180,7 +179,7 @@ def build_server(
             description=tool.description,
             structured_output=False,
         )
-        registered = tools.get_tool(tool_name)
+        registered = sdk.get_tool(mcp, tool_name)
         assert registered is not None
         meta = registered.fn_metadata
         meta.output_model = contract.reply_model(tool.fn)

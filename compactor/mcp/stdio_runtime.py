@@ -1,9 +1,9 @@
-"""The stdio transport around the SDK's server: compactor's one use of the SDK's transport internals.
+"""The stdio transport around the SDK's server.
 
 `run_stdio` is `MCPServer.run_stdio_async` plus error replies for unreadable lines, invalid
 UTF-8 refused rather than stored changed, and backpressure. The SDK exposes no public way to
-do that, so this module reaches its private parts: `lowlevel_server`
-and `create_context_streams`. tests/test_stdio_runtime.py fails if the SDK changes them.
+do that, so this module runs the SDK's low-level server on streams of its own, through the
+accessors of `sdk.py` (the one module that reaches the SDK's private parts).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
-from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     INVALID_REQUEST,
@@ -33,12 +32,7 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from .. import constants as C
-
-
-def lowlevel_server(mcp: MCPServer) -> Any:
-    """The low-level server under an MCPServer (SDK-private: `_lowlevel_server`)."""
-    return mcp._lowlevel_server
-
+from . import sdk
 
 _LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
@@ -138,10 +132,10 @@ async def run_stdio(mcp: MCPServer, stdin: Any = None, stdout: Any = None) -> No
 
 
 async def _serve_lines(mcp: MCPServer, stdin: Any, stdout: Any) -> None:
-    lowlevel = lowlevel_server(mcp)
+    lowlevel = sdk.lowlevel(mcp)
     async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):
-        send, receive = create_context_streams[SessionMessage | Exception](0)
-        replies, outgoing = create_context_streams[SessionMessage](0)
+        send, receive = sdk.create_context_streams[SessionMessage | Exception](0)
+        replies, outgoing = sdk.create_context_streams[SessionMessage](0)
         slots = anyio.Semaphore(C.MAX_PENDING_REQUESTS)
         pending: dict[str | int, int] = {}  # the client's request ids not answered yet
 

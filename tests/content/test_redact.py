@@ -18,15 +18,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from bench.redaction import REVIEWED
-from bench.secret_shapes import NEAR_MISSES as SHAPE_NEAR_MISSES
-from bench.secret_shapes import SHAPES, Shape
 from compactor.content.redact import REDACTION_KINDS, Redaction, placeholder, redact
+from evals.redaction import REVIEWED
+from evals.secret_shapes import NEAR_MISSES as SHAPE_NEAR_MISSES
+from evals.secret_shapes import SHAPES, Shape
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "secrets.jsonl"
-# Windows of the real-agent corpus around credential-like words (`python -m bench.redaction
+# Windows of the real-agent corpus around credential-like words (`python -m evals.redaction
 # --sample ...`), kept here so these tests do not need ../shared; the full corpus is measured by
-# `python -m bench.redaction`.
+# `python -m evals.redaction`.
 CORPUS_SAMPLE = Path(__file__).resolve().parents[1] / "data" / "corpus_sample.jsonl"
 
 ROWS: list[dict[str, Any]] = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines()]

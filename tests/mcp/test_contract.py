@@ -17,7 +17,7 @@ from mcp import Client
 from mcp_types import CallToolResult
 from pydantic import ValidationError, create_model
 
-from compactor.mcp import build_server
+from compactor.mcp import build_server, sdk
 from compactor.mcp.contract import derived_output_schema, derived_output_schemas, reply_model
 from compactor.mcp.output_schemas import OUTPUT_SCHEMAS
 from compactor.mcp.server import TOOL_ORDER
@@ -198,7 +198,7 @@ def test_the_kept_output_schemas_are_what_the_reply_models_give():
 def test_a_changed_reply_model_is_noticed():
     """The comparison above can fail: a field added to a reply model changes the derived schema."""
     server = build_server(Store())
-    fn = server._tool_manager.get_tool("status").fn  # type: ignore[union-attr]
+    fn = sdk.get_tool(server, "status").fn  # type: ignore[union-attr]
     model = reply_model(fn)
     wider = create_model("StatusResult", __base__=model, added=(int, ...))
 
@@ -224,7 +224,7 @@ def test_every_reply_is_still_checked_against_its_model():
     """The tools are registered with their schema kept, not derived; the SDK still validates
     each reply's structured content against the reply model before it leaves the server."""
     server = build_server(Store())
-    for tool in server._tool_manager.list_tools():
+    for tool in sdk.registered_tools(server):
         assert tool.fn_metadata.output_model is reply_model(tool.fn), tool.name
         with pytest.raises(ValidationError):
             tool.fn_metadata.convert_result(CallToolResult(content=[], structured_content={"bogus": 1}))

@@ -11,9 +11,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from bench.secret_shapes import SHAPES
 from compactor.mcp import build_server
 from compactor.store import Store
+from evals.secret_shapes import SHAPES
 from tests.support.stdio_client import StdioServer
 
 pytestmark = pytest.mark.anyio

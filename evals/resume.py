@@ -1,18 +1,24 @@
 """Resume evaluation (ISSUE 19): does the first `recall` of a new session bring back what it will need?
 
 For each trajectory and each cut X (40, 60, 80 % of its events): a server with a fresh state dir
-stores the first X % of the events (as bench.replay stores them) and exits; a NEW server process on
+stores the first X % of the events (as evals.replay stores them) and exits; a NEW server process on
 the same state dir answers the new session's first call, `recall(query=<first line of the task>)`.
 Score: of the revisits after the cut that point back before it (files re-read, commands re-run,
-errors met again; both derivations of bench.replay), the share with a relevant earlier event among
+errors met again; both derivations of evals.replay), the share with a relevant earlier event among
 the recall's items. Baseline: the last RECENCY_EVENTS events before the cut. Also reported: the
-recall's size in tokens (cl100k, compactor/tokens.py) and the harness-side latency of that call.
+recall's size in tokens (cl100k, compactor/content/tokens.py) and the harness-side latency of that call.
 
 The cuts of one trajectory are a chain on one state dir: the process that answers the recall at
 40 % then stores the events up to 60 % and exits, and so on (recall is read-only), so a trajectory
 costs len(cuts) + 1 server starts instead of 2 * len(cuts).
 
-    python -m bench.resume [--cuts 40,60,80] [--jobs N] [--budget N] [--half tuning|test] [--quick]
+`--fast` is the same evaluation in process, for iterating on recall: a Store per trajectory (no
+server, no restart), the same cuts, query, revisits and scoring (first derivation), on the tuning
+half unless `--half` says otherwise; it prints one line per cut and writes nothing. It is not
+the reported measurement.
+
+    python -m evals.resume [--cuts 40,60,80] [--jobs N] [--budget N] [--half tuning|test] [--quick]
+    python -m evals.resume --fast [--half tuning|test] [--limit-trajs N] [--cuts 40,60,80]
 """
 
 from __future__ import annotations
@@ -35,19 +41,19 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as `python bench/resume.py`
+if __package__ in (None, ""):  # run as `python evals/resume.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from bench.halves import half_of
-from bench.replay import CALL_TIMEOUT_S, RESULTS_DIR, _store_arguments
-from bench.revisits import Event, Revisit, default_corpus, derive, group_trajectories, load_events
-from bench.revisits2 import derive2
+from evals.halves import half_of
+from evals.replay import CALL_TIMEOUT_S, RESULTS_DIR, _store_arguments
+from evals.revisits import Event, Revisit, default_corpus, derive, group_trajectories, load_events
+from evals.revisits2 import derive2
 
-log = logging.getLogger("bench.resume")
+log = logging.getLogger("evals.resume")
 
 CUTS = (40, 60, 80)
 RECENCY_EVENTS = 20  # the baseline: recalling just the last 20 events before the cut
@@ -288,20 +294,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="--budget for the server (default: its own)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--limit-trajs", type=int, default=None)
-    parser.add_argument("--half", choices=("tuning", "test"), default=None, help="only this half of the corpus")
+    parser.add_argument(
+        "--half", choices=("tuning", "test", "all"), default=None, help="only this half (default: all; --fast: tuning)"
+    )
     parser.add_argument("--quick", action="store_true", help=f"the first {QUICK_TRAJS} trajectories")
     parser.add_argument("--corpus", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "resume.json")
+    parser.add_argument("--fast", action="store_true", help="in process, a Store per trajectory (tuning half)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     limit = QUICK_TRAJS if args.quick else args.limit_trajs
     started = time.perf_counter()
     corpus: Path = args.corpus or default_corpus()
+    half = args.half or ("tuning" if args.fast else None)
     groups = [
         (t, evs)
         for t, evs in sorted(group_trajectories(load_events(corpus)).items())
-        if args.half is None or half_of(t) == args.half
+        if half in (None, "all") or half_of(t) == half
     ][:limit]
+    if args.fast:
+        return run_fast(groups, tuple(int(c) for c in args.cuts.split(",")))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     errlog = args.out.parent / "resume-server-stderr.log"
     errlog.write_text("", encoding="utf-8")
@@ -338,6 +350,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     for t, e in failed[:5]:
         print(f"  FAILED {t}: {e} (server stderr: {errlog})")
     return 1 if failed else 0
+
+
+def run_fast(groups: Sequence[tuple[str, Sequence[Event]]], cuts: Sequence[int]) -> int:
+    """The evaluation in process: one Store per trajectory takes the events up to each cut in turn
+    and answers the same recall; the first derivation's later revisits are scored."""
+    from compactor.store import Store
+
+    hits: dict[int, list[bool]] = defaultdict(list)
+    base: dict[int, list[bool]] = defaultdict(list)
+    toks: dict[int, list[int]] = defaultdict(list)
+    items: dict[int, list[int]] = defaultdict(list)
+    lat: list[float] = []
+    for _t, events in groups:
+        revisits = {n: fn(events) for n, fn in DERIVE.items()}
+        query = task_query(events)
+        s = Store()
+        seq_of: dict[str, int] = {}
+        stored = 0
+        for pct in cuts:
+            cut = cut_index(len(events), pct)
+            for ev in events[stored:cut]:
+                seq_of[s.store(**_store_arguments(ev)).item.id] = ev.seq
+            stored = cut
+            t0 = time.perf_counter()
+            rec = s.recall(query=query or None)
+            lat.append((time.perf_counter() - t0) * 1000)
+            ids = [it.id for it in rec.pinned] + [it.id for it, _ in rec.items]
+            shown = [seq_of[i] for i in ids if i in seq_of]
+            pend = [x for x in pending_after(revisits, cut) if x.derivation == "first"]
+            hits[pct] += covered(pend, shown)
+            base[pct] += covered(pend, recency_seqs(cut))
+            toks[pct].append(rec.tokens)
+            items[pct].append(len(ids))
+    for pct in cuts:
+        h, b = hits[pct], base[pct]
+        print(
+            f"{pct}%: recall {sum(h) / max(len(h), 1):.3f} last-20 {sum(b) / max(len(b), 1):.3f} (n {len(h)}) "
+            f"tokens p50 {_p50(toks[pct]):.0f} max {max(toks[pct], default=0)} "
+            f"items p50 {_p50(items[pct]):.0f}"
+        )
+    print(f"recall latency p50 {_p50(lat):.1f} ms ({len(groups)} trajectories)")
+    return 0
 
 
 if __name__ == "__main__":

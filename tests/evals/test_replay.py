@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.replay import (
+from evals.replay import (
     QueryOutcome,
     Task,
     TrajInput,
@@ -21,7 +21,7 @@ from bench.replay import (
     run_task,
     summarize,
 )
-from bench.revisits import (
+from evals.revisits import (
     REPO_ROOT,
     Event,
     derive,
@@ -197,7 +197,7 @@ def test_queries_use_only_the_turn_and_point_only_backwards(events: list[Event])
 
 
 def test_revisit_derivation_is_deterministic_on_real_trajectories() -> None:
-    """On the corpus slice kept in the repository; `python -m bench.revisits` regenerates the
+    """On the corpus slice kept in the repository; `python -m evals.revisits` regenerates the
     committed file from the full corpus with this same function."""
     events = load_events(CORPUS_SLICE)
     text = render(derive_all(events))
@@ -251,7 +251,7 @@ def test_summarize_per_type_and_overall() -> None:
 def _stub_task(trajs: Sequence[list[Event]], budget: int, tmp_path: Path) -> Task:
     return Task(
         trajs=tuple(TrajInput(evs[0].traj, tuple(evs), tuple(derive(evs))) for evs in trajs),
-        argv=(sys.executable, "-m", "bench._replay_stub"),
+        argv=(sys.executable, str(REPO_ROOT / "bench" / "_devstub.py")),
         cwd=str(REPO_ROOT),
         budget=budget,
         errlog=str(tmp_path / "stderr.log"),

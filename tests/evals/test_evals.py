@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.halves import HALVES, half_of, split
-from bench.replay import QueryOutcome, combine_runs, split_metrics
-from bench.resume import (
+from evals.halves import HALVES, half_of, split
+from evals.replay import QueryOutcome, combine_runs, split_metrics
+from evals.resume import (
     CutResult,
     Pending,
     TrajJob,
@@ -30,8 +30,8 @@ from bench.resume import (
     summarize,
     task_query,
 )
-from bench.revisits import Event, Revisit
-from bench.revisits2 import derive2, exception_line, normalize_rerun, parse_command
+from evals.revisits import Event, Revisit
+from evals.revisits2 import derive2, exception_line, normalize_rerun, parse_command
 
 Spec = tuple[int, str, str, Sequence[str]]  # step, kind, content, files
 

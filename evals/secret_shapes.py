@@ -1,8 +1,9 @@
 """Realistic fake credentials (one per shape) and near-misses that must stay untouched.
 
-Shared by tests/test_redact_shapes.py and `python -m bench.redaction`. Every fake is assembled at
-import time from a prefix and a seeded random body, so no token appears literally in the source
-(secret scanners stay quiet) and the table is the same on every run.
+Shared by tests/content/test_redact.py, tests/mcp/test_redaction_protocol.py and `python -m
+evals.redaction`. Every fake is assembled at import time from a prefix and a seeded random body,
+so no token appears literally in the source (secret scanners stay quiet) and the table is the
+same on every run.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Redactions on the real corpus, printed for eyeballing false positives, plus timings.
 
-Run: PYTHONPATH=. python bench/redact_corpus.py [path/to/trajectories.jsonl]
+Run: PYTHONPATH=. python evals/redact_corpus.py [path/to/trajectories.jsonl]
 These are real coding sessions on open-source repositories: almost nothing should be redacted.
 """
 
@@ -12,8 +12,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.revisits import default_corpus
 from compactor.content.redact import redact
+from evals.revisits import default_corpus
 
 CORPUS = Path(sys.argv[1]) if len(sys.argv) > 1 else default_corpus()
 

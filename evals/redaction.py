@@ -1,8 +1,8 @@
 """Redaction coverage: credential shapes caught / missed, near-misses changed, and false positives
 on the real-agent corpus.
 
-Run: python -m bench.redaction [path/to/trajectories.jsonl]
-     python -m bench.redaction --sample tests/data/corpus_sample.jsonl [corpus]  (rewrite the sample)
+Run: python -m evals.redaction [path/to/trajectories.jsonl]
+     python -m evals.redaction --sample tests/data/corpus_sample.jsonl [corpus]  (rewrite the sample)
 
 The sample is what tests keep of the corpus (MIT, see its README) so they run without it: every
 line near a credential-like word, with one line of context, each distinct window once.
@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.revisits import default_corpus
-from bench.secret_shapes import NEAR_MISSES, SHAPES
 from compactor.content.redact import redact
+from evals.revisits import default_corpus
+from evals.secret_shapes import NEAR_MISSES, SHAPES
 
 # (trajectory, seq): literal passwords in Django test code, replaced on purpose.
 REVIEWED: frozenset[tuple[str, int]] = frozenset(

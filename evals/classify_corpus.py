@@ -1,6 +1,6 @@
 """Content types detected on the real corpus, by the corpus's own event kind, plus timings.
 
-Run: PYTHONPATH=. python bench/classify_corpus.py [path/to/trajectories.jsonl]
+Run: PYTHONPATH=. python evals/classify_corpus.py [path/to/trajectories.jsonl]
 The corpus kinds (thought, action, observation, ...) are not content types, so this is a sanity
 table, not an accuracy score: errors should land on `error`, issue texts on `prose`, and so on.
 """
@@ -14,8 +14,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.revisits import default_corpus
 from compactor.content.classify import ContentType, auto_tags, detect_type
+from evals.revisits import default_corpus
 
 CORPUS = Path(sys.argv[1]) if len(sys.argv) > 1 else default_corpus()
 

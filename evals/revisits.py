@@ -5,7 +5,7 @@ it re-reads a file, re-runs a command, or hits an error line it has seen before.
 carries the query the agent could have asked its memory at that moment (its thought and its
 command, never any tool output) and the seqs of the earlier events that answer it.
 
-`python -m bench.revisits` regenerates bench/data/revisits.jsonl byte for byte.
+`python -m evals.revisits` regenerates evals/data/revisits.jsonl byte for byte.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-REVISITS_FILE = REPO_ROOT / "bench" / "data" / "revisits.jsonl"
+REVISITS_FILE = REPO_ROOT / "evals" / "data" / "revisits.jsonl"
 CORPUS_ENV = "COMPACTOR_CORPUS"
 
 # ---- tuning constants (the lead may move these to compactor/constants.py) ----
@@ -348,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: Path = args.out
     if args.check:
         same = out.exists() and out.read_text(encoding="utf-8") == text
-        log.info("%s is %s", out, "up to date" if same else "STALE: run python -m bench.revisits")
+        log.info("%s is %s", out, "up to date" if same else "STALE: run python -m evals.revisits")
         return 0 if same else 1
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")

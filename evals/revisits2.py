@@ -1,4 +1,4 @@
-"""A second revisit derivation, written from scratch with other rules than bench/revisits.py (ISSUE 15.1).
+"""A second revisit derivation, written from scratch with other rules than evals/revisits.py (ISSUE 15.1).
 
 The first derivation asks every revisit with the turn's thought and command. This one asks the
 short query an agent would type when it goes back on purpose, and decides what is relevant by
@@ -24,7 +24,7 @@ has just met (it is asked after the new output, when the agent wonders "seen thi
 The paths of a file query are parsed from the agent's own command line (`/testbed/` and `./`
 prefixes dropped, relative to a `cd DIR` when there is one), not taken from the corpus `files`.
 
-`python -m bench.revisits2` writes bench/results/revisits2.jsonl (for reading; the replay derives
+`python -m evals.revisits2` writes evals/results/revisits2.jsonl (for reading; the replay derives
 it on the fly) and prints the counts.
 """
 
@@ -40,10 +40,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python bench/revisits2.py`
+if __package__ in (None, ""):  # run as `python evals/revisits2.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.revisits import REPO_ROOT, REVISIT_TYPES, Event, Revisit, count_by_type, default_corpus, load_events
+from evals.revisits import REPO_ROOT, REVISIT_TYPES, Event, Revisit, count_by_type, default_corpus, load_events
 
 PLAIN_READERS = frozenset({"cat", "head", "tail", "nl", "sed", "grep", "egrep", "rg"})
 GREP_NAME_FLAGS = frozenset({"-l", "-L", "-c", "-q", "--files-with-matches", "--count", "--quiet"})
@@ -264,7 +264,7 @@ def derive2_all(events: Iterable[Event]) -> list[Revisit]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The second revisit derivation (ISSUE 15.1).")
     parser.add_argument("--corpus", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "revisits2.jsonl")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "evals" / "results" / "revisits2.jsonl")
     args = parser.parse_args(argv)
     revisits = derive2_all(load_events(args.corpus or default_corpus()))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,8 @@
 words are in other English forms ("failing tests" for "the test fails", "deploy" for
 "deployment") or are synonyms ("db" for "database") of the note's?
 
-For each trajectory of the half: a Store (in process, as bench.replay_fast) holds all its
-events, stored as bench.replay stores them. Each of up to PER_TRAJ of its thoughts (evenly
+For each trajectory of the half: a Store (in process, as `evals.replay --fast`) holds all its
+events, stored as evals.replay stores them. Each of up to PER_TRAJ of its thoughts (evenly
 spaced; a thought is the agent's own prose) gives QUERY_WORDS of its words: the words of four
 letters or more it holds on their own (`analyze.query_words`), spread over the thought. Asked:
 
@@ -20,7 +20,7 @@ Score: reciprocal rank of the thought among the first QUERY_LIMIT results (0 if 
 the share found first. The other words come from the tables the search expands queries with,
 so this measures how much of what those cover the search gets back, not how much they cover.
 
-    python -m bench.other_words [--half tuning|test|all] [--set OTHER_WORD_WEIGHT=0]
+    python -m evals.other_words [--half tuning|test|all] [--set OTHER_WORD_WEIGHT=0]
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from bench.halves import half_of
-from bench.replay import GENEROUS_BUDGET, QUERY_LIMIT, _store_arguments
-from bench.revisits import default_corpus, group_trajectories, load_events
 from compactor import constants as C
 from compactor.search.analyze import query_words
 from compactor.search.wordforms import derivations, inflections, synonyms
 from compactor.store import Store
+from evals.halves import half_of
+from evals.replay import GENEROUS_BUDGET, QUERY_LIMIT, _store_arguments
+from evals.revisits import default_corpus, group_trajectories, load_events
 
 CONDITIONS = (
     "exact",

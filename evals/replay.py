@@ -3,16 +3,24 @@
 For each trajectory a fresh server is started (`--server CMD --budget N`, real stdio, legacy
 initialize). Its events are stored in order: content verbatim, summary = first line (at most
 SUMMARY_MAX_CHARS), tags = [kind], importance by kind (IMPORTANCE_BY_KIND). At each revisit of
-bench/data/revisits.jsonl, before any event of that turn is stored, the harness calls
+evals/data/revisits.jsonl, before any event of that turn is stored, the harness calls
 `query(query=<thought + command>, limit=10)` and records the rank of the first relevant earlier
 event. After the run it calls `get(id)` for every relevant earlier event and checks that the
 content comes back verbatim.
 
 Two runs: a generous budget (no compaction) and a tight one (4,000 tokens, compaction forced).
 Metrics per revisit type and overall: recall@5, MRR over the top 10, and the share of relevant
-earlier events that `get` returns verbatim. Writes bench/results/replay.json.
+earlier events that `get` returns verbatim. Writes evals/results/replay.json.
 
-    python -m bench.replay [--server "CMD"] [--budget N] [--tight-budget N] [--jobs N] [--limit-trajs N]
+`--fast` is the same evaluation in process, for iterating on search: a Store per trajectory (no
+server, no stdio), the same stores, revisits, queries and scoring, on the tuning half unless
+`--half` says otherwise; it prints one line per derivation and budget and writes nothing. It is
+not the reported measurement. `--set NAME=VALUE` (with `--fast`) overrides a constant of
+compactor/constants.py for the run (a lever tried on the tuning half before it is written down).
+
+    python -m evals.replay [--server "CMD"] [--budget N] [--tight-budget N] [--jobs N] [--limit-trajs N]
+    python -m evals.replay --fast [--half tuning|test|all] [--derivation first|second|both]
+                           [--budgets generous|tight|both] [--limit-trajs N] [--set VIEW_PATH_LIFT=1.5]
 """
 
 from __future__ import annotations
@@ -34,15 +42,15 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TextIO
 
-if __package__ in (None, ""):  # run as `python bench/replay.py`
+if __package__ in (None, ""):  # run as `python evals/replay.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from bench.halves import half_of
-from bench.revisits import (
+from evals.halves import half_of
+from evals.revisits import (
     REPO_ROOT,
     REVISIT_TYPES,
     REVISITS_FILE,
@@ -53,9 +61,9 @@ from bench.revisits import (
     load_events,
     load_revisits,
 )
-from bench.revisits2 import derive2_all
+from evals.revisits2 import derive2_all
 
-log = logging.getLogger("bench.replay")
+log = logging.getLogger("evals.replay")
 
 # ---- evaluation constants (the lead may move these to compactor/constants.py) ----
 # Importance by event kind: what an agent would store as worth keeping. Errors cost the most to
@@ -84,7 +92,7 @@ RESET_PAGE = 100  # list page size while emptying a server
 RESET_ROUNDS = 50  # pages of server-made items to forget before calling the server stuck
 # -------------------------------------------------------------------------------------
 
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+RESULTS_DIR = REPO_ROOT / "evals" / "results"
 
 
 @dataclass(frozen=True)
@@ -393,7 +401,8 @@ def _cpu_seconds() -> float:
 
 # ---- halves, derivations and runs (ISSUE 15.1) ----
 
-DERIVATIONS = ("first", "second")  # bench/revisits.py, bench/revisits2.py
+DERIVATIONS = ("first", "second")  # evals/revisits.py, evals/revisits2.py
+BUDGET_NAMES = ("generous", "tight")
 QUICK_TRAJS = 8  # --quick: the first trajectories by name, one run
 
 
@@ -479,23 +488,89 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--runs", type=int, default=1, help="repeat every replay N times and report the spread")
     add("--quick", action="store_true", help=f"smoke test: the first {QUICK_TRAJS} trajectories, one run")
     add("--out", type=Path, default=RESULTS_DIR / "replay.json")
-    return parser.parse_args(argv)
+    add("--budgets", choices=[*BUDGET_NAMES, "both"], default="both", help="which of the two budgets to run")
+    add("--half", choices=["tuning", "test", "all"], default=None, help="only this half (default: all; --fast: tuning)")
+    add("--fast", action="store_true", help="in process, a Store per trajectory: for iterating, not the measurement")
+    add("--set", action="append", default=[], metavar="NAME=VALUE", help="with --fast: override a constant")
+    args = parser.parse_args(argv)
+    if args.set and not args.fast:
+        parser.error("--set changes this process's constants: it works with --fast only")
+    return args
+
+
+def _chosen(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
+    """The budgets (by name) and derivations the arguments ask for."""
+    budgets = {"generous": args.budget, "tight": args.tight_budget}
+    if args.budgets != "both":
+        budgets = {args.budgets: budgets[args.budgets]}
+    return budgets, list(DERIVATIONS) if args.derivation == "both" else [args.derivation]
+
+
+def run_fast(args: argparse.Namespace) -> int:
+    """The evaluation in process: a Store per trajectory, the same stores, queries and scoring."""
+    from compactor import constants as C
+    from compactor.store import Store
+
+    for assignment in args.set:
+        name, _, value = assignment.partition("=")
+        setattr(C, name, type(getattr(C, name))(float(value)))
+    half = args.half or "tuning"
+    groups = [
+        (t, e)
+        for t, e in sorted(group_trajectories(load_events(args.corpus or default_corpus())).items())
+        if half == "all" or half_of(t) == half
+    ][: args.limit_trajs]
+    budgets, derivations = _chosen(args)
+    started = time.perf_counter()
+    latencies: list[float] = []
+    for derivation in derivations:
+        for name, budget in budgets.items():
+            ranks: dict[str, list[int | None]] = defaultdict(list)
+            first = derive_revisits("first", [], args.revisits) if derivation == "first" else []
+            for traj, events in groups:
+                own = [r for r in first if r.traj == traj]
+                revisits = own if derivation == "first" else derive_revisits(derivation, events, args.revisits)
+                pending = _queries_by_step(revisits)
+                store = Store(budget=budget)
+                seq_of: dict[str, int] = {}
+                for ev in events:
+                    for query, asked in pending.pop(ev.step, {}).items():
+                        t0 = time.perf_counter()
+                        hits = store.query(query=query, limit=QUERY_LIMIT)
+                        latencies.append(time.perf_counter() - t0)
+                        returned = [seq_of.get(h.item.id) for h in hits]
+                        for r in asked:
+                            rank = first_relevant_rank(returned, r.relevant)
+                            ranks[r.type].append(rank)
+                            ranks["overall"].append(rank)
+                    stored = store.store(**_store_arguments(ev))
+                    seq_of[stored.item.id] = ev.seq
+            cells = "  ".join(
+                f"{t} {recall_at(ranks[t]):.3f}/{mean_reciprocal_rank(ranks[t]):.3f} ({len(ranks[t])})"
+                for t in [*REVISIT_TYPES, "overall"]
+            )
+            print(f"{derivation:6s} {name:8s} {half}: {cells}", flush=True)
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2] * 1000 if latencies else 0.0
+    print(f"{len(groups)} trajectories, {time.perf_counter() - started:.0f} s, query p50 {p50:.2f} ms")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.quick:
         args.limit_trajs, args.runs = min(args.limit_trajs or QUICK_TRAJS, QUICK_TRAJS), 1
+    if args.fast:
+        return run_fast(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     started = time.perf_counter()
     corpus: Path = args.corpus or default_corpus()
-    events = load_events(corpus)
+    events = [e for e in load_events(corpus) if args.half in (None, "all") or half_of(e.traj) == args.half]
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     errlog = out.parent / "server-stderr.log"
     errlog.write_text("", encoding="utf-8")
-    budgets = {"generous": args.budget, "tight": args.tight_budget}
-    derivations = list(DERIVATIONS) if args.derivation == "both" else [args.derivation]
+    budgets, derivations = _chosen(args)
     labelled: list[tuple[str, int, Task]] = []  # (derivation, run, task)
     for run in range(args.runs):
         for name in derivations:
@@ -535,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(cpu, 1),
         "importance_by_kind": dict(IMPORTANCE_BY_KIND),
-        "halves": "tuning when the first byte of sha256(traj) is even, else test (bench/halves.py)",
+        "halves": "tuning when the first byte of sha256(traj) is even, else test (evals/halves.py)",
         "derivations": {},
     }
     failed = [r for rs in runs_by.values() for r in rs if r.error is not None]
