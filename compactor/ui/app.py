@@ -32,6 +32,7 @@ from ..cli.view import journal_entries
 from ..errors import CompactorError, InvalidArgumentError, NotFoundError
 from ..mcp.http_server import is_loopback
 from ..mcp.tools_read import _part_end
+from ..persistence.statedir import JOURNAL
 from ..store import Hit, Store
 from ..store.history import overview
 from . import pages as P
@@ -39,6 +40,8 @@ from .html import Safe
 
 log = logging.getLogger(__name__)
 
+# A page reads the journal for an item's history only this big: a bulk load's 2 MiB took 0.8 s.
+JOURNAL_PAGE_MAX_BYTES = 512 * 1024
 FORM_MAX_BYTES = 16 * 1024  # an action's form is a token and a flag: anything bigger is not ours
 TOKEN_COOKIE = "compactor_ui"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -124,7 +127,7 @@ class UI:
         self.store = store
         self.lock = threading.Lock()
         self.csrf = secrets.token_urlsafe(32)
-        journal = (lambda item_id: journal_entries(state_dir, item_id)) if state_dir is not None else None
+        journal = (lambda item_id: _journal(state_dir, item_id)) if state_dir is not None else None
         self.ctx = P.Context(csrf=self.csrf, source=source, journal=journal)
 
     def html(self, body: Safe, status: int = 200) -> HTMLResponse:
@@ -271,6 +274,16 @@ class UI:
 
 async def _threaded(fn: Callable[[], Response]) -> Response:
     return await run_in_threadpool(fn)
+
+
+def _journal(state_dir: Path, item_id: str) -> list[str]:
+    try:
+        size = (state_dir / JOURNAL).stat().st_size
+    except OSError:
+        return []
+    if size > JOURNAL_PAGE_MAX_BYTES:
+        return [f"(the journal holds {size:,} bytes, too many to read for a page: `compactor show {item_id}` reads it)"]
+    return journal_entries(state_dir, item_id)
 
 
 def _int(request: Request, name: str, default: int, high: int, *, low: int = 0) -> int:
