@@ -3,7 +3,8 @@
 Fills a fresh state dir with N items (bulk_store in batches, then one compaction so there are
 summaries and an archive), then requests `/` through the app RUNS times after RUNS_WARM
 untimed requests, each a full request through the guards and the page's render, and prints the
-median and the slowest. The other pages are timed once each for reference.
+median and the slowest; then again right after a store each time (the page's pass over every
+item, kept until the next change, runs again). The other pages are timed once each for reference.
 
     python -m bench.ui [N] [--runs 20]
 """
@@ -70,6 +71,14 @@ def main() -> None:
             times.append((time.perf_counter() - t) * 1000)
             assert reply.status_code == 200
         print(f"overview at {args.n:,} items: median {statistics.median(times):.1f} ms, max {max(times):.1f} ms")
+        # After a change the page's pass over every item runs again.
+        changed = []
+        for i in range(max(3, args.runs // 4)):
+            store.store(f"a change before request {i}")
+            t = time.perf_counter()
+            assert client.get("/").status_code == 200
+            changed.append((time.perf_counter() - t) * 1000)
+        print(f"  right after a store: median {statistics.median(changed):.1f} ms, max {max(changed):.1f} ms")
         for path in ("/search?q=w17+w99", "/tree", "/ledger", f"/item/{store.roots()[0].id}"):
             t = time.perf_counter()
             code = client.get(path).status_code

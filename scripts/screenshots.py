@@ -114,6 +114,14 @@ def main() -> int:
                     page.screenshot(path=str(shot), full_page=True)
                     print(shot)
                 page.close()
+            # The README's picture: the top of the overview, small.
+            page = browser.new_page()
+            page.set_viewport_size({"width": 1000, "height": 620})
+            page.goto(base + "/")
+            shot = args.out / "readme-overview.png"
+            page.screenshot(path=str(shot))
+            print(shot)
+            page.close()
             browser.close()
     finally:
         proc.terminate()

@@ -34,7 +34,7 @@ from ..mcp.http_server import is_loopback
 from ..mcp.tools_read import _part_end
 from ..persistence.statedir import JOURNAL
 from ..store import Hit, Store
-from ..store.history import overview
+from ..store.history import Overview, overview
 from . import pages as P
 from .html import Safe
 
@@ -127,6 +127,7 @@ class UI:
         self.store = store
         self.lock = threading.Lock()
         self.csrf = secrets.token_urlsafe(32)
+        self._overview: tuple[tuple[object, ...], Overview] | None = None
         journal = (lambda item_id: _journal(state_dir, item_id)) if state_dir is not None else None
         self.ctx = P.Context(csrf=self.csrf, source=source, journal=journal)
 
@@ -143,7 +144,18 @@ class UI:
         with self.lock:
             status = self.store.status()
             page = self.store.list_items(offset=offset, limit=P.PAGE_ITEMS, tier="all")
-            ov = overview(self.store)
+            # The pass over every item is redone only after a change: any write moves the
+            # counts or the journal (its size or its snapshot) that `status` reports.
+            key = (
+                status.tokens_used,
+                status.active_items,
+                status.archived_items,
+                status.pinned_items,
+                repr(sorted(status.persistence.items())),
+            )
+            if self._overview is None or self._overview[0] != key:
+                self._overview = (key, overview(self.store))
+            ov = self._overview[1]
         took = (time.perf_counter() - started) * 1000
         return self.html(P.overview_page(self.ctx, status, ov, page.items, page.total, offset, took))
 
@@ -235,6 +247,8 @@ class UI:
                     root, kids, total = self.store.expand(root_id, offset=offset, limit=P.TREE_CHILDREN)
                     body = P.tree_page(self.ctx, [], 0, offset, root, kids, total)
                 else:
+                    # `roots` reads without catching up with other processes; `status` does.
+                    self.store.status()
                     roots = self.store.roots()
                     page = roots[offset : offset + P.PAGE_ITEMS]
                     body = P.tree_page(self.ctx, page, len(roots), offset, None, [], 0)
