@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ..errors import CompactorError, StateCorruptError
-from . import edit, hook, transfer, view
+from . import edit, hook, transfer, ui, view
 from .common import EXIT_ERROR, EXIT_USAGE, CliError, Out, add_json, add_state_dir
 from .progress import Progress
 
@@ -32,6 +32,7 @@ def register(sub: Any) -> None:
     add_json(p)
     p.set_defaults(func=None)
     hook.register(sub)
+    ui.register(sub)
 
 
 def run_doctor(args: argparse.Namespace, extra: list[str]) -> int:

@@ -1,0 +1,210 @@
+"""`compactor ui` over plain HTTP: the pages, the actions through the Store, and the guards
+(Host, token, same origin, CSRF) that keep another site from reading or changing memory."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from compactor import constants as C
+from compactor.cli import main
+from compactor.errors import InvalidArgumentError, NotFoundError
+from compactor.store import Store
+from compactor.ui import ui_app
+from compactor.ui.app import allowed_hosts
+
+PORT = 8766
+BASE = f"http://127.0.0.1:{PORT}"
+ORIGIN = {"origin": BASE}
+
+
+@pytest.fixture
+def mem(state_dir: Path) -> Iterator[Store]:
+    s = Store(state_dir=state_dir)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(mem: Store, state_dir: Path) -> Iterator[TestClient]:
+    app = ui_app(mem, host="127.0.0.1", port=PORT, token=None, source=str(state_dir), state_dir=state_dir)
+    with TestClient(app, base_url=BASE, follow_redirects=False) as c:
+        yield c
+
+
+def csrf(client: TestClient, path: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', client.get(path).text)
+    assert found, "no form on the page"
+    return found.group(1)
+
+
+def test_every_page_renders_what_memory_holds(client: TestClient, mem: Store):
+    a = mem.store("the parser retries on timeout", tags="parser").item
+    page = client.get("/")
+    assert page.status_code == 200
+    assert a.id in page.text and "the parser retries on timeout" in page.text
+    assert "Content-Security-Policy" in page.headers
+    hits = client.get("/search", params={"q": "parser"})
+    assert "<mark>parser</mark>" in hits.text and a.id in hits.text
+    item = client.get(f"/item/{a.id}")
+    assert "the parser retries on timeout" in item.text and "stored" in item.text
+    assert client.get("/tree").status_code == 200
+    assert client.get("/ledger").status_code == 200
+    assert client.get("/static/ui.css").headers["content-type"].startswith("text/css")
+
+
+def test_a_change_made_elsewhere_shows_without_a_restart(client: TestClient, state_dir: Path):
+    other = Store(state_dir=state_dir)
+    try:
+        b = other.store("stored by another process after the page started").item
+    finally:
+        other.close()
+    assert b.id in client.get("/").text
+
+
+def test_an_item_holding_a_script_renders_as_text(client: TestClient, mem: Store):
+    it = mem.store("<script>alert(1)</script> and <img src=x onerror=alert(2)>", tags="xss").item
+    for path in ("/", f"/item/{it.id}", "/search?q=alert"):
+        text = client.get(path).text
+        assert "<script>alert(1)" not in text and "<img src=x" not in text, path
+        assert "&lt;script&gt;" in text, path
+
+
+def test_a_foreign_host_is_refused_even_for_reading(client: TestClient, mem: Store):
+    mem.store("secret plans")
+    # A DNS-rebinding page reaches 127.0.0.1 under its own name.
+    page = client.get("/", headers={"host": f"evil.example:{PORT}"})
+    assert page.status_code == 421
+    assert "secret plans" not in page.text
+
+
+def test_a_cross_site_post_changes_nothing(client: TestClient, mem: Store):
+    it = mem.store("keep me unpinned").item
+    token = csrf(client, f"/item/{it.id}")
+    for headers in (
+        {"origin": "http://evil.example"},
+        {"origin": "null"},
+        {},  # neither Origin nor Referer
+        {"origin": BASE, "sec-fetch-site": "cross-site"},
+        {"referer": "http://evil.example/page"},
+    ):
+        reply = client.post(f"/item/{it.id}/pin", data={"csrf": token}, headers=headers)
+        assert reply.status_code == 403, headers
+    assert not mem.get(it.id).pinned
+
+
+def test_an_action_without_the_csrf_token_is_refused(client: TestClient, mem: Store):
+    it = mem.store("keep me").item
+    for data in ({}, {"csrf": "wrong"}, {"csrf": "", "confirm": "yes"}):
+        assert client.post(f"/item/{it.id}/forget", data=data, headers=ORIGIN).status_code == 403
+    assert mem.get(it.id).content == "keep me"
+
+
+def test_pin_unpin_and_restore_go_through_the_store(client: TestClient, mem: Store):
+    it = mem.store("pin me").item
+    token = csrf(client, f"/item/{it.id}")
+    reply = client.post(f"/item/{it.id}/pin", data={"csrf": token}, headers=ORIGIN)
+    assert reply.status_code == 303 and reply.headers["location"] == f"/item/{it.id}?done=pin"
+    assert mem.get(it.id).pinned
+    assert "Pinned" in client.get(reply.headers["location"]).text
+    client.post(f"/item/{it.id}/unpin", data={"csrf": token}, headers=ORIGIN)
+    assert not mem.get(it.id).pinned
+    # Restoring an active item is a no-op, as the tool's.
+    assert client.post(f"/item/{it.id}/restore", data={"csrf": token}, headers=ORIGIN).status_code == 303
+
+
+def test_forget_asks_first_and_says_what_it_removes(client: TestClient, mem: Store):
+    it = mem.store("forget this text").item
+    token = csrf(client, f"/item/{it.id}")
+    ask = client.post(f"/item/{it.id}/forget", data={"csrf": token}, headers=ORIGIN)
+    assert ask.status_code == 200 and "for good" in ask.text and "forget this text" in ask.text
+    assert mem.get(it.id)  # asking changed nothing
+    done = client.post(f"/item/{it.id}/forget", data={"csrf": token, "confirm": "yes"}, headers=ORIGIN)
+    assert done.status_code == 303 and done.headers["location"].startswith("/ledger")
+    with pytest.raises(NotFoundError):
+        mem.get(it.id)
+    ledger = client.get("/ledger").text
+    assert it.id in ledger and "forget this text" not in ledger
+
+
+def test_an_action_fails_with_the_stores_error(client: TestClient, mem: Store):
+    it = mem.store("a raw item").item
+    token = csrf(client, f"/item/{it.id}")
+    reply = client.post(f"/item/{it.id}/dissolve", data={"csrf": token}, headers=ORIGIN)
+    assert reply.status_code == 400
+    assert f"{it.id} is not a summary node; only summaries can be dissolved." in reply.text
+    missing = client.post("/item/nope/pin", data={"csrf": token}, headers=ORIGIN)
+    assert missing.status_code == 404 and "No item with id" in missing.text
+
+
+def test_long_content_is_paged_as_get_pages_it(client: TestClient, mem: Store):
+    words = " ".join(f"w{i}" for i in range(C.GET_PAGE_CHARS // 3))
+    it = mem.store(words).item
+    first = client.get(f"/item/{it.id}").text
+    later = re.search(rf'href="/item/{it.id}\?offset=(\d+)">later', first)
+    assert later, "no link to the next part"
+    end = int(later.group(1))
+    assert 0 < end < len(words)
+    second = client.get(f"/item/{it.id}", params={"offset": end}).text
+    assert words[end : end + 50] in second and "earlier" in second
+    assert client.get(f"/item/{it.id}", params={"offset": len(words) + 1}).status_code == 400
+
+
+def test_lists_are_paged(client: TestClient, mem: Store):
+    ids = [mem.store(f"note number {i}").item.id for i in range(60)]
+    first = client.get("/").text
+    assert ids[-1] in first and ids[0] not in first
+    older = client.get("/", params={"offset": 50}).text
+    assert ids[0] in older and ids[-1] not in older
+
+
+def test_off_loopback_needs_a_token(mem: Store, state_dir: Path):
+    with pytest.raises(InvalidArgumentError, match="without a token"):
+        ui_app(mem, host="0.0.0.0", port=PORT, token=None, source="", state_dir=state_dir)
+    token = "t" * C.TOKEN_MIN_CHARS
+    app = ui_app(mem, host="0.0.0.0", port=PORT, token=token, source="", state_dir=state_dir)
+    with TestClient(app, base_url="http://10.1.2.3:8766", follow_redirects=False) as c:
+        assert c.get("/").status_code == 401
+        assert c.get("/", params={"token": "wrong"}).status_code == 401
+        enter = c.get("/search", params={"token": token, "q": "x"})
+        assert enter.status_code == 303 and enter.headers["location"] == "/search?q=x"
+        assert c.get("/").status_code == 200  # the cookie carries it now
+
+
+def test_allowed_hosts():
+    assert allowed_hosts("127.0.0.1", 8766) == {"localhost:8766", "127.0.0.1:8766", "[::1]:8766"}
+    assert allowed_hosts("::1", 80) >= {"[::1]:80", "localhost"}  # type: ignore[operator]
+    assert allowed_hosts("0.0.0.0", 8766) is None
+
+
+def test_the_command_refuses_another_host_without_a_token(state_dir: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["ui", "--state-dir", str(state_dir), "--host", "0.0.0.0"]) == 2
+    assert "without a token" in capsys.readouterr().err
+
+
+def test_on_the_team_database(pg_url: str):
+    agent = Store(database=pg_url)
+    page_store = Store(database=pg_url)
+    try:
+        it = agent.store("team memory about the deploy").item
+        app = ui_app(page_store, host="127.0.0.1", port=PORT, token=None, source="db", state_dir=None)
+        with TestClient(app, base_url=BASE, follow_redirects=False) as c:
+            assert it.id in c.get("/").text
+            later = agent.store("stored by the agent while the page runs").item
+            assert later.id in c.get("/").text
+            item = c.get(f"/item/{it.id}").text
+            assert "records when each change was written, not who made it" in item
+            reply = c.post(f"/item/{it.id}/pin", data={"csrf": csrf(c, f"/item/{it.id}")}, headers=ORIGIN)
+            assert reply.status_code == 303
+        fresh = Store(database=pg_url)
+        try:
+            assert fresh.get(it.id).pinned
+        finally:
+            fresh.close()
+    finally:
+        page_store.close()
+        agent.close()
