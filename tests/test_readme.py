@@ -111,9 +111,10 @@ def test_reference_figures_and_history_live_elsewhere():
     ):
         assert f"({path})" in README, path
         assert (ROOT / path).exists(), path
-    # Reference material lives in docs/; the allowance above 16,000 is the performance table
-    # and the Claude Code plugin's set-up (its team settings block).
-    assert len(README) < 18_000
+    # Reference material lives in docs/; the allowance above 16,000 is the performance table,
+    # the Claude Code plugin's set-up (its team settings block), and the install and team set-up
+    # lines as a new user runs them (the first hour, issue 42).
+    assert len(README) < 18_250
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", README), "dated history belongs to git"
 
 

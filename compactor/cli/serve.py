@@ -81,6 +81,16 @@ def _interval(text: str) -> float:
     return value
 
 
+def _scope_name(text: str) -> str:
+    if not text.strip() or not text.isprintable():
+        raise argparse.ArgumentTypeError("expected a project name on one line, got an empty or multi-line one")
+    if len(text) > C.SCOPE_MAX_CHARS:
+        raise argparse.ArgumentTypeError(f"must be at most {C.SCOPE_MAX_CHARS:,} characters")
+    if text == "all":
+        raise argparse.ArgumentTypeError("'all' is for reading; name a project or 'global'")
+    return text
+
+
 def serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="compactor",
@@ -145,6 +155,14 @@ def serve_parser() -> argparse.ArgumentParser:
         "--scope",
         default=os.environ.get("COMPACTOR_SCOPE") or None,
         help="project scope for this server (default: the client's root, else the git root of the cwd)",
+    )
+    p.add_argument(
+        "--default-scope",
+        type=_scope_name,
+        default=os.environ.get("COMPACTOR_DEFAULT_SCOPE") or None,
+        metavar="SCOPE",
+        help="project scope of a client that sends no roots (default: the git root of the cwd, else the cwd; env "
+        "COMPACTOR_DEFAULT_SCOPE); unlike --scope, a client's roots still choose its own",
     )
     p.add_argument(
         "--log-level",
@@ -240,7 +258,12 @@ def run_server(argv: Sequence[str]) -> int:
         if problem:
             print(f"compactor: cannot start: {problem}", file=sys.stderr)
             return 1
-    store = _load_store(args, state_dir=args.state_dir, database=args.database, scope=args.scope or project_scope())
+    store = _load_store(
+        args,
+        state_dir=args.state_dir,
+        database=args.database,
+        scope=args.scope or args.default_scope or project_scope(),
+    )
     if store is None:
         return 1
     if args.transport == "streamable-http":
@@ -310,7 +333,7 @@ def _run_shared(args: argparse.Namespace) -> int | None:
     from ..sharing.relay import HostFailed, SharingUnavailable, connect_or_start, host_key, relay
 
     state_dir = os.path.abspath(args.state_dir)
-    scope = args.scope or project_scope()
+    scope = args.scope or args.default_scope or project_scope()
 
     def host_main(path: str, lock_fd: int) -> int:
         return _host_main(args, state_dir, scope, path, lock_fd)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, server_env
+from tests.support.stdio_client import StdioServer
 
 
 def instruction(dockerfile: str, name: str) -> list[str] | None:
@@ -74,11 +75,80 @@ def test_instruction_parsing_handles_both_forms():
     assert instruction(text, "CMD") == ["/bin/sh", "-c", "--state-dir /data    --budget 5000"]
 
 
-def test_base_image_is_pinned_to_a_patch_release():
+def test_base_image_is_pinned_by_digest():
     dockerfile = (ROOT / "Dockerfile").read_text()
     [base] = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
-    assert re.fullmatch(r"python:3\.11\.\d+-slim(@sha256:[0-9a-f]{64})?", base), base
-    assert "To update it" in dockerfile
+    assert re.fullmatch(r"python:3\.11\.\d+-slim@sha256:[0-9a-f]{64}", base), base
+    assert "To update" in dockerfile and "imagetools inspect" in dockerfile
+
+
+def test_the_dependencies_are_pinned_to_what_the_tests_run_on():
+    """constraints.txt holds every runtime dependency at this environment's version, and the
+    Dockerfile's pip install uses it."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import write_constraints
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert (ROOT / "constraints.txt").read_text() == write_constraints.render(), (
+        "constraints.txt is stale: run python scripts/write_constraints.py"
+    )
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "constraints.txt" in next(ln for ln in dockerfile.splitlines() if ln.startswith("COPY pyproject.toml"))
+    assert 'RUN PIP_CONSTRAINT=constraints.txt pip install ".${EXTRAS}"' in dockerfile
+
+
+@pytest.mark.slow  # pip resolves against the index
+def test_the_dockerfile_pip_line_resolves_to_exactly_the_pins(tmp_path):
+    """The RUN line as the image runs it (the files the Dockerfile copies, EXTRAS="[postgres]"),
+    resolved by pip without installing: every package it would install is pinned, at its pin."""
+    for name in ("pyproject.toml", "README.md", "constraints.txt"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "compactor", tmp_path / "compactor", ignore=shutil.ignore_patterns("__pycache__"))
+    line = next(ln for ln in (ROOT / "Dockerfile").read_text().splitlines() if "pip install" in ln)
+    command = line.removeprefix("RUN ").split(" \\", 1)[0].replace("${EXTRAS}", "[postgres]")
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        ["bash", "-c", f"{command} --dry-run --ignore-installed --quiet --report {report}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    pins = dict(ln.split("==") for ln in (tmp_path / "constraints.txt").read_text().splitlines() if "==" in ln)
+    from packaging.utils import canonicalize_name
+
+    installs = json.loads(report.read_text())["install"]
+    resolved = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
+    assert resolved.pop("compactor")
+    assert resolved == pins
+
+
+@pytest.mark.slow
+def test_a_rootless_client_of_the_image_lands_in_its_default_scope(tmp_path):
+    """The image's working directory is /app, no project of anyone's: its ENV names the scope of a
+    client that sends no roots."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    image_env = dict(
+        ln.split(None, 1)[1].split("=", 1) for ln in dockerfile.splitlines() if ln.startswith("ENV COMPACTOR_")
+    )
+    assert image_env == {"COMPACTOR_DEFAULT_SCOPE": "default"}
+    entrypoint = instruction(dockerfile, "ENTRYPOINT") or []
+    app = tmp_path / "app"  # stands for /app
+    app.mkdir()
+    script = Path(sys.executable).parent / "compactor"
+    proc = subprocess.Popen(
+        [str(script), *entrypoint[1:], "--state-dir", str(tmp_path / "data")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**server_env(), **image_env},
+        cwd=app,
+    )
+    with StdioServer(process=proc) as srv:
+        assert srv.ok("status")["scope"] == "default"
 
 
 @pytest.mark.slow
