@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from ..store import Store
 
 
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
