@@ -211,9 +211,6 @@ ROOTS_TIMEOUT_S: Final = 2.0
 # --- shared host (several stdio clients of one state dir, one store process) --------------
 # Bytes per read of a relayed connection: a pipe's default capacity.
 SHARED_READ_BYTES: Final = 1 << 16
-# The relay's hello is one short JSON line sent right after connecting.
-SHARED_HELLO_TIMEOUT_S: Final = 10.0
-SHARED_HELLO_MAX_BYTES: Final = 1 << 16
 # Connections waiting to be accepted: clients start one at a time, a burst of sessions at most.
 SHARED_BACKLOG: Final = 64
 # A host whose starting relay never connects (it was killed meanwhile) must not live on.

@@ -90,11 +90,14 @@ def test_the_domain_core_imports_nothing_from_mcp():
 def test_the_doctor_uses_only_public_names_of_the_store():
     """The doctor checks a state dir through the Store's public API, so its check cannot drift
     from how the Store loads and indexes."""
-    tree = ast.parse((PKG / "doctor" / "checks.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "store":
-            assert node.module == "store", f"doctor imports a store module: {node.module}"
-            private = [a.name for a in node.names if a.name.startswith("_")]
-            assert not private, f"doctor imports private store names: {private}"
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
-            raise AssertionError(f"doctor.py line {node.lineno} reaches a private attribute: .{node.attr}")
+    paths = sorted((PKG / "doctor").glob("*.py"))
+    assert {p.name for p in paths} >= {"__init__.py", "checks.py", "report.py", "repair.py"}
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "store":
+                assert node.module == "store", f"doctor/{path.name} imports a store module: {node.module}"
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"doctor/{path.name} imports private store names: {private}"
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                raise AssertionError(f"doctor/{path.name} line {node.lineno} reaches a private attribute: .{node.attr}")

@@ -7,10 +7,10 @@ and when it ends.
 budgeted recall digest, asked with the project's last task when one was saved, plus, after a
 compaction or on resume, what the pre-compact hook saved from this very session.
 
-`pre-compact` and `session-end` read the transcript at `transcript_path` and store an extractive
-digest of it (requirements, decisions, errors, files, open tasks) tagged `session:<id>`, through
-a Store on the state dir, which coordinates with a server running on the same dir. Its
-requirements are where the project's last task comes from.
+`pre-compact` and `session-end` read the transcript at `transcript_path` (claude_code/transcript.py),
+digest it (summaries/digest.py: requirements, decisions, errors, files, open tasks) and store
+the digest tagged `session:<id>`, through a Store on the state dir, which coordinates with a
+server running on the same dir. Its requirements are where the project's last task comes from.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from typing import Any, TextIO
 from .. import constants as C
 from ..render import preview
 from ..store import Store, StoreInput
-from ..summaries.digest import Digest, digest_transcript
+from ..summaries.digest import Digest, digest
+from .transcript import read_transcript
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,11 @@ def digest_inputs(d: Digest) -> list[tuple[str, StoreInput]]:
         )
         out.append((name, inp))
     return out
+
+
+def digest_transcript(path: Path, session_id: str = "", cwd: str = "") -> Digest:
+    """The digest of the Claude Code transcript at `path`: read by its reader, then digested."""
+    return digest(read_transcript(path), session_id=session_id, cwd=cwd)
 
 
 def pre_compact(store: Store, payload: dict[str, Any]) -> Saved:

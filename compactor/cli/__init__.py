@@ -1,6 +1,6 @@
 """The command line: `compactor [--budget N] [--state-dir DIR] ...` runs the stdio MCP server
 (`serve`); `compactor COMMAND ...` runs one of the subcommands for a person (`commands`
-registers them: `view`, `edit`, `transfer`, `hook`, and the doctor)."""
+registers them: `view`, `edit`, `transfer`, `doctor`, `hook`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(args_list)
     if args.command is None:
         return run_server(args_list)
-    if extra and args.command != "doctor":
+    if extra:
         action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         sub = action.choices[args.command]
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=args.log_level, format=f"compactor {name}: %(message)s")
     from .commands import dispatch
 
-    return dispatch(args, extra)
+    return dispatch(args)
 
 
 __all__ = ["build_parser", "main"]

@@ -4,7 +4,6 @@ runs one and turns errors into exit codes: 0 ok, 1 error, 2 usage."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
@@ -12,9 +11,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ..errors import CompactorError, StateCorruptError
-from . import edit, hook, transfer, ui, view
-from .common import EXIT_ERROR, EXIT_USAGE, CliError, Out, add_json, add_state_dir
-from .progress import Progress
+from . import doctor, edit, hook, transfer, ui, view
+from .common import EXIT_ERROR, EXIT_USAGE, CliError, Out
 
 log = logging.getLogger(__name__)
 
@@ -23,38 +21,9 @@ def register(sub: Any) -> None:
     view.register(sub)
     edit.register(sub)
     transfer.register(sub)
-    p = sub.add_parser(
-        "doctor",
-        help="check a state dir (or a database) and say how to fix what is wrong",
-        description="Check the state dir's files, lock and journal; other flags go to the doctor as they are.",
-    )
-    add_state_dir(p)
-    add_json(p)
-    p.set_defaults(func=None)
+    doctor.register(sub)
     hook.register(sub)
     ui.register(sub)
-
-
-def run_doctor(args: argparse.Namespace, extra: list[str]) -> int:
-    try:
-        # Imported only when asked for: the doctor ships separately from the CLI.
-        module = importlib.import_module("compactor.doctor.checks")
-    except ImportError as exc:
-        raise CliError(f"doctor is not available in this installation ({exc}). Reinstall compactor") from exc
-    doctor_main = cast(Callable[..., int], module.main)
-    argv = list(extra)
-    database = getattr(args, "database", None) or os.environ.get("COMPACTOR_DATABASE_URL")
-    given = any(a.startswith(("--state-dir", "--database")) for a in argv)
-    if database and not given and not getattr(args, "state_dir", None):
-        argv = ["--database", str(database), *argv]
-    elif not any(a == "--state-dir" or a.startswith("--state-dir=") for a in argv):
-        state_dir = getattr(args, "state_dir", None) or os.environ.get("COMPACTOR_STATE_DIR")
-        if state_dir:
-            argv = ["--state-dir", str(state_dir), *argv]
-    if getattr(args, "json", False) and "--json" not in argv:
-        argv.append("--json")
-    progress = Progress("doctor")
-    return doctor_main(argv, step=progress.step, done=progress.clear)
 
 
 def message(name: str, text: str) -> str:
@@ -63,12 +32,10 @@ def message(name: str, text: str) -> str:
     return f"compactor {name}: {text}" + ("" if text.endswith((".", "?", "!")) else ".")
 
 
-def dispatch(args: argparse.Namespace, extra: list[str]) -> int:
+def dispatch(args: argparse.Namespace) -> int:
     name = args.command if args.command != "hook" else f"hook {args.hook_event}"
     out = Out(sys.stdout, json_mode=bool(getattr(args, "json", False)))
     try:
-        if args.command == "doctor":
-            return run_doctor(args, extra)
         func = cast(Callable[[argparse.Namespace, Out], int], args.func)
         return func(args, out)
     except CliError as exc:

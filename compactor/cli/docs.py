@@ -50,12 +50,7 @@ def _sections(p: argparse.ArgumentParser, prefix: str) -> Iterator[str]:
     for name, sub, helptext in _subparsers(p):
         full = f"{prefix} {name}"
         nested = list(_subparsers(sub))
-        shown = sub
-        if name == "doctor":
-            from ..doctor import checks as doctor
-
-            shown = doctor.parser()
-        usage = shown.format_help().rstrip()
+        usage = sub.format_help().rstrip()
         yield f"## `{full}`\n\n{helptext[:1].upper() + helptext[1:]}.\n\n```text\n{usage}\n```\n"
         if nested:
             yield from _sections(sub, full)

@@ -4,7 +4,6 @@ start-up checks, and running the stdio MCP server."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import logging
 import os
@@ -21,8 +20,6 @@ from ..scope import lost_cwd_problem, project_scope, state_dir_arg
 
 if TYPE_CHECKING:
     from ..store import Store
-
-log = logging.getLogger("compactor")
 
 
 def _positive_int(text: str) -> int:
@@ -226,8 +223,8 @@ def run_server(argv: Sequence[str]) -> int:
             "register it). `compactor --help` lists the commands for people; Ctrl-D stops this.",
             file=sys.stderr,
         )
-    if args.transport == "stdio" and args.state_dir is not None and not args.no_share and _can_share():
-        code = _run_shared(args)
+    if args.transport == "stdio" and args.state_dir is not None and not args.no_share:
+        code = _serve_shared(args)
         if code is not None:
             return code
     from ..runtime import PROCESS
@@ -284,6 +281,29 @@ def run_server(argv: Sequence[str]) -> int:
     return 0
 
 
+def _serve_shared(args: argparse.Namespace) -> int | None:
+    """Relay this client to the shared host for its state dir and settings (sharing/relay.py);
+    None when sharing is unavailable here, and this process serves the client itself."""
+    from ..sharing.relay import serve_shared
+
+    return serve_shared(
+        args.state_dir,
+        scope=args.scope,
+        default_scope=args.default_scope,
+        snapshot_interval=args.snapshot_interval,
+        settings={
+            "budget": args.budget,
+            "redact": not args.no_redact,
+            "max_items": args.max_items,
+            "max_archive_tokens": args.max_archive_tokens,
+            "log_level": args.log_level,
+        },
+        # The path as given, as a server in its own process has it (`status` shows it). A relative
+        # one resolves in the host as it did for the starting relay: the host runs in its directory.
+        load_store=lambda scope: _load_store(args, state_dir=args.state_dir, database=None, scope=scope),
+    )
+
+
 def _load_store(args: argparse.Namespace, *, state_dir: Any, database: str | None, scope: str) -> Store | None:
     """The server's Store as the options say, or None after saying on stderr why it cannot start."""
     from ..runtime import long_lived, tune_allocator
@@ -305,106 +325,3 @@ def _load_store(args: argparse.Namespace, *, state_dir: Any, database: str | Non
         print(f"compactor: cannot start: {exc}", file=sys.stderr)
         return None
     return store
-
-
-def _can_share() -> bool:
-    """Fork and Unix sockets are needed. As PID 1 (a container's entrypoint) there is nothing to
-    share with, and a process it forks would be killed with it: serve in this process."""
-    return hasattr(os, "fork") and hasattr(socket, "AF_UNIX") and os.getpid() != 1
-
-
-def _share_settings(args: argparse.Namespace, state_dir: str) -> dict[str, Any]:
-    """What a host must agree on with a client to serve it: its state dir and settings."""
-    return {
-        "state_dir": os.path.realpath(state_dir),
-        "budget": args.budget,
-        "scope": args.scope,
-        "redact": not args.no_redact,
-        "max_items": args.max_items,
-        "max_archive_tokens": args.max_archive_tokens,
-        "snapshot_interval": args.snapshot_interval,
-        "log_level": args.log_level,
-    }
-
-
-def _run_shared(args: argparse.Namespace) -> int | None:
-    """Relay this client to the shared host for its state dir and settings (sharing/relay.py);
-    None when sharing is unavailable here, and this process serves the client itself."""
-    from ..sharing.relay import HostFailed, SharingUnavailable, connect_or_start, host_key, relay
-
-    state_dir = os.path.abspath(args.state_dir)
-    scope = args.scope or args.default_scope or project_scope()
-
-    def host_main(path: str, lock_fd: int) -> int:
-        return _host_main(args, state_dir, scope, path, lock_fd)
-
-    try:
-        sock = connect_or_start(host_key(_share_settings(args, state_dir)), scope, host_main)
-    except HostFailed:
-        return 1
-    except SharingUnavailable as exc:
-        log.warning("serving this client in its own process: %s", exc)
-        return None
-    except KeyboardInterrupt:
-        return 130
-    with sock:
-        return relay(sock)
-
-
-def _host_main(args: argparse.Namespace, state_dir: str, scope: str, path: str, lock_fd: int) -> int:
-    """The shared host (sharing/host.py), in the process `relay` forked: load, listen, then
-    send what it logs to the state dir's log instead of the starting client's stderr."""
-    from ..runtime import PROCESS
-
-    PROCESS.pause_for_start()  # no collection until the host is built
-    import anyio
-
-    from ..sharing.host import serve_host
-    from ..sharing.relay import release_host_lock
-
-    # The path as given, as a server in its own process has it (`status` shows it). A relative
-    # one resolves here as it did for the starting relay: the host runs in its directory.
-    store = _load_store(args, state_dir=args.state_dir, database=None, scope=scope)
-    if store is None:
-        return 1
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(path)
-        listener.listen(C.SHARED_BACKLOG)
-    except OSError as exc:
-        print(f"compactor: cannot start: cannot listen on {path}: {exc.strerror or exc}", file=sys.stderr)
-        store.close()
-        return 1
-    _log_to_state_dir(Path(state_dir), sys.stderr.fileno())
-    log.info("serving the stdio clients of %s (pid %d)", state_dir, os.getpid())
-
-    def stop_listening() -> None:
-        release_host_lock(path, lock_fd)
-
-    anyio.run(
-        lambda: serve_host(
-            store,
-            listener,
-            state_dir=state_dir,
-            stop_listening=stop_listening,
-            snapshot_interval=args.snapshot_interval,
-            scope_fixed=bool(args.scope),
-        )
-    )
-    return 0
-
-
-def _log_to_state_dir(state_dir: Path, messages_fd: int) -> None:
-    """Point `messages_fd` (stderr, read by the client that started the host until now) at the
-    state dir's log, which the next start moves aside once it is past its size limit."""
-    log_path = state_dir / C.SHARED_LOG
-    with contextlib.suppress(OSError):
-        if log_path.stat().st_size > C.SHARED_LOG_MAX_BYTES:
-            os.replace(log_path, log_path.with_name(C.SHARED_LOG + ".1"))
-    sys.stderr.flush()
-    try:
-        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        fd = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(fd, messages_fd)
-    os.close(fd)

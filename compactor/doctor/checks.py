@@ -1,13 +1,10 @@
-"""`compactor doctor --state-dir DIR`: check a state dir and say what is wrong and how to fix it;
-with `--repair`, fix what can be fixed without losing more than the damage already did.
+"""The doctor's checks: `check` a state dir (`check_database` a PostgreSQL database) and say
+what is wrong and how to fix it, in a `DoctorReport` (doctor/report.py). `doctor/repair.py`
+fixes what can be fixed; `compactor doctor` (cli/doctor.py) is the command line.
 
 The check is read-only by construction: the state files are read once, under a shared flock on
 DIR/lock when that file exists (so no writer is mid-append), and the rest happens in memory,
-through the Store's own loading code (`Store.replay`, `Store.check_derived`). `--repair` works
-under the exclusive lock: it cuts a damaged journal (the whole file kept aside first), accepts
-writes the record says were lost, restores file modes, removes dead writers' temp files and
-rebuilds the index with a fresh snapshot. A damaged snapshot it cannot cut back: the report
-says to restore it from a backup.
+through the Store's own loading code (`Store.replay`, `Store.check_derived`).
 
 Checks, in order (later ones are skipped when an earlier one makes them meaningless):
     permissions   DIR is 0700, every file in it 0600 (memory may hold secrets)
@@ -25,29 +22,24 @@ Checks, in order (later ones are skipped when an earlier one makes them meaningl
                   merged_into points at an item, no cycles, every archived item is reachable
                   from an active summary (a warning: query and get still find it)
     ledger        the forget ledger's lines parse; drops it records are really gone
-
-Exit status: 0 healthy (warnings allowed), 1 at least one error, 2 usage error.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
-import json
 import os
 import stat
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
 from .. import constants as C
-from ..errors import CompactorError, StateCorruptError
+from ..errors import CompactorError
 from ..models import CONTENT_TYPES, Item
 from ..persistence import indexfile
 from ..persistence.statedir import (
@@ -55,71 +47,20 @@ from ..persistence.statedir import (
     LOCK,
     SNAPSHOT,
     JournalRecord,
-    StateDir,
     journal_header_len,
     parse_line,
     pid_alive,
     snapshot_checksum_problem,
     temp_file_pid,
 )
-from ..render import counted, examples
-from ..scope import state_dir_arg
+from ..render import examples
 from ..store import Store
+from .report import DoctorReport
 
 LOCK_WAIT_S = C.DOCTOR_LOCK_WAIT_S
 MAX_EXAMPLES = C.REPORT_EXAMPLES
-
-Severity = Literal["error", "warning"]
 _TIERS = ("active", "archived")
 _VIEWS = ("content", "summary")
-
-
-@dataclass(slots=True)
-class Problem:
-    severity: Severity
-    check: str
-    what: str
-    fix: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"severity": self.severity, "check": self.check, "what": self.what, "fix": self.fix}
-
-
-@dataclass(slots=True)
-class DoctorReport:
-    state_dir: Path | str  # or the database, as `display_url` shows it (no password)
-    problems: list[Problem] = field(default_factory=list)
-    facts: dict[str, Any] = field(default_factory=dict)
-    checks: list[str] = field(default_factory=list)  # the checks that ran
-
-    @property
-    def errors(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == "warning"]
-
-    @property
-    def healthy(self) -> bool:
-        return not self.errors
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "state_dir": str(self.state_dir),
-            "healthy": self.healthy,
-            "errors": len(self.errors),
-            "warnings": len(self.warnings),
-            "checks": self.checks,
-            "facts": self.facts,
-            "problems": [p.to_dict() for p in self.problems],
-        }
-
-    def error(self, check: str, what: str, fix: str) -> None:
-        self.problems.append(Problem("error", check, what, fix))
-
-    def warn(self, check: str, what: str, fix: str) -> None:
-        self.problems.append(Problem("warning", check, what, fix))
 
 
 def _bug_fix(dir_: Path) -> str:
@@ -867,202 +808,3 @@ def check_database(url: str, step: Callable[[str], None] = _no_step) -> DoctorRe
     finally:
         store.close()
     return report
-
-
-def render(report: DoctorReport) -> str:
-    """The human report: facts, then each problem with its fix, then a verdict."""
-    out = [f"compactor doctor: {report.state_dir}"]
-    f = report.facts
-    if f.get("empty"):
-        kind = "database" if isinstance(report.state_dir, str) else "state dir"
-        out.append(f"  empty {kind} (compactor has not written anything yet)")
-    snap = f.get("snapshot")
-    if snap:
-        out.append(
-            f"  snapshot: schema {snap['schema']}, generation {snap['gen']}, {snap['items']:,} items, "
-            f"{snap['bytes']:,} bytes"
-        )
-    elif "snapshot" in f:
-        out.append("  snapshot: none yet")
-    journal = f.get("journal")
-    if journal:
-        lines = counted(journal["lines"], "line")
-        out.append(f"  journal: generation {journal['gen']}, {lines} of writes, {journal['bytes']:,} bytes")
-    items = f.get("items")
-    if items:
-        out.append(
-            f"  memory: {items['total']:,} items ({items['active']:,} active, {items['archived']:,} archived, "
-            f"{items['summaries']:,} summaries), {items['tokens_used']:,} of {items['token_budget']:,} tokens"
-        )
-    if report.checks:
-        out.append(f"  checked: {', '.join(report.checks)}")
-    for p in report.problems:
-        out.append("")
-        out.append(f"{p.severity.upper()} [{p.check}] {p.what}")
-        out.append(f"  fix: {p.fix}")
-    out.append("")
-    e, w = len(report.errors), len(report.warnings)
-    if e:
-        out.append(f"Problems found: {e} error(s), {w} warning(s). Nothing was changed.")
-    elif w:
-        out.append(f"Healthy, with {w} warning(s). Nothing was changed.")
-    else:
-        out.append("Healthy. Nothing was changed.")
-    return "\n".join(out) + "\n"
-
-
-# --- repair ------------------------------------------------------------------------------------
-def repair(state_dir: Path) -> list[str]:
-    """Bring a damaged state dir back to a state compactor starts from, losing as little as the
-    damage forces and deleting nothing: a damaged journal is moved aside before it is cut.
-    Works under the state dir's exclusive lock. Returns what was done, one line each."""
-    dir_ = Path(state_dir)
-    done: list[str] = []
-    before = check(dir_)
-    if any(p.check == "snapshot" for p in before.errors):
-        raise StateCorruptError(
-            f"{dir_ / SNAPSHOT} is damaged, and a snapshot cannot be cut back to an intact part. Restore it from "
-            f"a backup, or move it aside (`mv {dir_ / SNAPSHOT} {dir_ / SNAPSHOT}.bad`) to start from the journal."
-        )
-    if any(p.check == "permissions" and "symbolic link" in p.what for p in before.errors):
-        raise StateCorruptError(
-            "a symbolic link in the state dir: replace it with the real file or remove it first; --repair "
-            "does not follow or delete links."
-        )
-    done.extend(_repair_modes(dir_))
-    sd = StateDir(dir_)
-    sd.open()
-    try:
-        with sd.locked():
-            cut = _first_bad_line(dir_)
-            if cut is not None:
-                path = dir_ / JOURNAL
-                raw = path.read_bytes()
-                aside = dir_ / f"{JOURNAL}.damaged-{int(time.time())}"
-                fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(raw)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                lineno, offset = cut
-                kept = raw[:offset]
-                dropped = raw[offset:].count(b"\n") + (0 if raw.endswith(b"\n") else 1)
-                tmp = path.with_name(JOURNAL + ".tmp")
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(kept)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)
-                done.append(
-                    f"cut {JOURNAL} before line {lineno} ({dropped} line(s) lost); the whole damaged journal "
-                    f"is kept as {aside.name}"
-                )
-            if any(p.check in ("acknowledged writes", "journal") for p in before.errors) or cut is not None:
-                sd.forget_record()
-                done.append("accepted the journal as it now is (the lock file's record of acknowledged bytes reset)")
-    finally:
-        sd.close()
-    store = Store(state_dir=dir_)
-    try:
-        store.rebuild_and_snapshot()
-    finally:
-        store.close()
-    done.append("rebuilt the search index from the items and wrote a fresh snapshot")
-    return done
-
-
-def _repair_modes(dir_: Path) -> list[str]:
-    """0700 for the dir, 0600 for its files: memory may hold secrets."""
-    fixed: list[str] = []
-    if stat.S_IMODE(dir_.stat().st_mode) != 0o700:
-        os.chmod(dir_, 0o700)
-        fixed.append(f"set {dir_} to mode 0700")
-    for entry in sorted(dir_.iterdir()):
-        st = entry.lstat()
-        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o600:
-            os.chmod(entry, 0o600, follow_symlinks=False)
-            fixed.append(f"set {entry.name} to mode 0600")
-    return fixed
-
-
-def _first_bad_line(dir_: Path) -> tuple[int, int] | None:
-    """(line number, byte offset) of the journal's first damaged, torn or unappliable line."""
-    report = DoctorReport(state_dir=dir_)
-    raw = _read(dir_ / JOURNAL, report, "journal")
-    if not raw:
-        return None
-    journal = _check_journal(dir_, raw, report)
-    if journal is None:
-        return None
-    if journal.intact < len(raw):
-        offset = journal.intact
-        return raw.count(b"\n", 0, offset) + 1, offset
-    snap = _check_snapshot(dir_, _read(dir_ / SNAPSHOT, report, "snapshot"), report)
-    batches = _batches_to_replay(dir_, snap, journal, report)
-    store = _replay(dir_, snap, batches or [], report)
-    failed = [p for p in report.errors if p.check == "replay"]
-    if store is None or not failed:
-        return None
-    first = min(int(p.what.split("line ", 1)[1].split(" ", 1)[0]) for p in failed)
-    offsets = {n: off for n, off, _ in journal.lines}
-    return first, offsets[first]
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="compactor doctor",
-        description="Check a compactor state dir (read-only) and say what is wrong and how to repair it.",
-    )
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--state-dir", type=state_dir_arg, help="the directory given to `compactor --state-dir`")
-    where.add_argument(
-        "--database", metavar="URL", help="the PostgreSQL database given to `compactor --database` (checked only)"
-    )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument(
-        "--repair",
-        action="store_true",
-        help="fix what can be fixed under the state dir's lock: cut a damaged journal (kept aside, not deleted), "
-        "accept lost writes, rebuild the index; then check again",
-    )
-    return p
-
-
-def main(argv: Sequence[str], step: Callable[[str], None] = _no_step, done: Callable[[], None] = lambda: None) -> int:
-    """0 healthy (warnings allowed), 1 problems found, 2 usage error. `step` is told each phase
-    of a check as it starts and `done` when the check ends, before the report is printed (the
-    CLI shows them on a terminal)."""
-    try:
-        args = parser().parse_args(list(argv))
-    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
-        return exc.code if isinstance(exc.code, int) else 2
-    if args.database is not None:
-        if args.repair:
-            sys.stderr.write(
-                "compactor doctor --repair: repairs a state dir only; a database is repaired from its backups.\n"
-            )
-            return 2
-        try:
-            report = check_database(args.database, step)
-        finally:
-            done()
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n" if args.json else render(report))
-        return 0 if report.healthy else 1
-    if args.repair:
-        try:
-            for line in repair(args.state_dir):
-                sys.stdout.write(f"repaired: {line}\n")
-        except CompactorError as exc:
-            sys.stderr.write(f"compactor doctor --repair: {exc}\n")
-            return 1
-    try:
-        report = check(args.state_dir, step)
-    finally:
-        done()
-    if args.json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
-    else:
-        sys.stdout.write(render(report))
-    sys.stdout.flush()
-    return 0 if report.healthy else 1

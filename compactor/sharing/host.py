@@ -1,24 +1,23 @@
 """The shared host: one process that serves every stdio client of a state dir over a Unix socket.
 
-`sharing/relay.py` starts it and connects each `compactor` command to it. Each connection is one MCP
-session, served by the same pipeline as stdio (`run_stdio` with the connection's lines). The host
-stops listening as soon as its last session ends, saves its final snapshot, and only then closes
-that last connection, so a client that waits for its server to exit still waits for the save.
-
-A connection starts with a hello each way, one JSON line: the relay's {"scope": ...} (the project
-of its working directory), and the host's {"pid": ...}. A relay that gets no hello (the host was
-stopping) starts a new host.
+`sharing/relay.py` forks it (`run_host`: load the store, listen, then log to the state dir) and
+connects each `compactor` command to it. Each connection opens with a hello each way
+(`sharing/hello.py`) and is then one MCP session, served by the same pipeline as stdio
+(`run_stdio` with the connection's lines). The host stops listening as soon as its last session
+ends, saves its final snapshot, and only then closes that last connection, so a client that
+waits for its server to exit still waits for the save.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import os
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -28,6 +27,8 @@ from ..mcp.server import CONNECTION_SCOPE, build_server, final_snapshot, snapsho
 from ..mcp.stdio_runtime import run_stdio
 from ..runtime import PROCESS
 from ..store import Store
+from .hello import answer_hello, hear_hello
+from .rundir import release_host_lock
 
 log = logging.getLogger(__name__)
 
@@ -66,21 +67,6 @@ class _ConnectionLines:
 
     async def flush(self) -> None:
         return None
-
-
-async def _read_hello(stream: anyio.abc.SocketStream) -> tuple[dict[str, Any], bytes]:
-    """The relay's hello line and whatever came after it in the same reads."""
-    data = b""
-    with anyio.fail_after(C.SHARED_HELLO_TIMEOUT_S):
-        while b"\n" not in data:
-            if len(data) > C.SHARED_HELLO_MAX_BYTES:
-                raise ValueError("hello too long")
-            data += await stream.receive(C.SHARED_READ_BYTES)
-    line, _, rest = data.partition(b"\n")
-    hello = json.loads(line)
-    if not isinstance(hello, dict):
-        raise ValueError("hello is not an object")
-    return hello, rest
 
 
 def state_identity(path: str) -> tuple[int, int] | None:
@@ -123,13 +109,13 @@ async def serve_host(
     async def session(stream: anyio.abc.SocketStream) -> None:
         nonlocal sessions, served
         try:
-            hello, rest = await _read_hello(stream)
+            hello, rest = await hear_hello(stream)
             if state_identity(state_dir) != identity:
                 log.warning("the state dir %s was replaced; this host takes no more clients", state_dir)
                 close_listener()
                 return  # no hello back: the relay starts a host for the new dir
             served += 1
-            await stream.send(json.dumps({"pid": os.getpid()}).encode() + b"\n")
+            await answer_hello(stream)
             scope = hello.get("scope")
             CONNECTION_SCOPE.set(scope if isinstance(scope, str) and scope and not scope_fixed else None)
             log.info("a client connected (relay pid %s, scope %s); %d connected", hello.get("pid"), scope, sessions)
@@ -188,3 +174,61 @@ async def serve_host(
         with anyio.CancelScope(shield=True):
             for stream in held:  # now its relay may exit: the save is done
                 await stream.aclose()
+
+
+def run_host(
+    load_store: Callable[[], Store | None],
+    *,
+    state_dir: str,
+    path: str,
+    lock_fd: int,
+    snapshot_interval: float,
+    scope_fixed: bool,
+) -> int:
+    """The shared host's start-up, in the process the relay forked holding the host's lock: load,
+    listen on `path`, then send what it logs to the state dir's log instead of the starting
+    client's stderr, and serve until the last client leaves. Returns the exit code."""
+    store = load_store()
+    if store is None:
+        return 1
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        listener.listen(C.SHARED_BACKLOG)
+    except OSError as exc:
+        print(f"compactor: cannot start: cannot listen on {path}: {exc.strerror or exc}", file=sys.stderr)
+        store.close()
+        return 1
+    _log_to_state_dir(Path(state_dir), sys.stderr.fileno())
+    log.info("serving the stdio clients of %s (pid %d)", state_dir, os.getpid())
+
+    def stop_listening() -> None:
+        release_host_lock(path, lock_fd)
+
+    anyio.run(
+        lambda: serve_host(
+            store,
+            listener,
+            state_dir=state_dir,
+            stop_listening=stop_listening,
+            snapshot_interval=snapshot_interval,
+            scope_fixed=scope_fixed,
+        )
+    )
+    return 0
+
+
+def _log_to_state_dir(state_dir: Path, messages_fd: int) -> None:
+    """Point `messages_fd` (stderr, read by the client that started the host until now) at the
+    state dir's log, which the next start moves aside once it is past its size limit."""
+    log_path = state_dir / C.SHARED_LOG
+    with contextlib.suppress(OSError):
+        if log_path.stat().st_size > C.SHARED_LOG_MAX_BYTES:
+            os.replace(log_path, log_path.with_name(C.SHARED_LOG + ".1"))
+    sys.stderr.flush()
+    try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, messages_fd)
+    os.close(fd)

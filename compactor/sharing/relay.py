@@ -3,38 +3,38 @@
 Each Claude Code session starts its own `compactor`. Loading the whole store into each copy
 cost every server after the first ~80 MiB at 10k items and a full start. Instead, a stdio
 `compactor` with a state dir is a relay: it connects to the host for that state dir and
-settings, or starts one (a fork of itself, in its own session, so a client's signals to its
-relay do not reach it), then copies bytes between its stdin/stdout and the connection. The
-relay imports nothing heavy, so a second server costs an interpreter.
+settings (`sharing/rundir.py` names it), or starts one (a fork of itself, in its own session,
+so a client's signals to its relay do not reach it), then copies bytes between its
+stdin/stdout and the connection. The relay imports nothing heavy, so a second server costs an
+interpreter; only the forked host imports the store and the MCP server.
 
-The host is named by a key of everything that shapes how it serves (state dir, settings,
-this code), so different settings get different hosts, which share the state dir as separate
-processes always could. Its Unix socket and lock live in a private directory under the
-temp dir (socket paths are limited to ~100 bytes). The lock is held by the host from its
-start until it stops listening; a relay that cannot connect and finds the lock free starts
-the host.
+The host holds its lock from its start until it stops listening; a relay that cannot connect
+and finds the lock free starts the host.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import hashlib
-import json
+import logging
 import os
 import signal
 import socket
-import stat
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import constants as C
+from ..scope import project_scope
+from .hello import say_hello
+from .rundir import SharingUnavailable, host_key, runtime_dir, sweep, try_lock
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+log = logging.getLogger(__name__)
 
 # The host body: runs in the forked host process with (listener path, lock fd) and returns an
 # exit code. Its stderr is a pipe to the starting relay until it points it elsewhere, which
@@ -42,77 +42,79 @@ from .. import constants as C
 HostMain = Callable[[str, int], int]
 
 
-class SharingUnavailable(Exception):
-    """The relay cannot reach or start a host here: the caller serves in its own process."""
+def serve_shared(
+    state_dir: str,
+    *,
+    scope: str | None,
+    default_scope: str | None = None,
+    snapshot_interval: float,
+    settings: Mapping[str, Any],
+    load_store: Callable[[str], Store | None],
+) -> int | None:
+    """Serve this stdio client through the shared host for `state_dir` and these settings,
+    starting the host when none runs; the exit code, or None when sharing is unavailable here
+    and the caller serves the client in its own process.
+
+    `scope` is the one the command line fixed (None: each client's own project), `default_scope`
+    the one a client that sends no roots gets (None: the project of this working directory). `settings` is
+    the rest of what a host must agree on with its clients; `load_store(scope)` loads the
+    store in the forked host, or says on stderr why it cannot and returns None."""
+    if not _can_share():
+        return None
+    where = os.path.abspath(state_dir)
+    project = scope or default_scope or project_scope()
+    key = host_key(
+        {
+            **settings,
+            "state_dir": os.path.realpath(state_dir),
+            "scope": scope,
+            "snapshot_interval": snapshot_interval,
+        }
+    )
+
+    def host_main(path: str, lock_fd: int) -> int:
+        from ..runtime import PROCESS
+
+        PROCESS.pause_for_start()  # before the host's imports: no collection until it is built
+        from .host import run_host
+
+        return run_host(
+            lambda: load_store(project),
+            state_dir=where,
+            path=path,
+            lock_fd=lock_fd,
+            snapshot_interval=snapshot_interval,
+            scope_fixed=bool(scope),
+        )
+
+    try:
+        sock = connect_or_start(key, project, host_main)
+    except HostFailed:
+        return 1
+    except SharingUnavailable as exc:
+        log.warning("serving this client in its own process: %s", exc)
+        return None
+    except KeyboardInterrupt:
+        return 130
+    with sock:
+        return relay(sock)
+
+
+def _can_share() -> bool:
+    """Fork and Unix sockets are needed. As PID 1 (a container's entrypoint) there is nothing to
+    share with, and a process it forks would be killed with it: serve in this process."""
+    return hasattr(os, "fork") and hasattr(socket, "AF_UNIX") and os.getpid() != 1
 
 
 class HostFailed(SharingUnavailable):
     """The host this relay started exited without listening; it said why on stderr."""
 
 
-def host_key(settings: dict[str, Any]) -> str:
-    """The name of the host that serves these settings with this code. The code's files (each
-    one's time and size) are part of it: an edited or upgraded install must not be served by a
-    host that still runs the old code (under 1 ms: a stat per module)."""
-    from .. import __file__ as package_file
-    from .. import __version__
-
-    code = os.path.dirname(package_file)
-    stamp: list[tuple[str, int, int]] = []
-    for root, dirs, files in os.walk(code):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(f for f in files if f.endswith(".py")):
-            st = os.stat(os.path.join(root, name))
-            stamp.append((os.path.join(root, name), st.st_mtime_ns, st.st_size))
-    named = {**settings, "version": __version__, "code": code, "stamp": stamp, "python": sys.executable}
-    return hashlib.sha256(json.dumps(named, sort_keys=True, default=str).encode()).hexdigest()[:24]
-
-
-def runtime_dir() -> Path:
-    """A directory only this user can use, for host sockets and locks. Raises SharingUnavailable
-    when another user owns it or can write it: a socket there could be someone else's host."""
-    path = Path(tempfile.gettempdir()) / f"compactor-{os.getuid()}"
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise SharingUnavailable(f"cannot make {path}: {exc.strerror}") from exc
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
-        raise SharingUnavailable(f"{path} is not a private directory of uid {os.getuid()}")
-    return path
-
-
-def _hello(sock: socket.socket, scope: str, timeout: float) -> dict[str, Any] | None:
-    """Say hello and read the host's; None when the host closed first (it was stopping)."""
-    sock.sendall(json.dumps({"scope": scope, "pid": os.getpid()}).encode() + b"\n")
-    sock.settimeout(timeout)
-    data = b""
-    while b"\n" not in data:
-        try:
-            chunk = sock.recv(4096)
-        except (ConnectionError, TimeoutError):
-            return None
-        if not chunk:
-            return None
-        data += chunk
-    sock.settimeout(None)
-    line, _, rest = data.partition(b"\n")
-    if rest:  # the host speaks only after the client's first message: nothing can follow the hello
-        return None
-    try:
-        reply = json.loads(line)
-    except ValueError:
-        return None
-    return reply if isinstance(reply, dict) else None
-
-
 def _connect(path: Path, scope: str) -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))
-        if _hello(sock, scope, C.SHARED_START_TIMEOUT_S) is not None:
+        if say_hello(sock, scope, C.SHARED_START_TIMEOUT_S) is not None:
             return sock
     except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError):
         pass
@@ -177,7 +179,7 @@ def connect_or_start(key: str, scope: str, host_main: HostMain) -> socket.socket
         if started:
             raise HostFailed("the host it started exited")  # its reasons went to stderr
         try:
-            lock_fd = _try_lock(lock_path, create=True)
+            lock_fd = try_lock(lock_path, create=True)
         except OSError as exc:
             raise SharingUnavailable(f"cannot lock {lock_path}: {exc.strerror}") from exc
         if lock_fd is None:
@@ -187,55 +189,10 @@ def connect_or_start(key: str, scope: str, host_main: HostMain) -> socket.socket
         if sock is not None:
             os.close(lock_fd)
             return sock
-        _sweep(base, keep=lock_path)
+        sweep(base, keep=lock_path)
         _start_host(path, lock_fd, host_main)
         started = True
     raise SharingUnavailable(f"no host answered on {path} within {C.SHARED_START_TIMEOUT_S:g} s")
-
-
-def _sweep(base: Path, keep: Path) -> None:
-    """Remove what killed hosts left: a lock nobody holds, and its socket. Rare (a relay does it
-    only when it starts a host) and safe: a relay that locked a removed file tries again."""
-    for lock_path in base.glob("*.lock"):
-        if lock_path == keep:
-            continue
-        try:
-            fd = _try_lock(lock_path, create=False)
-        except OSError:
-            continue  # gone meanwhile
-        if fd is not None:  # nobody holds it: no host runs or starts
-            release_host_lock(str(lock_path.with_suffix(".sock")), fd)
-
-
-def _try_lock(path: Path, *, create: bool) -> int | None:
-    """The lock file at `path` open and exclusively locked, or None when someone holds it or a
-    stopping host has removed it (the file we locked is no longer the one named `path`: the
-    caller tries again). OSError for anything else."""
-    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if create else 0), 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        named, mine = os.stat(path), os.fstat(fd)
-        if (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino):
-            return fd
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return None
-        raise
-    os.close(fd)
-    return None
-
-
-def release_host_lock(sock_path: str, lock_fd: int) -> None:
-    """How a host stops listening: its socket's name goes, then its lock file (a relay that
-    locked the removed file sees it is no longer named and tries again), then the lock."""
-    for path in (sock_path, sock_path.removesuffix(".sock") + ".lock"):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    with contextlib.suppress(OSError):
-        os.close(lock_fd)
 
 
 def relay(sock: socket.socket) -> int:

@@ -16,9 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactor import constants as C
-from compactor.claude_code.hooks import session_tag
+from compactor.claude_code.hooks import digest_transcript, session_tag
 from compactor.store import Store
-from compactor.summaries.digest import digest_transcript
 from tests.conftest import server_command, server_env
 from tests.support.cc_transcript import Transcript, sample, text_block
 from tests.support.recall_layout import groups_of
@@ -323,7 +322,7 @@ _FRAGMENTS = st.sampled_from(
 
 @given(st.lists(_FRAGMENTS, max_size=30).map("".join))
 def test_injected_blocks_are_cut_as_the_lazy_regex_cut_them(text: str) -> None:
-    from compactor.summaries.digest import _clean
+    from compactor.claude_code.transcript import _clean
 
     assert _clean(text) == _INJECTED_OLD.sub("", text).strip()
 

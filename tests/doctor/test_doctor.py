@@ -16,8 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compactor import doctor
+from compactor.cli import doctor as doctor_cli
 from compactor.cli import main as cli_main
-from compactor.doctor import checks as doctor
+from compactor.doctor import checks
 from compactor.errors import CompactorError
 from compactor.persistence.statedir import journal_line, snapshot_chunks
 from compactor.store import Store, StoreInput
@@ -99,21 +101,21 @@ def test_healthy_dir_reports_nothing_and_exits_0(state_dir: Path, capsys: pytest
     assert "Healthy" in out and f"{made['items']:,} items" in out
     lines = report.facts["journal"]["lines"]
     assert f"{lines:,} {'line' if lines == 1 else 'lines'} of writes" in out
-    assert doctor.main(["--state-dir", str(state_dir), "--json"]) == 0
+    assert doctor_cli.main(["--state-dir", str(state_dir), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["healthy"] is True and data["errors"] == 0 and data["problems"] == []
     assert fingerprint(state_dir) == before
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]):
-    assert doctor.main([]) == 2
+    assert doctor_cli.main([]) == 2
     assert "--state-dir" in capsys.readouterr().err
-    assert doctor.main(["--state-dir"]) == 2
+    assert doctor_cli.main(["--state-dir"]) == 2
 
 
 def test_missing_dir_is_an_error_and_is_not_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     d = tmp_path / "nowhere"
-    assert doctor.main(["--state-dir", str(d)]) == 1
+    assert doctor_cli.main(["--state-dir", str(d)]) == 1
     assert "does not exist" in capsys.readouterr().out
     assert not d.exists()
 
@@ -163,7 +165,7 @@ def test_torn_last_journal_line_is_only_a_warning(state_dir: Path):
     p = only(report, "warning", "journal")
     assert "torn" in p.what and "Nothing to do" in p.fix
     assert report.healthy
-    assert doctor.main(["--state-dir", str(state_dir)]) == 0
+    assert doctor_cli.main(["--state-dir", str(state_dir)]) == 0
 
 
 def test_bad_middle_journal_line_names_the_line_and_the_cut(state_dir: Path):
@@ -302,7 +304,7 @@ def test_saved_index_that_disagrees_with_its_items_is_an_error(state_dir: Path):
     p = only(run_check(state_dir), "error", "index")
     assert victim in p.what and "other terms" in p.what
     assert "--repair" in p.fix
-    assert doctor.main(["--repair", "--state-dir", str(state_dir)]) == 0
+    assert doctor_cli.main(["--repair", "--state-dir", str(state_dir)]) == 0
     assert doctor.check(state_dir).healthy
     s = Store(state_dir=state_dir)
     assert victim in [h.item.id for h in s.query("zebra aquarium", include_archived=True)]
@@ -422,7 +424,7 @@ def test_permissions_and_leftover_temp_files(state_dir: Path):
 
 def test_waits_for_a_writer_then_reads_anyway(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
     make_state(state_dir)
-    monkeypatch.setattr(doctor, "LOCK_WAIT_S", 0.2)
+    monkeypatch.setattr(checks, "LOCK_WAIT_S", 0.2)
     fd = os.open(state_dir / "lock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -486,7 +488,7 @@ def test_a_snapshot_written_while_the_doctor_checks_does_not_make_its_index_file
     s.store("the doctor checks while a server keeps working")
     s.snapshot()
     before = {p.name for p in state_dir.glob("index.*.bin")}
-    real = doctor._check_snapshot
+    real = checks._check_snapshot
 
     def racing(*args: Any, **kwargs: Any) -> Any:
         s.store("written after the doctor read the state files")
@@ -494,7 +496,7 @@ def test_a_snapshot_written_while_the_doctor_checks_does_not_make_its_index_file
         assert not any((state_dir / name).exists() for name in before)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(doctor, "_check_snapshot", racing)
+    monkeypatch.setattr(checks, "_check_snapshot", racing)
     report = doctor.check(state_dir)
     s.close()
     assert report.errors == [], report.errors

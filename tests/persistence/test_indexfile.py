@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from compactor.doctor import checks as doctor
+from compactor import doctor
 from compactor.persistence import indexfile
 from compactor.store import Store, StoreInput
 

@@ -25,7 +25,7 @@ import orjson
 import pytest
 from mcp import Client
 
-from compactor.doctor import checks as doctor
+from compactor import doctor
 from compactor.mcp import build_server
 from compactor.store import Store
 

@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 import pytest
 
+from compactor import doctor
 from compactor.cli import main as cli_main
-from compactor.doctor import checks as doctor
 from compactor.errors import PersistenceError, StateCorruptError
 from compactor.store import Store, StoreInput
 from tests.conftest import server_command, server_env

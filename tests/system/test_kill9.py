@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from compactor import constants as C
-from compactor.doctor import checks as doctor
+from compactor import doctor
 from compactor.store import Store
 from tests.conftest import ROOT, server_env
 from tests.support.stdio_client import StdioServer

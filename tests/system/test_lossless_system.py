@@ -27,8 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
 
 from bench import proc
-from compactor import cli
-from compactor.doctor import checks as doctor
+from compactor import cli, doctor
 from compactor.errors import CompactorError
 from compactor.store import Store
 from tests.support.stdio_client import StdioServer

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from compactor.doctor import checks as doctor
+from compactor import doctor
 from compactor.store import Store
 from tests.support.stdio_client import StdioServer
 

@@ -1,4 +1,4 @@
-"""Stdio servers on one state dir share one store process (cli/relay.py, mcp/shared_host.py).
+"""Stdio servers on one state dir share one store process (sharing/relay.py, sharing/host.py).
 
 Each test drives real `python -m compactor` processes over stdio, as a client would: the relays
 are what the client starts, and the host is found the way the bench finds it (a detached process
@@ -18,7 +18,8 @@ import pytest
 from bench import proc
 from compactor import Store
 from compactor import constants as C
-from compactor.sharing.relay import runtime_dir
+from compactor.sharing.hello import HELLO_MAX_BYTES
+from compactor.sharing.rundir import runtime_dir
 from tests.conftest import server_env
 from tests.support.stdio_client import StdioServer
 
@@ -249,7 +250,7 @@ def test_a_stale_socket_and_a_garbage_hello_do_not_stop_the_host(state_dir: Path
     with StdioServer("--state-dir", str(state_dir)) as a:
         [host] = hosts_of(a)
         [sock_path] = [p for p in runtime_dir().glob("*.sock") if _served_by(p, host)]
-        for garbage in (b"not json\n", b"[1, 2]\n", b"x" * (C.SHARED_HELLO_MAX_BYTES + 10)):
+        for garbage in (b"not json\n", b"[1, 2]\n", b"x" * (HELLO_MAX_BYTES + 10)):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
                 raw.connect(str(sock_path))
                 raw.sendall(garbage)
@@ -274,24 +275,24 @@ def _served_by(sock_path: Path, host: int) -> bool:
 
 
 def test_pid_1_and_no_fork_serve_in_their_own_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from compactor.cli import serve
+    from compactor.sharing import relay
 
-    assert serve._can_share()
+    assert relay._can_share()
     monkeypatch.setattr(os, "getpid", lambda: 1)  # a container's entrypoint
-    assert not serve._can_share()
+    assert not relay._can_share()
     monkeypatch.undo()
     monkeypatch.delattr(os, "fork")
-    assert not serve._can_share()
+    assert not relay._can_share()
 
 
 def test_the_host_log_is_moved_aside_past_its_limit(tmp_path: Path) -> None:
-    from compactor.cli import serve
+    from compactor.sharing import host
 
     log_path = tmp_path / C.SHARED_LOG
     log_path.write_bytes(b"x" * (C.SHARED_LOG_MAX_BYTES + 1))
     scratch = os.open(os.devnull, os.O_WRONLY)
     try:
-        serve._log_to_state_dir(tmp_path, scratch)
+        host._log_to_state_dir(tmp_path, scratch)
         os.write(scratch, b"after the move\n")
     finally:
         os.close(scratch)
@@ -300,7 +301,7 @@ def test_the_host_log_is_moved_aside_past_its_limit(tmp_path: Path) -> None:
     assert log_path.stat().st_mode & 0o777 == 0o600
     scratch = os.open(os.devnull, os.O_WRONLY)
     try:
-        serve._log_to_state_dir(tmp_path, scratch)  # under the limit: kept
+        host._log_to_state_dir(tmp_path, scratch)  # under the limit: kept
     finally:
         os.close(scratch)
     assert log_path.read_bytes() == b"after the move\n"
