@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 from ..models import Item, Op
 from . import indexfile
-from .statedir import Loaded, StateDir, snapshot_chunks
+from .codec import snapshot_chunks
+from .statedir import Loaded, StateDir
 
 
 class Persistence(Protocol):

@@ -56,8 +56,9 @@ import orjson
 from .. import constants as C
 from ..errors import PersistenceError, StateCorruptError
 from ..models import Item, Op
+from .codec import ITEMS_LINE, SnapshotItems, snapshot_chunks
 from .indexfile import IndexFileError
-from .statedir import ITEMS_LINE, Loaded, SnapshotItems, snapshot_chunks
+from .statedir import Loaded
 
 if TYPE_CHECKING:
     import psycopg

@@ -20,9 +20,9 @@ import anyio.to_thread
 from .. import constants as C
 from ..errors import PersistenceError
 from ..models import Item, Op, Settings
+from ..persistence.codec import ItemRecords
 from ..persistence.indexfile import IndexFileError
 from ..persistence.interface import Persistence
-from ..persistence.statedir import ItemRecords
 from ..runtime import Runtime
 from ..search.analyze import TERMS_VERSION, terms_changed
 from ..search.index import DERIVED_ARRAYS, saved_terms_version

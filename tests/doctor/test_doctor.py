@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from compactor.cli import main as cli_main
 from compactor.doctor import checks as doctor
 from compactor.errors import CompactorError
-from compactor.persistence.statedir import journal_line, snapshot_chunks
+from compactor.persistence.codec import journal_line, snapshot_chunks
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 

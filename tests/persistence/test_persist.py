@@ -213,7 +213,7 @@ def test_crash_between_snapshot_and_rotation_loses_nothing(state_dir: Path):
     assert sd is not None
     # Write the snapshot but "crash" before the journal rotation.
     header = s._snapshot_header(sd.gen + 1, sd.gen, sd.offset)
-    from compactor.persistence.statedir import snapshot_chunks
+    from compactor.persistence.codec import snapshot_chunks
 
     sd.write_snapshot(snapshot_chunks(header, list(s.iter_items())))
     # The old-generation journal gets one more acknowledged write after the snapshot offset.
@@ -389,7 +389,7 @@ def test_a_damaged_item_line_stops_startup_and_changes_no_file(state_dir: Path, 
 def test_a_damaged_snapshot_is_found_before_an_unfinished_rotation_rewrites_the_journal(state_dir: Path):
     """A crash between snapshot and rotation leaves the journal one generation behind; loading
     finishes that rotation, rewriting the journal, which must wait until every item was read."""
-    from compactor.persistence.statedir import snapshot_chunks
+    from compactor.persistence.codec import snapshot_chunks
 
     s = Store(state_dir=state_dir)
     s.store("before")
