@@ -22,7 +22,7 @@ from ..content.tags import merge_tags, parse_tags
 from ..content.tokens import TokenCounter, default_counter
 from ..errors import InvalidArgumentError, PersistenceError
 from ..models import CompactReport, Item, Op, Settings
-from ..persistence.interface import DirBackend, Persistence
+from ..persistence.base import DirBackend, Persistence
 from ..runtime import PROCESS, Runtime
 from ..summaries.condense import unfamiliar_terms, with_footer
 from .compact import _Compaction, _item_bytes

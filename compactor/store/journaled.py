@@ -22,7 +22,7 @@ from ..errors import PersistenceError
 from ..models import Item, Op, Settings
 from ..persistence.codec import ItemRecords
 from ..persistence.indexfile import IndexFileError
-from ..persistence.interface import Persistence
+from ..persistence.base import Persistence
 from ..runtime import Runtime
 from ..search.analyze import TERMS_VERSION, terms_changed
 from ..search.index import DERIVED_ARRAYS, saved_terms_version

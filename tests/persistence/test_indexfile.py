@@ -467,7 +467,7 @@ def test_a_start_reads_the_index_file_on_a_thread_while_it_parses_the_items(
     runs it beside the parse of the items, and uses the arrays once both are done."""
     import threading
 
-    from compactor.persistence.interface import DirBackend
+    from compactor.persistence.base import DirBackend
 
     d = tmp_path / "state"
     ids = _fill(d)
@@ -493,7 +493,7 @@ def test_a_start_whose_items_are_damaged_waits_for_its_index_thread(tmp_path: Pa
     import time
 
     from compactor.errors import StateCorruptError
-    from compactor.persistence.interface import DirBackend
+    from compactor.persistence.base import DirBackend
 
     d = tmp_path / "state"
     _fill(d)
