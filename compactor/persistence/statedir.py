@@ -33,8 +33,8 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -42,7 +42,9 @@ import orjson
 
 from .. import constants as C
 from ..errors import PersistenceError, StateCorruptError
-from ..models import Op
+from ..models import Item, Op
+from . import indexfile
+from .base import Loaded, ReentrantLock
 from .codec import (
     ITEMS_LINE,
     RECORD_SIZE,
@@ -52,6 +54,7 @@ from .codec import (
     journal_header_len,
     journal_line,
     parse_line,
+    snapshot_chunks,
 )
 
 log = logging.getLogger(__name__)
@@ -65,17 +68,6 @@ RECOVER_HINT = (
     "Nothing was changed. Run `compactor doctor --state-dir {dir}` for details; to start over "
     "while keeping the damaged file, move it aside (e.g. `mv {path} {path}.bad`)."
 )
-
-
-@dataclass(slots=True)
-class Loaded:
-    """What startup (or a reload after another process rotated the journal) reads from disk."""
-
-    snapshot: dict[str, Any] | None
-    batches: list[list[Op]]
-    gen: int
-    offset: int
-    warnings: list[str] = field(default_factory=list)
 
 
 def _popping(records: list[dict[str, Any]]) -> Generator[dict[str, Any], None, None]:
@@ -148,13 +140,17 @@ def _read_nofollow(path: Path) -> bytes:
         return fh.read()
 
 
-class StateDir:
+class StateDir(ReentrantLock):
+    """Memory kept in a state dir (see the module docstring): the `Persistence` the Store uses
+    by default."""
+
+    index_in_file = True  # `save_index` writes the arrays to a file beside the snapshot
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.snapshot_path = path / SNAPSHOT
         self.journal_path = path / JOURNAL
         self._lock_fd: int | None = None
-        self._lock_depth = 0
         self.gen = 0
         self.offset = 0  # bytes of the journal already applied to memory
         self.last_snapshot_at: float | None = None
@@ -193,24 +189,14 @@ class StateDir:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    @contextlib.contextmanager
-    def locked(self, exclusive: bool = True) -> Iterator[None]:
-        """flock around a critical section; re-entrant within one process and thread."""
+    def _acquire(self, exclusive: bool) -> None:
+        """flock: held by one process (and, re-entrant, one thread) at a time (`ReentrantLock`)."""
         assert self._lock_fd is not None
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        self._lock_depth = 1
-        try:
-            yield
-        finally:
-            self._lock_depth = 0
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _release(self) -> None:
+        assert self._lock_fd is not None
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     # --- loading --------------------------------------------------------------------------
     def _hint(self, path: Path) -> str:
@@ -240,14 +226,6 @@ class StateDir:
         except ValueError as exc:
             raise self._corrupt(exc) from exc
         self._check_version(snap)
-        return snap
-
-    def read_snapshot(self) -> dict[str, Any] | None:
-        """The whole snapshot, parsed and checked (its checksum included) before anything is
-        built from it."""
-        snap = self.read_snapshot_streaming()
-        if snap is not None:
-            snap["items"] = list(snap["items"])
         return snap
 
     def read_snapshot_streaming(self) -> dict[str, Any] | None:
@@ -748,3 +726,60 @@ class StateDir:
             return os.stat(self.journal_path).st_size
         except OSError:
             return 0
+
+    # --- the Persistence interface's snapshot and index calls ----------------------------
+    def reading(self) -> AbstractContextManager[None]:
+        # Exclusive, not shared: catching up cuts a dead writer's torn tail and a reload
+        # re-reads the journal.
+        return self.locked(exclusive=True)
+
+    def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
+        gen, offset = self.gen, self.offset
+        self.write_snapshot(snapshot_chunks(header, items))
+        self.rotate(gen + 1, offset)
+        self.remove_temp_files()
+
+    def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:
+        self.write_snapshot_tmp(snapshot_chunks(header, items))
+
+    def install_pending_snapshot(
+        self, gen: int, offset: int, keep_index: str | None = None
+    ) -> Callable[[], None] | None:
+        old = self.install_snapshot_tmp()
+        self.rotate(gen + 1, offset)
+        self.remove_dead_temp_files()
+        # The pending snapshot names at most `keep_index`, so no other index file is needed
+        # any more; listed here under the lock (a later snapshot's file has a later
+        # generation's name, never one of these) and deleted with the old snapshot in the
+        # cleanup, off the lock.
+        stale = indexfile.others(self.path, keep_index)
+        if old is None and not stale:
+            return None
+
+        def cleanup() -> None:
+            if old is not None:
+                self.drop_old_snapshot(old)
+            indexfile.remove(stale)
+
+        return cleanup
+
+    def discard_pending_snapshot(self) -> None:
+        self.discard_snapshot_tmp()
+
+    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
+        return indexfile.write(self.path, gen, arrays)
+
+    def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
+        return indexfile.read(self.path, ref, verify=verify)
+
+    def keep_only_index(self, name: str | None) -> None:
+        indexfile.remove_others(self.path, name)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "state_dir": str(self.path),
+            "journal_bytes": self.journal_size(),
+            "generation": self.gen,
+            "last_snapshot_at": self.last_snapshot_at,
+            "last_snapshot_seconds": self.last_snapshot_seconds,
+        }

@@ -467,18 +467,18 @@ def test_a_start_reads_the_index_file_on_a_thread_while_it_parses_the_items(
     runs it beside the parse of the items, and uses the arrays once both are done."""
     import threading
 
-    from compactor.persistence.base import DirBackend
+    from compactor.persistence.statedir import StateDir
 
     d = tmp_path / "state"
     ids = _fill(d)
     seen: list[str] = []
-    load = DirBackend.load_index
+    load = StateDir.load_index
 
-    def recording(self: DirBackend, ref: dict[str, object], **kw: object) -> dict[str, memoryview]:
+    def recording(self: StateDir, ref: dict[str, object], **kw: object) -> dict[str, memoryview]:
         seen.append(threading.current_thread().name)
         return load(self, ref, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(DirBackend, "load_index", recording)
+    monkeypatch.setattr(StateDir, "load_index", recording)
     store = Store(state_dir=d)
     assert seen == ["compactor-index-load"]
     assert store._s.index_file is not None  # the saved index, not a rebuild
@@ -493,17 +493,17 @@ def test_a_start_whose_items_are_damaged_waits_for_its_index_thread(tmp_path: Pa
     import time
 
     from compactor.errors import StateCorruptError
-    from compactor.persistence.base import DirBackend
+    from compactor.persistence.statedir import StateDir
 
     d = tmp_path / "state"
     _fill(d)
-    load = DirBackend.load_index
+    load = StateDir.load_index
 
-    def slow(self: DirBackend, ref: dict[str, object], **kw: object) -> dict[str, memoryview]:
+    def slow(self: StateDir, ref: dict[str, object], **kw: object) -> dict[str, memoryview]:
         time.sleep(0.5)
         return load(self, ref, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(DirBackend, "load_index", slow)
+    monkeypatch.setattr(StateDir, "load_index", slow)
     path = d / "snapshot.json"
     lines = path.read_bytes().split(b"\n")
     lines[2] = lines[2][:20]
