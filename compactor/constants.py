@@ -271,12 +271,8 @@ SNAPSHOT_SYNC_BYTES: Final = 4 << 20
 # its start ~15 ms slower than 1 MiB chunks did. Sixteen chunks suit both.
 INDEX_FILE_CHECK_CHUNKS: Final = 16
 INDEX_FILE_CHECK_MIN_CHUNK: Final = 1 << 20
-# The first settle after a start copies the arrays it grows out of the index file's memory
-# map, this many bytes at a time with the map's pages dropped after each (`indexfile.copy_out`):
-# what the copy maps stays this small, and a release costs ~0.01-2 ms.
-INDEX_FILE_COPY_CHUNK: Final = 1 << 20
 # A transaction unmaps the index file's pages it has read every this many ops it applies, and at
-# its commit if it applied as many (`indexfile.release`): a compaction's merge of a
+# its commit if it applied as many (`search.mapped.release`): a compaction's merge of a
 # near-duplicate reads ~110 KiB of scattered pages of the file, so at most ~30 MiB of them stay
 # resident; a release costs ~2 ms.
 INDEX_FILE_RELEASE_OPS: Final = 256

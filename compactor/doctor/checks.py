@@ -42,15 +42,12 @@ from .. import constants as C
 from ..errors import CompactorError
 from ..models import CONTENT_TYPES, Item
 from ..persistence import indexfile
+from ..persistence.codec import JournalRecord, journal_header_len, parse_line, snapshot_checksum_problem
 from ..persistence.statedir import (
     JOURNAL,
     LOCK,
     SNAPSHOT,
-    JournalRecord,
-    journal_header_len,
-    parse_line,
     pid_alive,
-    snapshot_checksum_problem,
     temp_file_pid,
 )
 from ..render import examples

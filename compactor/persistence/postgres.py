@@ -1,5 +1,5 @@
 """PostgreSQL as the store: the same event-sourced design as the state dir, on tables that
-several compactor servers (on several machines) share. Implements `backend.Persistence`.
+several compactor servers (on several machines) share. Implements `compactor.persistence.base.Persistence`.
 
 Tables (schema version in `compactor_schema`, created and migrated on first start):
 
@@ -48,7 +48,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -56,8 +56,9 @@ import orjson
 from .. import constants as C
 from ..errors import PersistenceError, StateCorruptError
 from ..models import Item, Op
+from .base import Loaded, ReentrantLock
+from .codec import ITEMS_LINE, SnapshotItems, snapshot_chunks
 from .indexfile import IndexFileError
-from .statedir import ITEMS_LINE, Loaded, SnapshotItems, snapshot_chunks
 
 if TYPE_CHECKING:
     import psycopg
@@ -177,7 +178,7 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
-class PgBackend:
+class PgBackend(ReentrantLock):
     """Memory kept in a PostgreSQL database (see the module docstring)."""
 
     index_in_file = False  # the saved index travels inside the snapshot row
@@ -193,7 +194,7 @@ class PgBackend:
         self._bg: psycopg.Connection[Any] | None = None  # background snapshots' own connection
         self._bg_lock = threading.Lock()
         self._pid = 0  # our main connection's backend pid: marks our pending snapshots
-        self._lock_depth = 0
+        self._lock_conn: psycopg.Connection[Any] | None = None  # the connection that holds the lock
         self._head: tuple[int, int, int] | None = None  # (gen, trimmed, last seq) at lock time
         self._heard_seq = 0  # the highest sequence number another writer announced
         self._heard_gen = 0
@@ -289,16 +290,8 @@ class PgBackend:
             self.close()
 
     # --- the writers' lock ----------------------------------------------------------------
-    @contextlib.contextmanager
-    def locked(self, exclusive: bool = True) -> Iterator[None]:
-        """pg_advisory_lock around a call, re-entrant; the head is read in the same round trip."""
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
+    def _acquire(self, exclusive: bool) -> None:
+        """pg_advisory_lock (`ReentrantLock`); the head is read in the same round trip."""
         psycopg = _import_psycopg()
         try:
             conn = self._live()
@@ -310,23 +303,24 @@ class PgBackend:
             raise self._fail("take the writers' lock", exc) from exc
         assert row is not None
         self._head = (int(row[0]), int(row[1]), int(row[2]))
-        self._lock_depth = 1
+        self._lock_conn = conn
+
+    def _release(self) -> None:
+        psycopg = _import_psycopg()
+        conn, self._lock_conn = self._lock_conn, None
+        assert conn is not None
+        self._head = None
+        deferred, self._deferred = self._deferred, []
         try:
-            yield
-        finally:
-            self._lock_depth = 0
-            self._head = None
-            deferred, self._deferred = self._deferred, []
-            try:
-                with conn.pipeline():
-                    sent = conn.execute(APPEND_ASYNC_SQL, self._append_params(deferred)) if deferred else None
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (C.PG_WRITE_LOCK,))
-                self._appended(sent.fetchone() if sent is not None else None, deferred)
-            except psycopg.Error as exc:
-                # Closing the session releases the lock too; the next call reconnects.
-                log.warning("could not release the writers' lock (%s); closing the connection", exc)
-                conn.close()
-                self._missed = True
+            with conn.pipeline():
+                sent = conn.execute(APPEND_ASYNC_SQL, self._append_params(deferred)) if deferred else None
+                conn.execute("SELECT pg_advisory_unlock(%s)", (C.PG_WRITE_LOCK,))
+            self._appended(sent.fetchone() if sent is not None else None, deferred)
+        except psycopg.Error as exc:
+            # Closing the session releases the lock too; the next call reconnects.
+            log.warning("could not release the writers' lock (%s); closing the connection", exc)
+            conn.close()
+            self._missed = True
 
     def reading(self) -> contextlib.AbstractContextManager[None]:
         # Readers need no lock: writers commit in sequence order, so any committed prefix of

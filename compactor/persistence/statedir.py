@@ -33,8 +33,8 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -42,94 +42,32 @@ import orjson
 
 from .. import constants as C
 from ..errors import PersistenceError, StateCorruptError
-from ..models import Op
+from ..models import Item, Op
+from . import indexfile
+from .base import Loaded, ReentrantLock
+from .codec import (
+    ITEMS_LINE,
+    RECORD_SIZE,
+    JournalRecord,
+    SnapshotItems,
+    journal_header,
+    journal_header_len,
+    journal_line,
+    parse_line,
+    snapshot_chunks,
+)
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT = "snapshot.json"
 JOURNAL = "journal.jsonl"
 LOCK = "lock"
-ITEMS_LINE = b',"items":[\n'  # ends a snapshot's first line; one item per line follows
-ITEMS_END = b"]}"  # a snapshot's last line in the layout before checksums
-CRC_TRAILER = b'],"crc32":'  # starts a snapshot's last line: `],"crc32":N}`
-LINE_CRC = b'{"crc":'  # starts every journal line since journal version 2
-LINE_OPS = b',"ops":'
-JOURNAL_VERSION = 2  # 2: every line carries the CRC-32 of its ops
 # O_NOFOLLOW: a symlink planted in the state dir must not redirect our writes (or our chmod).
 NOFOLLOW = os.O_NOFOLLOW
-RECORD_SIZE = 64  # bytes at the start of the lock file holding the journal record
 RECOVER_HINT = (
     "Nothing was changed. Run `compactor doctor --state-dir {dir}` for details; to start over "
     "while keeping the damaged file, move it aside (e.g. `mv {path} {path}.bad`)."
 )
-
-
-@dataclass(slots=True)
-class Loaded:
-    """What startup (or a reload after another process rotated the journal) reads from disk."""
-
-    snapshot: dict[str, Any] | None
-    batches: list[list[Op]]
-    gen: int
-    offset: int
-    warnings: list[str] = field(default_factory=list)
-
-
-class SnapshotItems:
-    """A snapshot's items, parsed one line at a time; owns the open file. `close()` it if it
-    is not read to the end. The trailer's checksum is verified when the last line is reached,
-    so build nothing lasting from the items before they have all been read."""
-
-    def __init__(self, fh: BinaryIO, corrupt: Callable[[object], StateCorruptError], crc: int = 0) -> None:
-        self._fh = fh
-        self._corrupt = corrupt
-        self._read = 0
-        self._crc = crc
-
-    def __iter__(self) -> SnapshotItems:
-        return self
-
-    def __next__(self) -> dict[str, Any]:
-        if self._fh.closed:
-            raise StopIteration
-        try:
-            line = self._fh.readline()
-            if line.startswith(b"]"):
-                self._finish(line)
-                raise StopIteration
-            if not line.endswith(b"\n"):
-                raise self._corrupt("it ends before its items do")
-            self._crc = zlib.crc32(line, self._crc)
-            self._read += 1
-            record = orjson.loads(line[:-2] if line.endswith(b",\n") else line)
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
-            return record
-        except ValueError as exc:
-            self.close()
-            raise self._corrupt(f"item {self._read}: {exc}") from exc
-        except BaseException:
-            self.close()
-            raise
-
-    def _finish(self, line: bytes) -> None:
-        trailing = self._fh.read().strip()
-        self.close()
-        if trailing:
-            raise self._corrupt("data after the end of the items")
-        if line.rstrip() == ITEMS_END:
-            return  # written before snapshots carried a checksum
-        if not line.startswith(CRC_TRAILER) or not line.rstrip().endswith(b"}"):
-            raise self._corrupt("its last line is damaged")
-        try:
-            recorded = int(line.rstrip()[len(CRC_TRAILER) : -1])
-        except ValueError as exc:
-            raise self._corrupt("its checksum is damaged") from exc
-        if recorded != self._crc:
-            raise self._corrupt("its checksum does not match its contents: some bytes changed after it was written")
-
-    def close(self) -> None:
-        self._fh.close()
 
 
 def _popping(records: list[dict[str, Any]]) -> Generator[dict[str, Any], None, None]:
@@ -137,11 +75,6 @@ def _popping(records: list[dict[str, Any]]) -> Generator[dict[str, Any], None, N
     records.reverse()
     while records:
         yield records.pop()
-
-
-# A snapshot's item records, one at a time, each freed once handed out: read line by line
-# from the file, or from a snapshot that had to be parsed whole. Closing releases the file.
-ItemRecords = SnapshotItems | Generator[dict[str, Any], None, None]
 
 
 def _fsync_dir(path: Path) -> None:
@@ -183,91 +116,6 @@ def _write_fsynced(path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
         raise
 
 
-def _journal_header(gen: int) -> bytes:
-    return orjson.dumps({"journal": JOURNAL_VERSION, "gen": gen}) + b"\n"
-
-
-def journal_header_len(gen: int) -> int:
-    return len(_journal_header(gen))
-
-
-def journal_line(ops: list[Op]) -> bytes:
-    """One call's ops as a journal line carrying the CRC-32 of the ops' bytes."""
-    payload = orjson.dumps(ops)
-    return LINE_CRC + str(zlib.crc32(payload)).encode() + LINE_OPS + payload + b"}\n"
-
-
-def parse_line(line: bytes, version: int) -> list[Op]:
-    """The ops of one journal line (without its line break); ValueError if it is damaged."""
-    if line.startswith(LINE_CRC):
-        split = line.find(LINE_OPS)
-        if split < 0 or not line.endswith(b"}"):
-            raise ValueError("a line with a checksum but no ops")
-        payload = line[split + len(LINE_OPS) : -1]
-        try:
-            recorded = int(line[len(LINE_CRC) : split])
-        except ValueError as exc:
-            raise ValueError("its checksum is damaged") from exc
-        if zlib.crc32(payload) != recorded:
-            raise ValueError("its checksum does not match: bytes changed after it was written")
-        ops = orjson.loads(payload)
-    elif version >= 2:
-        raise ValueError("a line without its checksum")
-    else:  # journal version 1, before lines carried checksums
-        entry = orjson.loads(line)
-        if not isinstance(entry, dict) or "ops" not in entry:
-            raise ValueError("a line without ops")
-        ops = entry["ops"]
-    if not isinstance(ops, list):
-        raise ValueError("ops is not a list")
-    return ops
-
-
-@dataclass(frozen=True, slots=True)
-class JournalRecord:
-    """The lock file's note of the journal: generation `gen` was `end` bytes long, of which
-    `durable` were fsynced before a call was acknowledged (access-time lines are not fsynced,
-    so a power loss may take them without any write being lost)."""
-
-    gen: int
-    durable: int
-    end: int
-
-    def encode(self) -> bytes:
-        text = f"journal {self.gen} {self.durable} {self.end}"
-        return text.encode().ljust(RECORD_SIZE - 1) + b"\n"
-
-    @classmethod
-    def parse(cls, raw: bytes) -> JournalRecord | None:
-        parts = raw.split()
-        if len(parts) != 4 or parts[0] != b"journal":
-            return None
-        try:
-            return cls(int(parts[1]), int(parts[2]), int(parts[3]))
-        except ValueError:
-            return None
-
-
-def snapshot_checksum_problem(raw: bytes) -> str | None:
-    """Why a whole snapshot's bytes fail their checksum, or None (also for the older layouts
-    that carry none: one line, or a last line of `]}`)."""
-    cut = raw.rfind(b"\n")
-    if cut < 0:
-        return None
-    last = raw[cut + 1 :].rstrip()
-    if last == ITEMS_END:
-        return None
-    if not last.startswith(CRC_TRAILER) or not last.endswith(b"}"):
-        return "its last line is damaged or missing (the file was cut short)"
-    try:
-        recorded = int(last[len(CRC_TRAILER) : -1])
-    except ValueError:
-        return "its checksum is damaged"
-    if zlib.crc32(raw[: cut + 1]) != recorded:
-        return "its checksum does not match its contents: some bytes changed after it was written"
-    return None
-
-
 def temp_file_pid(name: str) -> int | None:
     """The writer's pid in a temp file's name (`snapshot.json.PID.tmp`, `.PID.old.tmp`)."""
     parts = name.split(".")
@@ -292,13 +140,17 @@ def _read_nofollow(path: Path) -> bytes:
         return fh.read()
 
 
-class StateDir:
+class StateDir(ReentrantLock):
+    """Memory kept in a state dir (see the module docstring): the `Persistence` the Store uses
+    by default."""
+
+    index_in_file = True  # `save_index` writes the arrays to a file beside the snapshot
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.snapshot_path = path / SNAPSHOT
         self.journal_path = path / JOURNAL
         self._lock_fd: int | None = None
-        self._lock_depth = 0
         self.gen = 0
         self.offset = 0  # bytes of the journal already applied to memory
         self.last_snapshot_at: float | None = None
@@ -337,24 +189,14 @@ class StateDir:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    @contextlib.contextmanager
-    def locked(self, exclusive: bool = True) -> Iterator[None]:
-        """flock around a critical section; re-entrant within one process and thread."""
+    def _acquire(self, exclusive: bool) -> None:
+        """flock: held by one process (and, re-entrant, one thread) at a time (`ReentrantLock`)."""
         assert self._lock_fd is not None
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        self._lock_depth = 1
-        try:
-            yield
-        finally:
-            self._lock_depth = 0
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _release(self) -> None:
+        assert self._lock_fd is not None
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     # --- loading --------------------------------------------------------------------------
     def _hint(self, path: Path) -> str:
@@ -384,14 +226,6 @@ class StateDir:
         except ValueError as exc:
             raise self._corrupt(exc) from exc
         self._check_version(snap)
-        return snap
-
-    def read_snapshot(self) -> dict[str, Any] | None:
-        """The whole snapshot, parsed and checked (its checksum included) before anything is
-        built from it."""
-        snap = self.read_snapshot_streaming()
-        if snap is not None:
-            snap["items"] = list(snap["items"])
         return snap
 
     def read_snapshot_streaming(self) -> dict[str, Any] | None:
@@ -613,7 +447,7 @@ class StateDir:
             self.check_against_record(snap_gen, 0, exists=False)
             self._write_journal(snap_gen, b"")
             batches: list[list[Op]] = []
-            end = len(_journal_header(snap_gen))
+            end = len(journal_header(snap_gen))
         elif jgen == snap_gen:
             _, batches, end, warnings = self.read_journal()
             self.check_against_record(jgen, end, exists=True)
@@ -623,7 +457,7 @@ class StateDir:
             self.check_against_record(jgen, end, exists=True)
             tail = self._journal_bytes(prev_offset, end)
             self._write_journal(snap_gen, tail)
-            end = len(_journal_header(snap_gen)) + len(tail)
+            end = len(journal_header(snap_gen)) + len(tail)
         elif snap is None:
             raise StateCorruptError(
                 f"Journal {self.journal_path} is generation {jgen}, which starts after a snapshot, but "
@@ -752,7 +586,7 @@ class StateDir:
             raise
 
     def _write_journal(self, gen: int, tail: bytes) -> None:
-        self._write_atomic(self.journal_path, [_journal_header(gen), tail])
+        self._write_atomic(self.journal_path, [journal_header(gen), tail])
 
     def write_snapshot(self, chunks: Iterator[bytes]) -> None:
         """Write snapshot.json atomically from pre-serialised chunks (temp, fsync, rename, fsync dir)."""
@@ -841,7 +675,7 @@ class StateDir:
         except OSError as exc:
             raise PersistenceError(f"Could not rotate the journal in {self.path}: {exc.strerror or exc}") from exc
         self.gen = new_gen
-        self.offset = len(_journal_header(new_gen)) + len(tail)
+        self.offset = len(journal_header(new_gen)) + len(tail)
         self._write_record()
 
     # --- the forget ledger: append-only, one line per dropped or forgotten id (no content) --
@@ -893,23 +727,59 @@ class StateDir:
         except OSError:
             return 0
 
+    # --- the Persistence interface's snapshot and index calls ----------------------------
+    def reading(self) -> AbstractContextManager[None]:
+        # Exclusive, not shared: catching up cuts a dead writer's torn tail and a reload
+        # re-reads the journal.
+        return self.locked(exclusive=True)
 
-def snapshot_chunks(header: dict[str, Any], items: list[dict[str, Any]] | list[Any]) -> Iterator[bytes]:
-    """Serialise a snapshot as a stream of chunks so a writer thread can yield between them.
+    def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
+        gen, offset = self.gen, self.offset
+        self.write_snapshot(snapshot_chunks(header, items))
+        self.rotate(gen + 1, offset)
+        self.remove_temp_files()
 
-    One JSON object, laid out in lines: the header (settings, saved indexes) and the opening
-    of the items array on the first, then one item per line (orjson writes no raw newlines),
-    then a trailer line with the CRC-32 of every byte before it, so a load can parse it item
-    by item (`read_snapshot_streaming`) and still tell a changed byte."""
-    first = orjson.dumps(header)[:-1] + ITEMS_LINE
-    crc = zlib.crc32(first)
-    yield first
-    for start in range(0, len(items), C.SNAPSHOT_CHUNK_ITEMS):
-        part = b",\n".join(map(orjson.dumps, items[start : start + C.SNAPSHOT_CHUNK_ITEMS]))
-        chunk = part if not start else b",\n" + part
-        crc = zlib.crc32(chunk, crc)
-        yield chunk
-    if items:
-        crc = zlib.crc32(b"\n", crc)
-        yield b"\n"
-    yield CRC_TRAILER + str(crc).encode() + b"}"
+    def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:
+        self.write_snapshot_tmp(snapshot_chunks(header, items))
+
+    def install_pending_snapshot(
+        self, gen: int, offset: int, keep_index: str | None = None
+    ) -> Callable[[], None] | None:
+        old = self.install_snapshot_tmp()
+        self.rotate(gen + 1, offset)
+        self.remove_dead_temp_files()
+        # The pending snapshot names at most `keep_index`, so no other index file is needed
+        # any more; listed here under the lock (a later snapshot's file has a later
+        # generation's name, never one of these) and deleted with the old snapshot in the
+        # cleanup, off the lock.
+        stale = indexfile.others(self.path, keep_index)
+        if old is None and not stale:
+            return None
+
+        def cleanup() -> None:
+            if old is not None:
+                self.drop_old_snapshot(old)
+            indexfile.remove(stale)
+
+        return cleanup
+
+    def discard_pending_snapshot(self) -> None:
+        self.discard_snapshot_tmp()
+
+    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
+        return indexfile.write(self.path, gen, arrays)
+
+    def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
+        return indexfile.read(self.path, ref, verify=verify)
+
+    def keep_only_index(self, name: str | None) -> None:
+        indexfile.remove_others(self.path, name)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "state_dir": str(self.path),
+            "journal_bytes": self.journal_size(),
+            "generation": self.gen,
+            "last_snapshot_at": self.last_snapshot_at,
+            "last_snapshot_seconds": self.last_snapshot_seconds,
+        }

@@ -287,7 +287,7 @@ class Vocab:
     def own(self, unmapped: Callable[[Any], Any]) -> None:
         """Replace each array that reads a memory-mapped file (a load's) by `unmapped(array)`,
         a copy of its own; the others stay. A settle replaces or grows every array, and grows
-        in place only what it owns (the index passes `indexfile.unmapped`, whose copy drops the
+        in place only what it owns (the index passes `mapped.unmapped`, whose copy drops the
         map's pages as it goes)."""
         blob = unmapped(self._blob)
         if blob is not self._blob:

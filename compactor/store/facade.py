@@ -22,7 +22,8 @@ from ..content.tags import merge_tags, parse_tags
 from ..content.tokens import TokenCounter, default_counter
 from ..errors import InvalidArgumentError, PersistenceError
 from ..models import CompactReport, Item, Op, Settings
-from ..persistence.interface import DirBackend, Persistence
+from ..persistence.base import Persistence
+from ..persistence.statedir import StateDir
 from ..runtime import PROCESS, Runtime
 from ..summaries.condense import unfamiliar_terms, with_footer
 from .compact import _Compaction, _item_bytes
@@ -80,7 +81,7 @@ class Store(_Recall, _Compaction, _Ledger):
         self.counter = counter or default_counter()
         self.settings = Settings(token_budget=C.BUDGET_DEFAULT)
         self._s = _State()
-        self._dir: Persistence | None = None
+        self._backend: Persistence | None = None
         self._dirty = False
         self._index_stale: set[str] | None = set()
         self._on_disk: SavedIndex | None = None
@@ -99,12 +100,12 @@ class Store(_Recall, _Compaction, _Ledger):
 
             backend = PgBackend.connect(database)
         elif state_dir is not None:
-            dir_backend = DirBackend(Path(state_dir))
+            dir_backend = StateDir(Path(state_dir))
             dir_backend.open()
             backend = dir_backend
         if backend is not None:
-            self._dir = backend
-            with self._dir.locked():
+            self._backend = backend
+            with self._backend.locked():
                 self._reload()
                 self._init_budget(budget)
         else:
@@ -452,7 +453,7 @@ class Store(_Recall, _Compaction, _Ledger):
         try:
             txn.apply(ops)
             mark_gone(txn)
-            if self._dir is not None:
+            if self._backend is not None:
                 self._write_snapshot_locked(dict(self._s.items))
         except (PersistenceError, OSError) as exc:
             txn.rollback()
@@ -588,10 +589,10 @@ class Store(_Recall, _Compaction, _Ledger):
         with self._read():
             s = self._s
             per_type = {t: dict(v) for t, v in s.type_counts.items()}
-            persistence: dict[str, Any] = {"enabled": self._dir is not None}
-            if self._dir is not None:
+            persistence: dict[str, Any] = {"enabled": self._backend is not None}
+            if self._backend is not None:
                 persistence.update(
-                    **self._dir.describe(),
+                    **self._backend.describe(),
                     dirty=self._dirty,
                     state="read-only" if self._degraded is not None else "saving",
                     degraded=self._degraded is not None,

@@ -20,9 +20,9 @@ import anyio.to_thread
 from .. import constants as C
 from ..errors import PersistenceError
 from ..models import Item, Op, Settings
+from ..persistence.base import Persistence
+from ..persistence.codec import ItemRecords
 from ..persistence.indexfile import IndexFileError
-from ..persistence.interface import Persistence
-from ..persistence.statedir import ItemRecords
 from ..runtime import Runtime
 from ..search.analyze import TERMS_VERSION, terms_changed
 from ..search.index import DERIVED_ARRAYS, saved_terms_version
@@ -164,7 +164,7 @@ class _ReadGuard:
         self._cm: Any = None
 
     def __enter__(self) -> None:
-        sd = self._store._dir
+        sd = self._store._backend
         if sd is None or not sd.is_open:  # closed: memory as it was last seen
             return
         self._cm = sd.reading()
@@ -179,7 +179,7 @@ class _ReadGuard:
 class _Journaled(_StateOps):
     """Memory kept in step with its persistence (state dir or database)."""
 
-    _dir: Persistence | None
+    _backend: Persistence | None
     _dirty: bool
     _index_saved: bool = True
     _on_disk: SavedIndex | None
@@ -195,8 +195,8 @@ class _Journaled(_StateOps):
             self._load_state()
 
     def _load_state(self) -> None:
-        assert self._dir is not None
-        loaded = self._dir.load()
+        assert self._backend is not None
+        loaded = self._backend.load()
         snap = loaded.snapshot
         state, settings, derived, on_disk = self._state_from_snapshot(snap)
         saved, changed = on_disk if on_disk is not None else (None, [])
@@ -315,10 +315,10 @@ class _Journaled(_StateOps):
         ref = snap.get("index_file")
         if ref is None or not isinstance(snap.get("index"), dict):
             return None
-        if self._dir is None:  # a parsed snapshot without its dir (the doctor joins it itself)
+        if self._backend is None:  # a parsed snapshot without its dir (the doctor joins it itself)
             snap.pop("index")
             return None
-        backend = self._dir
+        backend = self._backend
         return _IndexLoad(lambda: backend.load_index(ref))
 
     def _attach_index_file(self, snap: dict[str, Any], loading: _IndexLoad | None) -> None:
@@ -358,9 +358,9 @@ class _Journaled(_StateOps):
 
     def _sync(self) -> None:
         """Apply what other processes appended since our last call. Call under the lock."""
-        if self._dir is None or not self._dir.journal_changed():
+        if self._backend is None or not self._backend.journal_changed():
             return
-        batches = self._dir.read_new()
+        batches = self._backend.read_new()
         if batches is None:
             self._reload()
             return
@@ -391,7 +391,7 @@ class _Journaled(_StateOps):
         """Journal applied ops, or raise so the caller's transaction is undone: a write that
         is not on disk is never acknowledged. A failure makes memory read-only (reads go on);
         each later write tries the disk again, and the first that succeeds ends it."""
-        sd = self._dir
+        sd = self._backend
         if sd is None or not ops:
             return
         try:
@@ -415,9 +415,9 @@ class _Journaled(_StateOps):
         return self._degraded
 
     def _locked(self) -> Any:
-        if self._dir is None:
+        if self._backend is None:
             return _NullLock()
-        return self._dir.locked()
+        return self._backend.locked()
 
     def _read(self) -> Any:
         """Context for a read: catch up with other processes first."""
@@ -425,7 +425,7 @@ class _Journaled(_StateOps):
 
     @property
     def persistent(self) -> bool:
-        return self._dir is not None
+        return self._backend is not None
 
     @property
     def dirty(self) -> bool:
@@ -451,8 +451,8 @@ class _Journaled(_StateOps):
     def _write_snapshot_locked(self, items: dict[str, Item], *, adopt: bool = True) -> None:
         """A full snapshot with the index. `adopt`: go on with the index read from the file
         just written (`_adopt_saved_index`); not worth it when the store closes next."""
-        assert self._dir is not None
-        gen, offset = self._dir.gen, self._dir.offset
+        assert self._backend is not None
+        gen, offset = self._backend.gen, self._backend.offset
         header = self._snapshot_header(gen + 1, gen, offset)
         # Synchronous snapshots (shutdown, forget, recovery) hold the lock anyway, so they also
         # save the index: the next start then loads it instead of re-tokenising everything.
@@ -462,8 +462,8 @@ class _Journaled(_StateOps):
         # In the file, the buckets' arrays are read in place at the next start, shared and not
         # parsed (base64 in the header was ~4 MiB per process at 10k items until a first write).
         header["dedup"] = {"format": 2, "byteorder": sys.byteorder} if dedup_in_file else dedup_state(self._s)
-        self._dir.snapshot_now(header, list(items.values()))
-        self._dir.keep_only_index(ref["name"] if ref is not None else None)
+        self._backend.snapshot_now(header, list(items.values()))
+        self._backend.keep_only_index(ref["name"] if ref is not None else None)
         self._dirty = False
         self._index_saved = True
         self._on_disk = self._saved_index_of(header)
@@ -476,10 +476,10 @@ class _Journaled(_StateOps):
         start would: memory-mapped, shared and clean instead of the private arrays saving it
         merged them into (at 100k items ~285 MiB that stayed resident after every full
         snapshot). On any failure the index in memory, which the file holds too, stays."""
-        assert self._dir is not None
+        assert self._backend is not None
         scratch = _State()
         try:
-            arrays = self._dir.load_index(ref, verify=False)  # written and checksummed just now
+            arrays = self._backend.load_index(ref, verify=False)  # written and checksummed just now
             snap = {"index": {**header["index"], **arrays}, "dedup": dict(header["dedup"])}
             kept = "keeping the index in memory, which the file also holds"
             if not self._restore_derived(scratch, snap, instead=kept) or len(scratch.index) != len(self._s.index):
@@ -496,12 +496,12 @@ class _Journaled(_StateOps):
         arrays went to when the backend keeps them apart (compactor.persistence.indexfile beside a state
         dir's snapshot: memory-mapped at the next start; None when it does not), and whether
         the near-duplicate buckets' arrays went to that file too."""
-        assert self._dir is not None
+        assert self._backend is not None
         state = self._s.index.to_state(binary=True)
         arrays = {key: value for key, value in state.items() if isinstance(value, memoryview)}
-        dedup = dedup_arrays(self._s) if self._dir.index_in_file else None
+        dedup = dedup_arrays(self._s) if self._backend.index_in_file else None
         try:
-            ref = self._dir.save_index(gen, {**arrays, **(dedup or {})})
+            ref = self._backend.save_index(gen, {**arrays, **(dedup or {})})
         except OSError as exc:
             raise PersistenceError(f"Could not write the index file: {exc.strerror or exc}") from exc
         if ref is None:  # kept inside the snapshot: the same arrays as base64 text, less what a load can derive
@@ -519,7 +519,7 @@ class _Journaled(_StateOps):
     def rebuild_and_snapshot(self) -> None:
         """Rebuild the derived structures (search index, near-duplicate buckets) from the items
         and save them with a full snapshot: `compactor doctor --repair` after index drift."""
-        if self._dir is None:
+        if self._backend is None:
             return
         with self._locked():
             self._sync()
@@ -529,7 +529,7 @@ class _Journaled(_StateOps):
     def snapshot(self, *, adopt: bool = True) -> None:
         """Write a snapshot and truncate the journal, synchronously (used at shutdown; `adopt`
         as `_write_snapshot_locked`)."""
-        if self._dir is None:
+        if self._backend is None:
             return
         with self._locked():
             self._sync()
@@ -539,9 +539,9 @@ class _Journaled(_StateOps):
         """Snapshot without blocking the event loop: items are frozen, so a shallow copy of the
         dict taken under the lock is a consistent picture; it is serialised and written in a
         worker thread, and only the rename + journal rotation take the lock again."""
-        if self._dir is None:
+        if self._backend is None:
             return
-        sd = self._dir
+        sd = self._backend
         with self._locked():
             self._sync()
             items = list(self._s.items.values())
@@ -591,21 +591,21 @@ class _Journaled(_StateOps):
         return name if isinstance(name, str) else None
 
     def _write_snapshot_tmp(self, header: dict[str, Any], items: list[Item]) -> bool:
-        assert self._dir is not None
+        assert self._backend is not None
         try:
-            self._dir.write_pending_snapshot(header, items)
+            self._backend.write_pending_snapshot(header, items)
             return True
         except (PersistenceError, OSError) as exc:
             log.warning("snapshot failed: %s", exc)
             return False
 
     def _discard_tmp(self) -> None:
-        assert self._dir is not None
-        self._dir.discard_pending_snapshot()
+        assert self._backend is not None
+        self._backend.discard_pending_snapshot()
 
     def close(self) -> None:
-        if self._dir is not None:
-            self._dir.close()
+        if self._backend is not None:
+            self._backend.close()
 
     def close_with_snapshot(self) -> None:
         """How a server ends: a final snapshot when one is needed (`needs_final_snapshot`),

@@ -20,17 +20,17 @@ class _Ledger(_Journaled):
     def _ledger_append(self, entries: list[dict[str, Any]]) -> None:
         self._ledger_mem.extend(entries)
         del self._ledger_mem[: -C.LEDGER_MEMORY_MAX]
-        if self._dir is not None:
+        if self._backend is not None:
             try:
-                self._dir.append_ledger(entries)
+                self._backend.append_ledger(entries)
             except PersistenceError as exc:
                 log.error("forget ledger not written (entries kept in memory): %s", exc)
 
     def _ledger_count(self) -> int:
-        return self._dir.ledger_count() if self._dir is not None else len(self._ledger_mem)
+        return self._backend.ledger_count() if self._backend is not None else len(self._ledger_mem)
 
     def forget_ledger(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest entries of the append-only forget ledger."""
-        if self._dir is not None:
-            return self._dir.read_ledger()[-limit:]
+        if self._backend is not None:
+            return self._backend.read_ledger()[-limit:]
         return self._ledger_mem[-limit:]

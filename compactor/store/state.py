@@ -19,8 +19,8 @@ from .. import constants as C
 from ..content.tokens import TokenCounter
 from ..errors import NotFoundError
 from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
-from ..persistence import indexfile
 from ..render import examples
+from ..search import mapped as memory_map
 from ..search.dedup import BUFFER_KEYS, DedupIndex, json_state
 from ..search.index import BM25Index
 from ..search.views import ViewIndex
@@ -105,10 +105,10 @@ class _State:
                     del by_tag[tag]
 
     def release_index_pages(self) -> None:
-        """Unmap the index file's pages this process has read (`indexfile.release`)."""
+        """Unmap the index file's pages this process has read (`search.mapped.release`)."""
         mapped = self.index_file() if self.index_file is not None else None
         if mapped is not None:
-            indexfile.release(mapped)
+            memory_map.release(mapped)
 
     @property
     def dedup(self) -> DedupIndex:
@@ -431,7 +431,7 @@ class _StateOps:
         index_state, saved = snap.pop("index", None), snap.pop("dedup", None)
         if not index_state or saved is None:
             return False
-        mapped = indexfile.mapping(index_state)
+        mapped = memory_map.mapping(index_state)
         try:
             if not isinstance(saved, dict):
                 raise ValueError("unknown dedup state format")

@@ -21,7 +21,7 @@ from compactor.cli import doctor as doctor_cli
 from compactor.cli import main as cli_main
 from compactor.doctor import checks
 from compactor.errors import CompactorError
-from compactor.persistence.statedir import journal_line, snapshot_chunks
+from compactor.persistence.codec import journal_line, snapshot_chunks
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
 
@@ -214,7 +214,7 @@ def test_snapshot_lost_after_a_rotation(state_dir: Path):
 def test_interrupted_rotation_is_a_warning_and_replays_the_tail(state_dir: Path):
     s = Store(state_dir=state_dir)
     a = s.store("before").item.id
-    sd = s._dir
+    sd = s._backend
     assert sd is not None
     header = s._snapshot_header(sd.gen + 1, sd.gen, sd.offset)
     sd.write_snapshot(snapshot_chunks(header, list(s.iter_items())))  # crash before rotate()

@@ -13,6 +13,7 @@ import pytest
 
 from compactor import doctor
 from compactor.persistence import indexfile
+from compactor.search import mapped as memory_map
 from compactor.store import Store, StoreInput
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
@@ -316,11 +317,11 @@ def test_release_unmaps_the_pages_read_and_later_reads_see_the_same_bytes(tmp_pa
     ref = indexfile.write(tmp_path, 3, blocks)
     path = tmp_path / ref["name"]
     arrays = indexfile.read(tmp_path, ref)
-    mapped = indexfile.mapping(arrays)
-    assert mapped is not None and indexfile.mapping({"x": memoryview(b"abc")}) is None
+    mapped = memory_map.mapping(arrays)
+    assert mapped is not None and memory_map.mapping({"x": memoryview(b"abc")}) is None
     assert {k: bytes(v) for k, v in arrays.items()} == blocks
     assert _resident_kib(path) >= 4 << 10
-    indexfile.release(mapped)
+    memory_map.release(mapped)
     assert _resident_kib(path) == 0
     assert {k: bytes(v) for k, v in arrays.items()} == blocks  # read again from the page cache
     assert _resident_kib(path) >= 4 << 10
@@ -331,27 +332,25 @@ def test_copy_out_copies_a_map_a_chunk_at_a_time_and_leaves_none_of_it_resident(
 ):
     """Copying an array out of the map whole kept every page of it resident beside the copy:
     ~10 MiB of a 10k-item server's peak at its first settle after a start."""
-    from compactor import constants as C
-
     chunk = 256 << 10
-    monkeypatch.setattr(C, "INDEX_FILE_COPY_CHUNK", chunk)
+    monkeypatch.setattr(memory_map, "COPY_CHUNK", chunk)
     blocks = {f"a{i}": os.urandom((12 << 20) + 4 * i) for i in range(2)}
     ref = indexfile.write(tmp_path, 3, blocks)
     path = tmp_path / ref["name"]
     arrays = indexfile.read(tmp_path, ref)
-    mapped = indexfile.mapping(arrays)
-    assert mapped is not None and indexfile.map_of(arrays["a1"].cast("I")) is mapped
+    mapped = memory_map.mapping(arrays)
+    assert mapped is not None and memory_map.map_of(arrays["a1"].cast("I")) is mapped
     resident: list[int] = []
-    release = indexfile.release
+    release = memory_map.release
 
     def measuring(m: object) -> None:
         resident.append(_resident_kib(path))
         release(m)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(indexfile, "release", measuring)
+    monkeypatch.setattr(memory_map, "release", measuring)
     for name, block in blocks.items():
         copy = bytearray(len(block))
-        indexfile.copy_out(arrays[name], copy)
+        memory_map.copy_out(arrays[name], copy)
         assert copy == block
         assert _resident_kib(path) == 0
     assert len(resident) == sum(-(-len(b) // chunk) for b in blocks.values())
@@ -359,10 +358,10 @@ def test_copy_out_copies_a_map_a_chunk_at_a_time_and_leaves_none_of_it_resident(
     # folios (up to 2 MiB each on a file system with large folios: two where a chunk spans one).
     assert max(resident) <= (chunk >> 10) + (4 << 10) < (12 << 10)
     plain = bytearray(5)
-    indexfile.copy_out(b"abcde", plain)  # not a map: one copy, nothing to release
+    memory_map.copy_out(b"abcde", plain)  # not a map: one copy, nothing to release
     assert plain == b"abcde" and len(resident) == sum(-(-len(b) // chunk) for b in blocks.values())
     with pytest.raises(ValueError, match="cannot copy 5 bytes into 4"):
-        indexfile.copy_out(b"abcde", bytearray(4))
+        memory_map.copy_out(b"abcde", bytearray(4))
 
 
 def test_the_first_settle_after_a_start_leaves_none_of_the_index_file_resident(
@@ -391,16 +390,16 @@ def test_the_first_settle_after_a_start_leaves_none_of_the_index_file_resident(
     assert before > 0
     monkeypatch.setattr(C, "INDEX_SETTLE_MIN", 0)
     monkeypatch.setattr(C, "INDEX_SETTLE_SHARE", 1 << 30)  # the next new term settles
-    monkeypatch.setattr(C, "INDEX_FILE_COPY_CHUNK", 64 << 10)
+    monkeypatch.setattr(memory_map, "COPY_CHUNK", 64 << 10)
     copied: list[int] = []
-    copy_out = indexfile.copy_out
+    copy_out = memory_map.copy_out
 
     def recording(src: object, dst: object) -> None:
-        if indexfile.map_of(src) is not None:
+        if memory_map.map_of(src) is not None:
             copied.append(memoryview(src).nbytes)  # type: ignore[arg-type]
         copy_out(src, dst)
 
-    monkeypatch.setattr(indexfile, "copy_out", recording)
+    monkeypatch.setattr(memory_map, "copy_out", recording)
     added = store.store("one more note about golf and newterm_after_start").item.id
     assert sorted(copied) == grown
     # What a store reads of the map after its settle (the near-duplicate buckets) may stay.
@@ -441,7 +440,7 @@ def test_a_large_transaction_unmaps_the_index_file_pages_it_read_and_a_store_doe
 
     with (
         patch.object(C, "INDEX_FILE_RELEASE_OPS", 8),
-        patch.object(indexfile, "release", wraps=indexfile.release) as release,
+        patch.object(memory_map, "release", wraps=memory_map.release) as release,
         patch.object(_Txn, "commit", counted),
     ):
         store.configure(token_budget=2_000, auto_compact=False)
@@ -452,7 +451,7 @@ def test_a_large_transaction_unmaps_the_index_file_pages_it_read_and_a_store_doe
     assert _resident_kib(path) == 0
     with (
         patch.object(C, "INDEX_FILE_RELEASE_OPS", 8),
-        patch.object(indexfile, "release", wraps=indexfile.release) as release,
+        patch.object(memory_map, "release", wraps=memory_map.release) as release,
     ):
         store.restore(report.archived[0])  # a few ops: below the threshold, nothing released
         assert release.call_count == 0
@@ -468,18 +467,18 @@ def test_a_start_reads_the_index_file_on_a_thread_while_it_parses_the_items(
     runs it beside the parse of the items, and uses the arrays once both are done."""
     import threading
 
-    from compactor.persistence.interface import DirBackend
+    from compactor.persistence.statedir import StateDir
 
     d = tmp_path / "state"
     ids = _fill(d)
     seen: list[str] = []
-    load = DirBackend.load_index
+    load = StateDir.load_index
 
-    def recording(self: DirBackend, ref: dict[str, object], **kw: object) -> dict[str, memoryview]:
+    def recording(self: StateDir, ref: dict[str, object], **kw: object) -> dict[str, memoryview]:
         seen.append(threading.current_thread().name)
         return load(self, ref, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(DirBackend, "load_index", recording)
+    monkeypatch.setattr(StateDir, "load_index", recording)
     store = Store(state_dir=d)
     assert seen == ["compactor-index-load"]
     assert store._s.index_file is not None  # the saved index, not a rebuild
@@ -494,17 +493,17 @@ def test_a_start_whose_items_are_damaged_waits_for_its_index_thread(tmp_path: Pa
     import time
 
     from compactor.errors import StateCorruptError
-    from compactor.persistence.interface import DirBackend
+    from compactor.persistence.statedir import StateDir
 
     d = tmp_path / "state"
     _fill(d)
-    load = DirBackend.load_index
+    load = StateDir.load_index
 
-    def slow(self: DirBackend, ref: dict[str, object], **kw: object) -> dict[str, memoryview]:
+    def slow(self: StateDir, ref: dict[str, object], **kw: object) -> dict[str, memoryview]:
         time.sleep(0.5)
         return load(self, ref, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(DirBackend, "load_index", slow)
+    monkeypatch.setattr(StateDir, "load_index", slow)
     path = d / "snapshot.json"
     lines = path.read_bytes().split(b"\n")
     lines[2] = lines[2][:20]

@@ -113,7 +113,7 @@ def test_background_snapshot_deletes_unused_files_off_the_lock(
     assert index_files
     s.store("second")
     s.store("third")  # two of three items changed since the index file: it is not named
-    sd = s._dir
+    sd = s._backend
     assert sd is not None
     seen: list[tuple[str, bool, int]] = []
     real_remove, real_drop = indexfile.remove, StateDir.drop_old_snapshot
@@ -209,11 +209,11 @@ def test_newer_schema_is_refused(state_dir: Path):
 def test_crash_between_snapshot_and_rotation_loses_nothing(state_dir: Path):
     s = Store(state_dir=state_dir)
     a = s.store("before").item.id
-    sd = s._dir
+    sd = s._backend
     assert sd is not None
     # Write the snapshot but "crash" before the journal rotation.
     header = s._snapshot_header(sd.gen + 1, sd.gen, sd.offset)
-    from compactor.persistence.statedir import snapshot_chunks
+    from compactor.persistence.codec import snapshot_chunks
 
     sd.write_snapshot(snapshot_chunks(header, list(s.iter_items())))
     # The old-generation journal gets one more acknowledged write after the snapshot offset.
@@ -389,11 +389,11 @@ def test_a_damaged_item_line_stops_startup_and_changes_no_file(state_dir: Path, 
 def test_a_damaged_snapshot_is_found_before_an_unfinished_rotation_rewrites_the_journal(state_dir: Path):
     """A crash between snapshot and rotation leaves the journal one generation behind; loading
     finishes that rotation, rewriting the journal, which must wait until every item was read."""
-    from compactor.persistence.statedir import snapshot_chunks
+    from compactor.persistence.codec import snapshot_chunks
 
     s = Store(state_dir=state_dir)
     s.store("before")
-    sd = s._dir
+    sd = s._backend
     assert sd is not None
     header = s._snapshot_header(sd.gen + 1, sd.gen, sd.offset)
     sd.write_snapshot(snapshot_chunks(header, list(s.iter_items())))
@@ -526,7 +526,7 @@ def _index_file_of(store: Store) -> str | None:
     if not isinstance(flat, memoryview) or not hasattr(flat.obj, "madvise"):
         return None
     for line in Path("/proc/self/maps").read_text().splitlines():
-        if "index." in line and line.split()[-1].startswith(str(store._dir.path)):  # type: ignore[union-attr]
+        if "index." in line and line.split()[-1].startswith(str(store._backend.path)):  # type: ignore[union-attr]
             return Path(line.split()[-1]).name
     return "mapped"
 
@@ -566,7 +566,7 @@ def test_a_snapshot_whose_index_file_cannot_be_read_back_keeps_the_index_in_memo
     def unreadable(self: object, ref: object, **_: object) -> None:
         raise IndexFileError("x")
 
-    monkeypatch.setattr(type(store._dir), "load_index", unreadable)
+    monkeypatch.setattr(type(store._backend), "load_index", unreadable)
     store.snapshot()
     assert _index_file_of(store) is None  # the arrays it merged, kept
     assert [h.item.id for h in store.query("osprey_1 feed", limit=50)] == before and store.check_derived() == []
@@ -578,7 +578,7 @@ def test_a_snapshot_whose_index_file_reads_back_unusable_says_it_keeps_the_index
     store = Store(state_dir=state_dir)
     for i in range(8):
         store.store(f"note {i} about the {('avocet', 'stilt')[i % 2]} loop")
-    monkeypatch.setattr(type(store._dir), "load_index", lambda self, ref, **_: {})
+    monkeypatch.setattr(type(store._backend), "load_index", lambda self, ref, **_: {})
     store.snapshot()
     assert "keeping the index in memory" in caplog.text and "rebuilding" not in caplog.text
     assert _index_file_of(store) is None and store.check_derived() == []

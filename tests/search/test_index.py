@@ -15,6 +15,8 @@ from rank_bm25 import BM25Okapi
 
 from compactor import constants as C
 from compactor.search import index as index_module
+from compactor.search import postings as postings_module
+from compactor.search import topk as topk_module
 from compactor.search.analyze import query_terms, tokenize
 from compactor.search.index import BM25_B, BM25_K1, SUMMARY_WEIGHT, TAG_WEIGHT, BM25Index, IndexHit
 
@@ -74,7 +76,7 @@ _DENSE = pytest.mark.parametrize("scoring_path", ["numpy", "numpy-all", "python"
 def _path(mode: str) -> contextlib.ExitStack:
     stack = contextlib.ExitStack()
     stack.enter_context(patch.object(index_module, "_DENSE_MIN_POSTINGS", 10**9 if mode == "python" else 0))
-    stack.enter_context(patch.object(index_module, "_TOP_BLOCK", 10**9 if mode == "numpy-all" else 16))
+    stack.enter_context(patch.object(topk_module, "_TOP_BLOCK", 10**9 if mode == "numpy-all" else 16))
     return stack
 
 
@@ -111,7 +113,7 @@ def test_search_matches_full_evaluation_when_pruning_is_forced(real, scoring_pat
     common = [w for w, _ in df.most_common(10)]
     queries = _queries(df, 1, 200, 20, seed=4, extra=common[5:8])
     with (
-        patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0),
+        patch.object(topk_module, "_PRUNE_MIN_POSTINGS", 0),
         _path(scoring_path),
     ):
         for q in queries:
@@ -130,7 +132,7 @@ def test_filtered_search_matches_filtered_full_evaluation_when_pruning_is_forced
         return int(doc_id) % 3 != 0
 
     with (
-        patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0),
+        patch.object(topk_module, "_PRUNE_MIN_POSTINGS", 0),
         _path(scoring_path),
     ):
         for q in queries:
@@ -376,11 +378,11 @@ def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(
 ):
     with (
         patch.object(C, "INDEX_SETTLE_MIN", settle_min),  # 0: terms and postings merge on most adds
-        patch.object(index_module, "_TOP_BLOCK", top_block),  # 1 and 2: the top-k bound with ties at the cut
+        patch.object(topk_module, "_TOP_BLOCK", top_block),  # 1 and 2: the top-k bound with ties at the cut
         patch.object(index_module, "_DOC_LIMIT", doc_limit),  # 12 forces renumbering
         patch.object(index_module, "_COMPACT_SLACK", 0),  # compacts postings early and often
-        patch.object(index_module, "_PRUNE_MIN_POSTINGS", 0 if force_prune else 256),
-        patch.object(index_module, "_BISECT_COST", 0 if force_bisect else 16),
+        patch.object(topk_module, "_PRUNE_MIN_POSTINGS", 0 if force_prune else 256),
+        patch.object(topk_module, "_BISECT_COST", 0 if force_bisect else 16),
     ):
         index = BM25Index()
         docs: dict[str, tuple[str, str | None, list[str]]] = {}
@@ -579,7 +581,7 @@ def test_a_loaded_term_takes_new_postings_in_a_tail_without_copying_its_own():
 @given(
     st.lists(st.integers(0, 4), min_size=1, max_size=12),
     st.lists(st.tuples(st.sampled_from(["tail", "new", "grow", "own"]), st.integers(0, 30)), max_size=60),
-    st.sampled_from([1, 2, 5, index_module._SETTLE_CHUNK]),
+    st.sampled_from([1, 2, 5, postings_module._SETTLE_CHUNK]),
     st.sampled_from(["array", "mapped", "read"]),
     st.sampled_from([None, 0, 6]),
 )
@@ -600,8 +602,8 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
     lens = list(settled)
     flat = array("I", range(1, sum(lens) + 1))
 
-    def build() -> index_module._Postings:
-        post = index_module._Postings(memoryview(array("I", flat)) if source == "mapped" else array("I", flat), lens)
+    def build() -> postings_module._Postings:
+        post = postings_module._Postings(memoryview(array("I", flat)) if source == "mapped" else array("I", flat), lens)
         doc = 1_000
         for kind, k in writes:
             doc += 1
@@ -615,7 +617,7 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
                 post[k % len(lens)] = array("I", [doc])
         return post
 
-    with patch.object(index_module, "offsets_dtype", narrow_until):
+    with patch.object(postings_module, "offsets_dtype", narrow_until):
         post = build()
     if not post.unsettled:
         return
@@ -627,12 +629,15 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
     held = post[0] if source == "read" and lens[0] and 0 not in post._tail and 0 not in post._own else None
     held_values = list(held) if held is not None else None
     with (
-        patch.object(index_module, "_SETTLE_CHUNK", chunk),
-        patch.object(index_module, "_STARTS_CHUNK", chunk),
+        patch.object(postings_module, "_SETTLE_CHUNK", chunk),
+        patch.object(postings_module, "_STARTS_CHUNK", chunk),
         patch.object(
-            index_module._Postings, "_appended_flat", autospec=True, side_effect=index_module._Postings._appended_flat
+            postings_module._Postings,
+            "_appended_flat",
+            autospec=True,
+            side_effect=postings_module._Postings._appended_flat,
         ) as spy,
-        patch.object(index_module, "offsets_dtype", narrow_until),
+        patch.object(postings_module, "offsets_dtype", narrow_until),
     ):
         post.settle()
     assert spy.call_count == (1 if appended else 0)
@@ -652,7 +657,7 @@ def test_settling_lays_every_term_out_in_order_whichever_way_it_merges(settled, 
     for doc, t in enumerate((0, len(post) - 1, len(post) // 2), start=5_000):
         post.add(t, doc)
         want[t].append(doc)
-    with patch.object(index_module, "offsets_dtype", narrow_until):
+    with patch.object(postings_module, "offsets_dtype", narrow_until):
         post.settle()
     assert [list(post[t]) for t in range(len(post))] == want
     assert post._starts.itemsize == np.dtype(narrow_until(len(post.flat))).itemsize
@@ -672,7 +677,7 @@ def test_postings_read_back_what_was_written_between_and_across_settles(settled,
     without an array until it gets a second), reads back as written after each step, and
     a settle changes nothing read."""
     model = [[1_000 * t + i for i in range(n)] for t, n in enumerate(settled)]
-    post = index_module._Postings(array("I", [p for term in model for p in term]), settled)
+    post = postings_module._Postings(array("I", [p for term in model for p in term]), settled)
     doc = 100_000
     for kind, k in ops:
         doc += 1
@@ -752,7 +757,7 @@ def test_postings_starts_take_four_bytes_and_a_file_with_eight_byte_starts_still
     assert loaded._post._starts.itemsize == 4
     assert [h.doc_id for h in loaded.search("fresh", 5)] == ["new"]
     # Past the line (moved to 50 postings here), 8 bytes, kept through a save.
-    with patch.object(index_module, "offsets_dtype", lambda end: np.uint32 if end <= 50 else np.uint64):
+    with patch.object(postings_module, "offsets_dtype", lambda end: np.uint32 if end <= 50 else np.uint64):
         wide = BM25Index()
         wide.add_many(docs)
         wide.settle()

@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from compactor import constants as C
 from compactor.errors import InvalidArgumentError
-from compactor.persistence import indexfile
+from compactor.search import mapped as memory_map
 from compactor.store import Store
 from tests.support.old_tokenizer import tokenizer_version
 
@@ -123,7 +123,7 @@ class ReindexingUnderPressure(Reindexing):
     releases = 0
 
     def __init__(self) -> None:
-        release = indexfile.release
+        release = memory_map.release
 
         def counted(mapped: object) -> None:
             type(self).releases += 1
@@ -132,7 +132,7 @@ class ReindexingUnderPressure(Reindexing):
         self._patches = [
             patch.object(C, "INDEX_FILE_RELEASE_OPS", 1),
             patch.object(C, "INDEX_SETTLE_MIN", 8),
-            patch.object(indexfile, "release", counted),
+            patch.object(memory_map, "release", counted),
         ]
         for p in self._patches:
             p.start()

@@ -385,7 +385,7 @@ def test_a_rolled_back_call_with_batched_puts_leaves_memory_as_it_was(tmp_path):
             txn.apply(ops)
             assert {"new-0", "new-3", old.id} <= set(store._s.items)
 
-    store._dir.append = fail
+    store._backend.append = fail
     with pytest.raises(PersistenceError):
         call()
     assert {i: it.to_record() for i, it in store._s.items.items()} == before

@@ -23,7 +23,7 @@ def rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
 
 
 def backend_of(store: Store) -> PgBackend:
-    sd = store._dir
+    sd = store._backend
     assert isinstance(sd, PgBackend)
     return sd
 

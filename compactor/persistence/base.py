@@ -1,7 +1,8 @@
 """Where the Store keeps its journal and snapshots: the one small interface the core persists
-through (`Persistence`), and its state-dir implementation (`DirBackend`, over `persist.StateDir`).
-The other implementation is PostgreSQL (`compactor.persistence.postgres.PgBackend`); the Store never asks
-which one it has.
+through (`Persistence`), what a load reads (`Loaded`), and the re-entrant writers' lock both
+implementations share (`ReentrantLock`). The implementations are the state dir
+(`compactor.persistence.statedir.StateDir`) and PostgreSQL
+(`compactor.persistence.postgres.PgBackend`); the Store never asks which one it has.
 
 Both keep the same event-sourced design: every call's ops are one journal entry, written after
 the writer caught up with every entry before it, under a lock the writers share; a snapshot
@@ -14,11 +15,52 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..models import Item, Op
-from . import indexfile
-from .statedir import Loaded, StateDir, snapshot_chunks
+
+
+@dataclass(slots=True)
+class Loaded:
+    """What startup (or a reload after another process rotated the journal) reads from disk."""
+
+    snapshot: dict[str, Any] | None
+    batches: list[list[Op]]
+    gen: int
+    offset: int
+    warnings: list[str] = field(default_factory=list)
+
+
+class ReentrantLock:
+    """The writers' lock, re-entrant within one process and thread: only the outermost hold
+    takes it (`_acquire`) and gives it back (`_release`)."""
+
+    _lock_depth: int = 0
+
+    def _acquire(self, exclusive: bool) -> None:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def locked(self, exclusive: bool = True) -> Iterator[None]:
+        """Hold the writers' lock around a critical section; re-entrant."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        self._acquire(exclusive)
+        self._lock_depth = 1
+        try:
+            yield
+        finally:
+            self._lock_depth = 0
+            self._release()
 
 
 class Persistence(Protocol):
@@ -115,71 +157,3 @@ class Persistence(Protocol):
     def describe(self) -> dict[str, Any]:
         """Where memory is kept and how big its journal is, for `status`."""
         ...
-
-
-class DirBackend(StateDir):
-    """A state dir (`persist.StateDir`, unchanged) seen through `Persistence`."""
-
-    index_in_file = True
-
-    def reading(self) -> AbstractContextManager[None]:
-        # Exclusive, not shared: catching up cuts a dead writer's torn tail and a reload
-        # re-reads the journal.
-        return self.locked(exclusive=True)
-
-    def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
-        gen, offset = self.gen, self.offset
-        self.write_snapshot(snapshot_chunks(header, items))
-        self.rotate(gen + 1, offset)
-        self.remove_temp_files()
-
-    def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:
-        self.write_snapshot_tmp(snapshot_chunks(header, items))
-
-    def install_pending_snapshot(
-        self, gen: int, offset: int, keep_index: str | None = None
-    ) -> Callable[[], None] | None:
-        old = self.install_snapshot_tmp()
-        self.rotate(gen + 1, offset)
-        self.remove_dead_temp_files()
-        # The pending snapshot names at most `keep_index`, so no other index file is needed
-        # any more; listed here under the lock (a later snapshot's file has a later
-        # generation's name, never one of these) and deleted with the old snapshot in the
-        # cleanup, off the lock.
-        stale = indexfile.others(self.path, keep_index)
-        if old is None and not stale:
-            return None
-
-        def cleanup() -> None:
-            if old is not None:
-                StateDir.drop_old_snapshot(old)
-            indexfile.remove(stale)
-
-        return cleanup
-
-    def discard_pending_snapshot(self) -> None:
-        self.discard_snapshot_tmp()
-
-    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
-        return indexfile.write(self.path, gen, arrays)
-
-    def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
-        return indexfile.read(self.path, ref, verify=verify)
-
-    def keep_only_index(self, name: str | None) -> None:
-        indexfile.remove_others(self.path, name)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "state_dir": str(self.path),
-            "journal_bytes": self.journal_size(),
-            "generation": self.gen,
-            "last_snapshot_at": self.last_snapshot_at,
-            "last_snapshot_seconds": self.last_snapshot_seconds,
-        }
-
-
-@contextlib.contextmanager
-def nothing_held() -> Iterator[None]:
-    """A lock that holds nothing (for backends that need none around a read)."""
-    yield
