@@ -81,6 +81,7 @@ def test_rotation_snapshot_and_lock_file_are_followed_by_a_directory_sync(
         a = s.store("forgotten soon").item
         s.store("kept")
         s.snapshot()
+        assert JOURNAL in check_dir_synced(log, state_dir)  # the rotation's rename, synced by itself
         s.forget(a.id)  # a snapshot, a rotation and the forget ledger's first line
         names = check_dir_synced(log, state_dir)
         assert {LOCK, JOURNAL, SNAPSHOT, C.FORGET_LEDGER} <= set(names), names
