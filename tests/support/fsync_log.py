@@ -193,9 +193,11 @@ def check_unsynced_writes(log: Log) -> int:
     return synced_writes
 
 
-def check_dir_synced(log: Log, state_dir: Path) -> list[str]:
+def check_dir_synced(log: Log, state_dir: Path, *, running: bool = False) -> list[str]:
     """Each state file created or renamed into `state_dir` is followed by an fsync of the dir.
-    Returns the names checked."""
+    Returns the names checked. `running`: the writer may still be between its rename and the
+    directory's fsync (a background snapshot after a reply): a rename with nothing logged
+    after it by its process is not checked yet."""
     events = log.events()
     where = os.path.realpath(state_dir)
     names: list[str] = []
@@ -205,6 +207,8 @@ def check_dir_synced(log: Log, state_dir: Path) -> list[str]:
         path = os.path.realpath(event["path"])
         if os.path.dirname(path) != where or not STATE_FILES.fullmatch(os.path.basename(path)):
             continue  # a temp file is made durable under its final name
+        if running and not any(later["pid"] == event["pid"] for later in events[k + 1 :]):
+            continue
         names.append(os.path.basename(path))
         assert any(
             later["ev"] in ("fsync", "fdatasync") and later["dir"] and os.path.realpath(later["path"]) == where
