@@ -118,10 +118,13 @@ def cmd_status(args: argparse.Namespace, out: Out) -> int:
                 "journal_bytes": files.journal_bytes,
                 "snapshot_bytes": files.snapshot_bytes,
                 "snapshot_at": files.snapshot_at,
+                "durability_warning": status.persistence.get("durability_warning"),
             }
         )
         return EXIT_OK
     out.lines(status_report(status, shape, files, paint=out.paint, unicode=out.unicode))
+    if status.persistence.get("durability_warning"):
+        out.line(f"Warning: {status.persistence['durability_warning']}")
     if database is None and not has_state(state_dir_of(args)):
         out.line(f"Empty: nothing stored yet. A server started with --state-dir {files.path} keeps its memory here.")
     return EXIT_OK

@@ -53,6 +53,7 @@ def register(kit: ToolKit) -> None:
                     f"Token counter: {current.token_counter}",
                     f"Scope: {store.scope} (reads also cover 'global')",
                     f"Persistence: {persist}",
+                    *([f"Warning: {p['durability_warning']}"] if p.get("durability_warning") else []),
                 ]
             )
             model = S.StatusResult(

@@ -132,6 +132,25 @@ WHERE s.state = 'pending'
 """
 
 
+def sync_warning(conn: psycopg.Connection[Any], where: str) -> str | None:
+    """Why an acknowledged write could be lost on a crash of the database host (this session's
+    `synchronous_commit` or the server's `fsync` is off), with how to turn it on; None if neither.
+    `synchronous_commit = local` or `remote_*` still flushes on this host: not reported."""
+    off = []
+    for name in ("synchronous_commit", "fsync"):
+        row = conn.execute(f"SHOW {name}").fetchone()
+        if row is not None and str(row[0]).lower() == "off":
+            off.append(name)
+    if not off:
+        return None
+    return (
+        f"database {where} runs with {' and '.join(f'{name}=off' for name in off)}: a write compactor "
+        "acknowledged can be lost if the database host crashes. Turn it on: remove it from the URL's "
+        "options and the role's or database's settings (ALTER DATABASE ... RESET synchronous_commit), "
+        "and set synchronous_commit = on and fsync = on in postgresql.conf."
+    )
+
+
 def display_url(url: str) -> str:
     """The database a URL names, without its password (status and messages show this)."""
     from psycopg.conninfo import conninfo_to_dict
@@ -200,6 +219,7 @@ class PgBackend(ReentrantLock):
         self._heard_gen = 0
         self._missed = True  # notifications may have been missed (new connection)
         self._pending: int | None = None  # id of our pending snapshot row
+        self.durability_warning: str | None = None  # from `sync_warning` at open; shown by status
         # Access-time entries (not fsynced on a state dir either) held until the lock is released,
         # then sent in the same round trip as the unlock: a query costs one round trip less.
         self._deferred: list[Op] = []
@@ -233,9 +253,13 @@ class PgBackend(ReentrantLock):
             self._migrate(conn)
             conn.execute(f"LISTEN {C.PG_CHANNEL}")
             row = conn.execute("SELECT pg_backend_pid()").fetchone()
+            warning = sync_warning(conn, self.where)
         except BaseException:
             conn.close()
             raise
+        if warning is not None and warning != self.durability_warning:
+            log.warning("%s", warning)
+        self.durability_warning = warning
         self._pid = int(row[0]) if row else 0
         self._conn = conn
         self._missed = True
@@ -675,4 +699,5 @@ class PgBackend(ReentrantLock):
             "sequence": self.offset,
             "last_snapshot_at": self.last_snapshot_at,
             "last_snapshot_seconds": self.last_snapshot_seconds,
+            "durability_warning": self.durability_warning,
         }

@@ -167,6 +167,7 @@ class StateDir(ReentrantLock):
             lock_path = self.path / LOCK
             self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
             os.fchmod(self._lock_fd, 0o600)
+            _fsync_dir(self.path)  # the lock file (and the dir) may be new: their names must last
         except OSError as exc:
             raise PersistenceError(f"Cannot open state dir {self.path}: {exc.strerror or exc}") from exc
         self.remove_dead_temp_files()
@@ -689,6 +690,7 @@ class StateDir(ReentrantLock):
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            _fsync_dir(self.path)  # the first append creates the file; forget is rare enough to always pay it
         except OSError as exc:
             raise PersistenceError(f"Could not append to {path}: {exc.strerror or exc}") from exc
 

@@ -60,3 +60,32 @@ def test_every_valid_id_is_echoed_in_a_not_found_error() -> None:
     assert errors.ID_ECHO_CHARS == C.ID_MAX_CHARS  # the error says "ids have at most" it
     longest = "a" * C.ID_MAX_CHARS
     assert repr(longest) in str(errors.NotFoundError(longest))
+
+
+# (tool, arguments, the same call on the Store): each value is the bound itself, which is allowed.
+AT_THE_BOUND: list[tuple[str, dict[str, Any], Callable[[Store], object]]] = [
+    ("query", {"query": "abc", "limit": C.QUERY_LIMIT_MAX}, lambda s: s.query("abc", limit=C.QUERY_LIMIT_MAX)),
+    ("query", {"query": "abc", "limit": 1}, lambda s: s.query("abc", limit=1)),
+    ("list", {"limit": C.LIST_LIMIT_MAX}, lambda s: s.list_items(limit=C.LIST_LIMIT_MAX)),
+    ("list", {"limit": 1}, lambda s: s.list_items(limit=1)),
+]
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "direct"), AT_THE_BOUND, ids=[f"{t}-{a['limit']}" for t, a, _ in AT_THE_BOUND]
+)
+def test_a_limit_at_its_bound_is_allowed(tool: str, args: dict[str, Any], direct: Callable[[Store], object]) -> None:
+    """The refusals above are one past each bound; the bound itself is served (an off-by-one
+    in a range check refuses it)."""
+
+    async def served_by_the_tool() -> None:
+        store = Store()
+        store.store("abc")
+        async with Client(build_server(store)) as c:
+            result = await c.call_tool(tool, args)
+        assert not result.is_error, result.content
+
+    store = Store()
+    store.store("abc")
+    direct(store)
+    anyio.run(served_by_the_tool)

@@ -28,6 +28,16 @@ def test_max_items_archives_oldest_low_value_never_errors(store: Store):
     assert all(store.get(i).content == words(ids.index(i) + 1) for i in ids)  # nothing lost
 
 
+def test_max_items_never_archives_a_pinned_item(store: Store):
+    """The oldest, least valuable item is the first to go, unless it is pinned."""
+    store.configure(max_items=10, token_budget=1_000_000)
+    pinned = store.store(words(0), importance=1, pinned=True).item.id
+    for i in range(1, 30):
+        store.store(words(i), importance=1)
+    assert store.status().archived_items > 0
+    assert store.get(pinned).tier == "active"
+
+
 def test_crossing_max_items_archives_a_tenth_more_than_the_excess_at_most_the_slack(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ):
