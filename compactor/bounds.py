@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
-from . import constants as C
+# A wrong argument is echoed in the error up to this many characters: enough to recognise it,
+# never a large paste sent back into the model's context.
+ARG_ECHO_CHARS: Final = 40
 
 
 def number(value: Any) -> str:
@@ -71,9 +73,9 @@ def describe_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, int | float):
         text = repr(value)
-        return f"the number {text}" if len(text) <= C.ARG_ECHO_CHARS else f"a number of {len(text):,} digits"
+        return f"the number {text}" if len(text) <= ARG_ECHO_CHARS else f"a number of {len(text):,} digits"
     if isinstance(value, str):
-        if len(value) <= C.ARG_ECHO_CHARS:
+        if len(value) <= ARG_ECHO_CHARS:
             return f"the string {value!r}"
         return f"a string of {len(value):,} characters"
     if isinstance(value, list | tuple):

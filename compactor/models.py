@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any, Literal
 
+from . import constants as C
+
 ContentType = Literal["error", "code", "decision", "tool_output", "prose"]
 Tier = Literal["active", "archived"]
 View = Literal["content", "summary"]
@@ -151,10 +153,10 @@ class Settings:
     token_budget: int
     budget_source: Literal["default", "client", "cli", "configure"] = "default"
     auto_compact: bool = True
-    auto_compact_threshold: float = 0.9
-    recall_tokens: int = 2_000
-    max_items: int = 100_000
-    max_archive_tokens: int = 50_000_000
+    auto_compact_threshold: float = C.AUTO_COMPACT_THRESHOLD
+    recall_tokens: int = C.RECALL_TOKENS_DEFAULT
+    max_items: int = C.MAX_ITEMS_DEFAULT
+    max_archive_tokens: int = C.MAX_ARCHIVE_TOKENS_DEFAULT
 
     def to_record(self) -> dict[str, Any]:
         return {

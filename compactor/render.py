@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Final
 
 from . import constants as C
 from .models import Item
 
+PREVIEW_CHARS: Final = 160
+# A recall entry's preview: one line of ~25 tokens, so 2,000 tokens show ~70 entries (get(id) has the rest).
+RECALL_PREVIEW_CHARS: Final = 90
+# Enough example ids to find the damage without flooding a terminal (doctor, derived checks).
+REPORT_EXAMPLES: Final = 10
+
 _WS = re.compile(r"\s+")
 
 
-def preview(text: str | None, chars: int = C.PREVIEW_CHARS) -> str:
+def preview(text: str | None, chars: int = PREVIEW_CHARS) -> str:
     """First `chars` characters with whitespace folded; cut on characters, never bytes."""
     if not text:
         return ""
@@ -81,10 +88,20 @@ def recall_line(item: Item, score: float | None = None) -> str:
     flag = f" [{', '.join(flags)}]" if flags else ""
     tags = f" #{' #'.join(item.tags)}" if item.tags else ""
     sc = f" {score:.2f}" if score is not None else ""
-    return f"- {item.id}{flag}{sc}{tags}: {preview(item.summary or item.content, C.RECALL_PREVIEW_CHARS)}"
+    return f"- {item.id}{flag}{sc}{tags}: {preview(item.summary or item.content, RECALL_PREVIEW_CHARS)}"
 
 
-def examples(ids: Sequence[str], limit: int = C.REPORT_EXAMPLES) -> str:
+def examples(ids: Sequence[str], limit: int = REPORT_EXAMPLES) -> str:
     """The first `limit` ids of a report line, and how many more there are."""
     shown = ", ".join(ids[:limit])
     return shown + (f" (+{len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def page_end(content: str, start: int, count: Callable[[str], int]) -> int:
+    """Where the page of `content` that `get(id, offset=start)` shows ends: C.GET_PAGE_CHARS on,
+    or sooner, cut in proportion, while the page counts more than C.GET_PAGE_TOKENS. The tool and
+    the memory page split an item at the same places."""
+    end = min(len(content), start + C.GET_PAGE_CHARS)
+    while end - start > 1 and (tokens := count(content[start:end])) > C.GET_PAGE_TOKENS:
+        end = start + max(1, (end - start) * C.GET_PAGE_TOKENS * 9 // (tokens * 10))
+    return end

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from compactor import constants as C
+from compactor import runtime as runtime_mod
 from compactor.runtime import PROCESS, Runtime
+from compactor.search import index as index_mod
 from compactor.store import Store, StoreInput
 
 
@@ -51,7 +52,7 @@ def test_long_lived_freezes_what_it_made_before_collection_resumes():
 def test_background_write_shortens_the_switch_interval_and_restores_it():
     before = sys.getswitchinterval()
     with PROCESS.background_write():
-        assert sys.getswitchinterval() == C.SNAPSHOT_SWITCH_INTERVAL_S
+        assert sys.getswitchinterval() == runtime_mod.SNAPSHOT_SWITCH_INTERVAL_S
     assert sys.getswitchinterval() == before
 
 
@@ -132,7 +133,7 @@ def test_a_tuned_process_gives_back_a_middling_block_made_in_a_write():
     """Inside `write_work` a block above WRITE_MMAP_THRESHOLD gets a mapping of its own and is
     given back when freed; outside (a read), the threshold is the higher one again and the
     same block stays in the heap. Only PROCESS, the runtime `tune_allocator` tuned, moves it."""
-    assert C.WRITE_MMAP_THRESHOLD < 512 << 10 < C.MALLOC_MMAP_THRESHOLD
+    assert runtime_mod.WRITE_MMAP_THRESHOLD < 512 << 10 < runtime_mod.MALLOC_MMAP_THRESHOLD
     inside, outside = _write_block_given_back("tuned")
     assert inside >= 0.4 and outside < 0.1
     assert all(x < 0.1 for x in _write_block_given_back("other"))
@@ -168,7 +169,7 @@ def test_the_index_merges_inside_write_work_and_a_query_scores_outside(tmp_path:
         seen.append(("search", spy.depth))
         return search(self, *args, **kwargs)
 
-    monkeypatch.setattr(C, "INDEX_SETTLE_MIN", 0)  # a merge at every write
+    monkeypatch.setattr(index_mod, "INDEX_SETTLE_MIN", 0)  # a merge at every write
     monkeypatch.setattr(BM25Index, "settle", settle_spy)
     monkeypatch.setattr(BM25Index, "search", search_spy)
     store = Store(state_dir=tmp_path / "state", runtime=spy)

@@ -21,13 +21,22 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
-from .. import constants as C
 from ..render import preview
 from ..store import Store, StoreInput
 from ..summaries.digest import Digest, digest
 from .transcript import read_transcript
+
+# Claude Code caps the context a hook adds at 10,000 characters (more is cut to a preview):
+# stay under it with room for the JSON envelope.
+HOOK_CONTEXT_CHARS: Final = 9_000
+# The project's last task as recall's query from the SessionStart hook: the recall tool's own bound.
+HOOK_TASK_QUERY_CHARS: Final = 2_000
+# ... and as shown above that recall, so the agent knows what it was asked with.
+HOOK_TASK_PREVIEW_CHARS: Final = 200
+# Importance of each digest section: what the user asked for outranks what was tried.
+DIGEST_IMPORTANCE: Final = {"requirements": 8, "tasks": 7, "decisions": 7, "errors": 6, "files": 5}
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +75,7 @@ def session_tag(session_id: str) -> str:
 
 
 # --- SessionStart ---------------------------------------------------------------------------
-def session_context(store: Store | None, payload: dict[str, Any], limit: int = C.HOOK_CONTEXT_CHARS) -> str:
+def session_context(store: Store | None, payload: dict[str, Any], limit: int = HOOK_CONTEXT_CHARS) -> str:
     """The text added to the session: recall, and this session's saved digest when the
     session continues (after a compaction or on resume)."""
     if store is None:
@@ -74,13 +83,13 @@ def session_context(store: Store | None, payload: dict[str, Any], limit: int = C
     sid = _session_id(payload)
     saved = []
     if sid and payload.get("source") in ("compact", "resume"):
-        saved = store.query(tags=session_tag(sid), limit=len(C.DIGEST_IMPORTANCE) * 3, include_archived=True)
+        saved = store.query(tags=session_tag(sid), limit=len(DIGEST_IMPORTANCE) * 3, include_archived=True)
     task = last_task(store)
     # What is saved from this session is shown in full below: the recall leaves it out (no item twice).
     recall = store.recall(limit=20, query=task or None, exclude=[hit.item.id for hit in saved])
     parts = ["compactor memory (use the compactor tools query/get/expand for anything not shown):"]
     if task:
-        parts.append(f"Recalled for this project's last task: {preview(task, C.HOOK_TASK_PREVIEW_CHARS)}")
+        parts.append(f"Recalled for this project's last task: {preview(task, HOOK_TASK_PREVIEW_CHARS)}")
     parts.append(recall.text)
     if saved:
         parts.append("Saved from this session before it was compacted:")
@@ -102,7 +111,7 @@ def last_task(store: Store) -> str:
         return ""
     asks = [ln[2:].strip() for ln in digest.content.split("\n") if ln.startswith("- ")]
     asks = list(dict.fromkeys(a for a in (asks[:1] + asks[-1:]) if a))
-    return "\n".join(asks)[: C.HOOK_TASK_QUERY_CHARS]
+    return "\n".join(asks)[:HOOK_TASK_QUERY_CHARS]
 
 
 def session_start_output(context: str) -> dict[str, Any]:
@@ -159,7 +168,7 @@ def digest_inputs(d: Digest) -> list[tuple[str, StoreInput]]:
             content=content,
             summary=summary,
             tags=tags,
-            importance=C.DIGEST_IMPORTANCE[name],
+            importance=DIGEST_IMPORTANCE[name],
             item_id=f"cc-{digest}",
         )
         out.append((name, inp))

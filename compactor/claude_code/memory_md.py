@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -27,6 +27,16 @@ from ..models import Item
 from ..outfile import exists_not_link, write_private
 from ..render import preview
 from ..store import StoreInput
+
+# Claude Code's auto-memory types. Each file is something it chose to keep across sessions, so
+# all rank above the default; the user's corrections and profile most, a reference (a pointer
+# that is cheap to look up again) least. >= MEMORY_EXPORT_MIN_IMPORTANCE exports them back.
+MEMORY_TYPE_IMPORTANCE: Final = {"feedback": 8, "user": 8, "project": 7, "reference": 6}
+# Claude Code loads the first 200 lines of MEMORY.md; index lines stay short to be read whole.
+MEMORY_INDEX_MAX_LINES: Final = 200
+MEMORY_INDEX_LINE_CHARS: Final = 150
+# An item this important (or pinned) is exported to a MEMORY.md dir.
+MEMORY_EXPORT_MIN_IMPORTANCE: Final = 7
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +292,7 @@ def to_store_input(entry: MemoryEntry) -> StoreInput:
     tags = [entry.type] if entry.type else []
     tags += [t for t in entry.tags if t not in tags]
     summary = f"{entry.name}: {entry.description}" if entry.description else None
-    importance = C.MEMORY_TYPE_IMPORTANCE.get(entry.type or "", C.IMPORTANCE_DEFAULT)
+    importance = MEMORY_TYPE_IMPORTANCE.get(entry.type or "", C.IMPORTANCE_DEFAULT)
     return StoreInput(content=entry.text, summary=summary, tags=tags, importance=importance, item_id=entry.item_id)
 
 
@@ -294,7 +304,7 @@ class MemoryExport:
     left_out: list[str]  # items that qualified but did not fit in the index
 
 
-def wants_export(item: Item, min_importance: int = C.MEMORY_EXPORT_MIN_IMPORTANCE) -> bool:
+def wants_export(item: Item, min_importance: int = MEMORY_EXPORT_MIN_IMPORTANCE) -> bool:
     return not item.depth and (item.pinned or item.importance >= min_importance)
 
 
@@ -359,7 +369,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:48]
 
 
-def index_line(name: str, file: str, description: str, limit: int = C.MEMORY_INDEX_LINE_CHARS) -> str:
+def index_line(name: str, file: str, description: str, limit: int = MEMORY_INDEX_LINE_CHARS) -> str:
     """`- [name](file) — description`, cut to `limit` characters (description first, then name)."""
     name = " ".join(name.replace("[", "(").replace("]", ")").split())
     description = " ".join(description.split())
@@ -394,7 +404,7 @@ def _ours(text: str) -> bool:
 
 
 def export_memory_dir(
-    items: Iterable[Item], dest: Path, min_importance: int = C.MEMORY_EXPORT_MIN_IMPORTANCE, *, force: bool = False
+    items: Iterable[Item], dest: Path, min_importance: int = MEMORY_EXPORT_MIN_IMPORTANCE, *, force: bool = False
 ) -> MemoryExport:
     """Write pinned and important items as topic files plus a MEMORY.md index, newest first,
     the index capped at MEMORY_INDEX_MAX_LINES lines (the marker line included).
@@ -424,7 +434,7 @@ def export_memory_dir(
     writes: list[tuple[Path, str]] = []
     replaced: list[str] = []
     for it in chosen:
-        if len(lines) >= C.MEMORY_INDEX_MAX_LINES:
+        if len(lines) >= MEMORY_INDEX_MAX_LINES:
             left_out.append(it.id)
             continue
         entry = entry_from_item(it)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from .. import constants as C
+from ..claude_code.memory_md import MEMORY_EXPORT_MIN_IMPORTANCE, MEMORY_INDEX_MAX_LINES
 from ..models import Item
 from ..outfile import write_private
 from ..render import counted, fence, preview
@@ -50,10 +50,10 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--min-importance",
         type=int,
-        default=C.MEMORY_EXPORT_MIN_IMPORTANCE,
+        default=MEMORY_EXPORT_MIN_IMPORTANCE,
         metavar="N",
         help="memory-md: export pinned items and those of importance N or more "
-        f"(default {C.MEMORY_EXPORT_MIN_IMPORTANCE})",
+        f"(default {MEMORY_EXPORT_MIN_IMPORTANCE})",
     )
     p.set_defaults(func=cmd_export)
 
@@ -143,7 +143,7 @@ def cmd_export(args: argparse.Namespace, out: Out) -> int:
         if result.left_out:
             out.line(
                 f"{counted(len(result.left_out), 'more item')} qualified but the index holds "
-                f"{C.MEMORY_INDEX_MAX_LINES} lines."
+                f"{MEMORY_INDEX_MAX_LINES} lines."
             )
         return EXIT_OK
     if args.output is not None and str(args.output) != "-":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from .. import constants as C
 from ..errors import StateCorruptError
@@ -27,6 +27,10 @@ from .common import (
     state_dir_of,
     state_files,
 )
+
+# `show` lists at most this many journal entries, and skips a journal bigger than this.
+SHOW_JOURNAL_ENTRIES: Final = 30
+SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024
 
 
 def register(sub: Any) -> None:
@@ -192,11 +196,11 @@ def cmd_list(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-def journal_entries(path: Path, item_id: str, limit: int = C.SHOW_JOURNAL_ENTRIES) -> list[str]:
+def journal_entries(path: Path, item_id: str, limit: int = SHOW_JOURNAL_ENTRIES) -> list[str]:
     """What the journal (changes since the last snapshot) records about one item; [] when the
     journal is too big to read for a glance or cannot be read."""
     try:
-        if (path / JOURNAL).stat().st_size > C.SHOW_JOURNAL_MAX_BYTES:
+        if (path / JOURNAL).stat().st_size > SHOW_JOURNAL_MAX_BYTES:
             return []
         _, batches, _, _ = StateDir(path).read_journal()
     except (OSError, StateCorruptError):

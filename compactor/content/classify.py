@@ -15,8 +15,13 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
-from .. import constants as C
+AUTO_TAG_LIMIT: Final = 5
+# Parsing a bigger JSON blob to decide "tool output" costs more than the label is worth.
+JSON_PARSE_LIMIT: Final = 4 * 1024 * 1024
+# Tags come from the head: keeps auto_tags ~1 ms on a 1 MiB item; first mentions decide anyway.
+TAG_SCAN_CHARS: Final = 64 * 1024
 
 
 class ContentType(StrEnum):
@@ -300,7 +305,7 @@ _JSON_LOOSE = re.compile(r"\"[^\"\n]{1,200}\"[ \t]*:")
 def _looks_like_json(stripped: str) -> bool:
     if not stripped or stripped[0] not in "{[" or stripped[-1] not in "}]":
         return False
-    if len(stripped) > C.JSON_PARSE_LIMIT:
+    if len(stripped) > JSON_PARSE_LIMIT:
         return _JSON_LOOSE.search(stripped, 0, 4096) is not None
     try:
         json.loads(stripped)
@@ -482,17 +487,17 @@ def auto_tags(content: str, content_type: ContentType | str) -> list[str]:
     """Up to 5 (AUTO_TAG_LIMIT) tags: the type, languages, infrastructure, then `reference` for a URL.
 
     Within languages and infrastructure the order is that of first mention, so the result is
-    deterministic and the earliest subject comes first. Only the first C.TAG_SCAN_CHARS characters
+    deterministic and the earliest subject comes first. Only the first TAG_SCAN_CHARS characters
     are read: with first-mention order and a cap of five, later text could only add tags to an
     item whose head names fewer than five subjects.
     """
     tags: list[str] = [str(ContentType(content_type))]
-    head = content[: C.TAG_SCAN_CHARS]
+    head = content[:TAG_SCAN_CHARS]
     candidates = [*_languages(head), *_infrastructure(head.lower())]
     if _URL_RE.search(head):
         candidates.append("reference")
     for tag in candidates:
-        if len(tags) >= C.AUTO_TAG_LIMIT:
+        if len(tags) >= AUTO_TAG_LIMIT:
             break
         if tag not in tags:
             tags.append(tag)

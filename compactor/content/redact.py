@@ -30,8 +30,15 @@ import base64
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
-from .. import constants as C
+MIN_HUMAN_SECRET: Final = 4  # shorter `password=` values are test dummies ("x", "pw"), not credentials
+MIN_MACHINE_SECRET: Final = 8  # generated keys/tokens are far longer; 8 keeps short lexer tokens out
+MIN_BEARER_TOKEN: Final = 16  # OAuth/JWT bearer tokens are 20+ chars; shorter "Bearer xyz" is prose
+MIN_PASSPHRASE_WORDS: Final = 2  # a quoted password with spaces: 2-5 words is a passphrase ...
+MAX_PASSPHRASE_WORDS: Final = 5  # ... more reads as a message ("Please enter the new password")
+MIN_RANDOM_LETTERS: Final = 20  # letters-only secrets (client_secret=AbXq...) are long; names shorter
+MAX_PASSES: Final = 4  # text with secrets settles after one pass (a second one confirms); see `redact`
 
 REDACTION_KINDS: tuple[str, ...] = (
     "private_key",
@@ -95,7 +102,7 @@ def _is_placeholder(value: str) -> bool:
     return not value or value.lower() in _DUMMIES or _PLACEHOLDER_RE.match(value) is not None
 
 
-def _looks_generated(value: str, min_length: int = C.MIN_MACHINE_SECRET) -> bool:
+def _looks_generated(value: str, min_length: int = MIN_MACHINE_SECRET) -> bool:
     classes = any(c.islower() for c in value) + any(c.isupper() for c in value) + any(c.isdigit() for c in value)
     return len(value) >= min_length and classes >= 2
 
@@ -230,7 +237,7 @@ def _cli_ok(m: re.Match[str]) -> bool:
 
 def _line_value_ok(m: re.Match[str]) -> bool:
     value = m["value"]
-    return len(value) >= C.MIN_HUMAN_SECRET and not (_is_placeholder(value) or value.isdigit())
+    return len(value) >= MIN_HUMAN_SECRET and not (_is_placeholder(value) or value.isdigit())
 
 
 _Check = Callable[[re.Match[str]], bool] | None
@@ -313,7 +320,7 @@ _AWS_SECRET_RE = re.compile(
     r"secret_?(?:access_?)?key[\"']?" + _SEP + r"[\"']?(?P<value>[a-z0-9/+=]{40})(?![a-z0-9/+=])"
 )
 _BEARER_RE = re.compile(
-    rf"bearer(?<![a-z0-9]bearer)[ \t]+(?P<value>[a-z0-9._~+/-]{{{C.MIN_BEARER_TOKEN},}}=*)(?![a-z0-9._~+/=-])"
+    rf"bearer(?<![a-z0-9]bearer)[ \t]+(?P<value>[a-z0-9._~+/-]{{{MIN_BEARER_TOKEN},}}=*)(?![a-z0-9._~+/=-])"
 )
 # The key ends in one of these words; whatever comes before is part of the key ("DB_PASSWORD").
 _HUMAN_RE = re.compile(r"(?:pass(?:word|wd|phrase)|pwd)" + _ASSIGNED)
@@ -372,7 +379,7 @@ def _basic(text: str, lowered: str, m: re.Match[str]) -> Span | None:
 
 def _bearer(text: str, lowered: str, m: re.Match[str]) -> Span | None:
     value = text[m.start("value") : m.end("value")]
-    ok = _looks_generated(value, C.MIN_BEARER_TOKEN) and _has_digit_and_letter(value)
+    ok = _looks_generated(value, MIN_BEARER_TOKEN) and _has_digit_and_letter(value)
     return m.span("value") if ok and not _is_placeholder(value) else None
 
 
@@ -385,7 +392,7 @@ def _assigned_value(text: str, lowered: str, m: re.Match[str], human: bool) -> S
             if any(c.isspace() for c in value):
                 # A passphrase ("correct horse battery staple"), not a message ("Enter your password:")
                 return m.span(quoted) if human and _passphrase(value) else None
-            ok = len(value) >= C.MIN_HUMAN_SECRET if human else _looks_generated(value)
+            ok = len(value) >= MIN_HUMAN_SECRET if human else _looks_generated(value)
             return m.span(quoted) if ok else None
     start = m.start("bare")
     value = text[start : m.end("bare")].rstrip(")]}>")
@@ -404,7 +411,7 @@ def _assigned_value(text: str, lowered: str, m: re.Match[str], human: bool) -> S
         )
     ):
         return None  # code: a call, an index, a variable or an attribute
-    ok = len(value) >= C.MIN_HUMAN_SECRET if human else _looks_generated(value)
+    ok = len(value) >= MIN_HUMAN_SECRET if human else _looks_generated(value)
     return (start, start + len(value)) if ok else None
 
 
@@ -415,7 +422,7 @@ def _passphrase(value: str) -> bool:
     """A few words without sentence punctuation: `password = "correct horse battery staple"`."""
     words = value.split()
     return (
-        C.MIN_PASSPHRASE_WORDS <= len(words) <= C.MAX_PASSPHRASE_WORDS
+        MIN_PASSPHRASE_WORDS <= len(words) <= MAX_PASSPHRASE_WORDS
         and value[-1] not in _SENTENCE_END
         and not any(w.lower().strip(",;") in _DUMMIES for w in words)
     )
@@ -424,7 +431,7 @@ def _passphrase(value: str) -> bool:
 def _random_letters(value: str) -> bool:
     """A long run of letters with upper case scattered through it, as in a generated secret;
     a camelCase or snake_case name has one capital a word and no run of capitals."""
-    if len(value) < C.MIN_RANDOM_LETTERS or "_" in value or "." in value:
+    if len(value) < MIN_RANDOM_LETTERS or "_" in value or "." in value:
         return False
     upper = sum(c.isupper() for c in value)
     return upper * 4 >= len(value) and upper * 4 <= len(value) * 3
@@ -503,7 +510,7 @@ def redact(text: str) -> tuple[str, list[Redaction]]:
     # A replacement can change how its neighbour reads ("x...PASSWORD=[REDACTED:password]" now
     # ends a long run at "=", which reads as a bearer token), so passes repeat until nothing
     # changes: that is what makes redact(redact(t)) == redact(t). Text without secrets takes one.
-    for _ in range(C.MAX_PASSES):
+    for _ in range(MAX_PASSES):
         redacted = _redact_once(text, counts)
         if redacted == text:
             break

@@ -34,28 +34,32 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from .. import constants as C
 from ..errors import CompactorError
 from ..models import CONTENT_TYPES, Item
 from ..persistence import indexfile
-from ..persistence.codec import JournalRecord, journal_header_len, parse_line, snapshot_checksum_problem
+from ..persistence.codec import SCHEMA_VERSION, JournalRecord, journal_header_len, parse_line, snapshot_checksum_problem
 from ..persistence.statedir import (
+    FORGET_LEDGER,
     JOURNAL,
     LOCK,
     SNAPSHOT,
     pid_alive,
     temp_file_pid,
 )
-from ..render import examples
+from ..render import REPORT_EXAMPLES, examples
 from ..store import Store
 from .report import DoctorReport
 
-LOCK_WAIT_S = C.DOCTOR_LOCK_WAIT_S
-MAX_EXAMPLES = C.REPORT_EXAMPLES
+# A writer holds the lock for one fsync'd append (milliseconds) or one snapshot (well under a
+# second for 100k items); 5 s without it means a stuck process, and the doctor reads anyway.
+DOCTOR_LOCK_WAIT_S: Final = 5.0
+
+LOCK_WAIT_S = DOCTOR_LOCK_WAIT_S
+MAX_EXAMPLES = REPORT_EXAMPLES
 _TIERS = ("active", "archived")
 _VIEWS = ("content", "summary")
 
@@ -259,10 +263,10 @@ def _check_snapshot(
             f"Restore it from a backup, or move it aside ({aside}).",
         )
         return None
-    if version > C.SCHEMA_VERSION:
+    if version > SCHEMA_VERSION:
         report.error(
             "snapshot",
-            f"{path} has schema version {version}; this compactor reads up to {C.SCHEMA_VERSION}.",
+            f"{path} has schema version {version}; this compactor reads up to {SCHEMA_VERSION}.",
             "Upgrade compactor (`pip install -U compactor`); do not let an older version touch this dir.",
         )
         return None
@@ -655,7 +659,7 @@ def _check_ledger(dir_: Path, raw: bytes | None, items: dict[str, Item], report:
     if raw is None:
         return
     report.checks.append("ledger")
-    path = dir_ / C.FORGET_LEDGER
+    path = dir_ / FORGET_LEDGER
     lines = raw.split(b"\n")
     torn = lines.pop() if lines and lines[-1] else None  # bytes after the last newline
     if lines and not lines[-1]:
@@ -727,7 +731,7 @@ def check(state_dir: Path, step: Callable[[str], None] = _no_step) -> DoctorRepo
             snap_raw = _read(dir_ / SNAPSHOT, report, "snapshot")
             journal_raw = _read(dir_ / JOURNAL, report, "journal")
             lock_raw = _read(dir_ / LOCK, report, "lock")
-            ledger_raw = _read(dir_ / C.FORGET_LEDGER, report, "ledger")
+            ledger_raw = _read(dir_ / FORGET_LEDGER, report, "ledger")
             held = held_open.enter_context(indexfile.hold(dir_))
         if snap_raw is None and not journal_raw and not report.errors:
             _check_record(dir_, lock_raw, None, None, report)

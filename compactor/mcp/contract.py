@@ -14,7 +14,7 @@ import inspect
 import logging
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, get_args, get_origin
+from typing import Annotated, Any, Final, get_args, get_origin
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
@@ -22,8 +22,12 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, ValidationError
 
 from .. import bounds
-from .. import constants as C
+from ..bounds import ARG_ECHO_CHARS
 from . import sdk
+
+# Arguments are scanned for lone surrogates this deep: bulk_store's items are a list of objects
+# holding a list of tags, so 3 levels; deeper values are refused by the schemas anyway.
+ARG_SCAN_DEPTH: Final = 3
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +181,7 @@ def arguments_problem(
     accepted = [field.alias or name for name, field in model.model_fields.items()]
     unknown = [key for key in data if key not in accepted]
     if unknown:
-        names = ", ".join(repr(path + k[: C.ARG_ECHO_CHARS]) for k in unknown[:5])
+        names = ", ".join(repr(path + k[:ARG_ECHO_CHARS]) for k in unknown[:5])
         takes = f"accepted: {', '.join(accepted)}" if accepted else "it takes no arguments"
         return f"{prefix}unknown {noun}{'s' if len(unknown) > 1 else ''} {names}; {takes}."
     try:
@@ -197,7 +201,7 @@ def _lone_surrogate(value: Any, depth: int = 0) -> str | None:
     if isinstance(value, str):
         found = _SURROGATE.search(value)
         return found.group() if found else None
-    if depth < C.ARG_SCAN_DEPTH and isinstance(value, list | dict):
+    if depth < ARG_SCAN_DEPTH and isinstance(value, list | dict):
         for v in value.values() if isinstance(value, dict) else value:
             bad = _lone_surrogate(v, depth + 1)
             if bad is not None:

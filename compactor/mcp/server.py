@@ -16,7 +16,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import orjson
@@ -33,6 +33,9 @@ from . import contract, resources, sdk, tools_budget, tools_dag, tools_memory, t
 from .kit import ToolKit
 from .output_schemas import OUTPUT_SCHEMAS
 from .stdio_runtime import run_stdio as _run_stdio
+
+# A client that advertises roots but never answers must not stall the first tool call.
+ROOTS_TIMEOUT_S: Final = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +134,7 @@ def build_server(
         if scope_fixed or params is None or params.capabilities.roots is None:
             return
         try:
-            with anyio.fail_after(C.ROOTS_TIMEOUT_S), warnings.catch_warnings():
+            with anyio.fail_after(ROOTS_TIMEOUT_S), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 roots = await session.list_roots()
         except Exception as exc:  # a client that advertises roots but cannot answer keeps the default

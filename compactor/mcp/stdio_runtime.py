@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -31,8 +31,19 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from .. import constants as C
 from . import sdk
+
+# Requests unanswered or with a reply not yet written to stdout: past this, stdin is not read
+# (backpressure), so a client that never reads its replies cannot grow the server's memory.
+# Well above what a client pipelines (Claude Code sends tool calls one at a time).
+MAX_PENDING_REQUESTS: Final = 32
+# Once stdin ends, how long the requests read before it may still run to send their replies
+# (a client that pipes its requests and closes stdin still reads them). Every tool returns
+# well within it; it only stops a handler stuck on the gone client keeping the process up.
+EOF_REPLIES_WAIT_S: Final = 30.0
+# A line the SDK's JSON parser refuses is parsed again only up to this size to find its id:
+# past it (the 50 MB garbage line) the reply keeps id null rather than spend the time.
+MAX_REPARSE_CHARS: Final = 2 << 20
 
 _LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
@@ -72,7 +83,7 @@ def invalid_message_reply(exc: Exception) -> JSONRPCError:
 
 def _lenient_json(line: str) -> Any:
     """`line` parsed by Python's json, which accepts lone surrogates, or None if it cannot be."""
-    if len(line) > C.MAX_REPARSE_CHARS:
+    if len(line) > MAX_REPARSE_CHARS:
         return None
     try:
         return json.loads(line)
@@ -136,7 +147,7 @@ async def _serve_lines(mcp: MCPServer, stdin: Any, stdout: Any) -> None:
     async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):
         send, receive = sdk.create_context_streams[SessionMessage | Exception](0)
         replies, outgoing = sdk.create_context_streams[SessionMessage](0)
-        slots = anyio.Semaphore(C.MAX_PENDING_REQUESTS)
+        slots = anyio.Semaphore(MAX_PENDING_REQUESTS)
         pending: dict[str | int, int] = {}  # the client's request ids not answered yet
 
         def answered(request_id: Any) -> None:
@@ -163,8 +174,8 @@ async def _serve_lines(mcp: MCPServer, stdin: Any, stdout: Any) -> None:
                 # ends, so a client that writes its requests and then closes stdin (a pipe, a
                 # script) would lose the last replies, their writes done but never confirmed.
                 # Each unanswered request holds a slot: holding them all means all are answered.
-                with anyio.move_on_after(C.EOF_REPLIES_WAIT_S):
-                    for _ in range(C.MAX_PENDING_REQUESTS):
+                with anyio.move_on_after(EOF_REPLIES_WAIT_S):
+                    for _ in range(MAX_PENDING_REQUESTS):
                         await slots.acquire()
 
         async def drain() -> None:

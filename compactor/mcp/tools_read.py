@@ -4,7 +4,6 @@ export. None changes an item; a query or a recall counts as an access."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -13,20 +12,11 @@ from pydantic import Field
 
 from .. import constants as C
 from ..errors import InvalidArgumentError
-from ..render import fence, item_line, item_preview, page_span, preview
+from ..render import fence, item_line, item_preview, page_end, page_span, preview
 from ..search.views import describe as describe_view
 from . import schemas as S
 from .kit import READ_ONLY, WRITE_IDEMPOTENT, IdArg, ScopeArg, TagsArg, ToolKit
 from .replies import bounded, result
-
-
-def _part_end(content: str, start: int, count: Callable[[str], int]) -> int:
-    """Where the part of `content` that `get(id, offset=start)` shows ends: C.GET_PAGE_CHARS on,
-    or sooner, cut in proportion, while the part counts more than C.GET_PAGE_TOKENS."""
-    end = min(len(content), start + C.GET_PAGE_CHARS)
-    while end - start > 1 and (tokens := count(content[start:end])) > C.GET_PAGE_TOKENS:
-        end = start + max(1, (end - start) * C.GET_PAGE_TOKENS * 9 // (tokens * 10))
-    return end
 
 
 def register(kit: ToolKit) -> None:
@@ -110,7 +100,7 @@ def register(kit: ToolKit) -> None:
                 raise InvalidArgumentError(
                     f"offset {offset:,} is past the end of {it.id}'s content ({len(it.content):,} characters)."
                 )
-            model = S.full(it, None if offset is None else (offset, _part_end(it.content, offset, store.counter.count)))
+            model = S.full(it, None if offset is None else (offset, page_end(it.content, offset, store.counter.count)))
             head = (
                 f"{it.id} ({it.content_type}, importance {it.importance}, {it.tier}, view: {it.view}"
                 f"{', pinned' if it.pinned else ''}{', merged into ' + it.merged_into if it.merged_into else ''})"

@@ -10,13 +10,18 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 
 import orjson
 
-from .. import constants as C
 from ..errors import StateCorruptError
 from ..models import Op
+
+# The snapshot's layout version; a newer one is refused (upgrade compactor), never rewritten.
+SCHEMA_VERSION: Final = 1
+# Snapshot serialisation yields the GIL between chunks so a concurrent call waits at most one
+# chunk's worth of orjson work (~1-2 ms), not the whole store's.
+SNAPSHOT_CHUNK_ITEMS: Final = 100
 
 ITEMS_LINE = b',"items":[\n'  # ends a snapshot's first line; one item per line follows
 ITEMS_END = b"]}"  # a snapshot's last line in the layout before checksums
@@ -184,8 +189,8 @@ def snapshot_chunks(header: dict[str, Any], items: list[dict[str, Any]] | list[A
     first = orjson.dumps(header)[:-1] + ITEMS_LINE
     crc = zlib.crc32(first)
     yield first
-    for start in range(0, len(items), C.SNAPSHOT_CHUNK_ITEMS):
-        part = b",\n".join(map(orjson.dumps, items[start : start + C.SNAPSHOT_CHUNK_ITEMS]))
+    for start in range(0, len(items), SNAPSHOT_CHUNK_ITEMS):
+        part = b",\n".join(map(orjson.dumps, items[start : start + SNAPSHOT_CHUNK_ITEMS]))
         chunk = part if not start else b",\n" + part
         crc = zlib.crc32(chunk, crc)
         yield chunk

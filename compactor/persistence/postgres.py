@@ -49,11 +49,10 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from .. import constants as C
 from ..errors import PersistenceError, StateCorruptError
 from ..models import Item, Op
 from .base import Loaded, ReentrantLock
@@ -62,6 +61,20 @@ from .indexfile import IndexFileError
 
 if TYPE_CHECKING:
     import psycopg
+from .codec import SCHEMA_VERSION
+
+# The database schema compactor writes; a newer one is refused (upgrade compactor), an older
+# one is migrated at start under PG_MIGRATE_LOCK.
+PG_SCHEMA_VERSION: Final = 1
+# pg_advisory_lock keys: any constant that other software on the same database is unlikely to
+# pick; these spell "cmpw" (writers) and "cmpm" (migrations) in ASCII.
+PG_WRITE_LOCK: Final = 0x636D7077
+PG_MIGRATE_LOCK: Final = 0x636D706D
+# LISTEN/NOTIFY channel on which every journal write and history rewrite is announced.
+PG_CHANNEL: Final = "compactor_journal"
+# A start against an unreachable database fails after this long with a message instead of
+# hanging: long enough for a container's PostgreSQL still starting on a LAN, short for a typo.
+PG_CONNECT_TIMEOUT_S: Final = 10
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +130,7 @@ WITH ins AS (
       AND h.snap_seq <= %(seq)s
     RETURNING seq
 )
-SELECT seq, pg_notify('{C.PG_CHANNEL}', 's' || seq) FROM ins
+SELECT seq, pg_notify('{PG_CHANNEL}', 's' || seq) FROM ins
 """
 # Access-time entries are not worth a WAL flush (the state dir does not fsync them either).
 APPEND_ASYNC_SQL = APPEND_SQL.replace(
@@ -169,7 +182,7 @@ def schema_version(url: str) -> int:
     (read only: nothing is created). Raises PersistenceError if it cannot be reached."""
     driver = _import_psycopg()
     try:
-        with driver.connect(url, autocommit=True, connect_timeout=C.PG_CONNECT_TIMEOUT_S) as conn:
+        with driver.connect(url, autocommit=True, connect_timeout=PG_CONNECT_TIMEOUT_S) as conn:
             row = conn.execute("SELECT to_regclass('compactor_schema') IS NOT NULL").fetchone()
             if not row or not row[0]:
                 return 0
@@ -238,7 +251,7 @@ class PgBackend(ReentrantLock):
         driver = _import_psycopg()
         try:
             conn: psycopg.Connection[Any] = driver.connect(
-                self.url, autocommit=True, connect_timeout=C.PG_CONNECT_TIMEOUT_S, application_name="compactor"
+                self.url, autocommit=True, connect_timeout=PG_CONNECT_TIMEOUT_S, application_name="compactor"
             )
         except driver.Error as exc:
             raise PersistenceError(
@@ -251,7 +264,7 @@ class PgBackend(ReentrantLock):
         conn = self._new_connection()
         try:
             self._migrate(conn)
-            conn.execute(f"LISTEN {C.PG_CHANNEL}")
+            conn.execute(f"LISTEN {PG_CHANNEL}")
             row = conn.execute("SELECT pg_backend_pid()").fetchone()
             warning = sync_warning(conn, self.where)
         except BaseException:
@@ -267,19 +280,19 @@ class PgBackend(ReentrantLock):
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Create the tables on first start; refuse a schema newer than this compactor's."""
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (C.PG_MIGRATE_LOCK,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_MIGRATE_LOCK,))
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS compactor_schema "
                 "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
             )
             row = conn.execute("SELECT coalesce(max(version), 0) FROM compactor_schema").fetchone()
             version = int(row[0]) if row else 0
-            if version > C.PG_SCHEMA_VERSION:
+            if version > PG_SCHEMA_VERSION:
                 raise StateCorruptError(
                     f"Database {self.where} has compactor schema version {version}; this compactor reads up "
-                    f"to {C.PG_SCHEMA_VERSION}. Upgrade compactor. Nothing was changed."
+                    f"to {PG_SCHEMA_VERSION}. Upgrade compactor. Nothing was changed."
                 )
-            for step in range(version + 1, C.PG_SCHEMA_VERSION + 1):
+            for step in range(version + 1, PG_SCHEMA_VERSION + 1):
                 conn.execute(MIGRATIONS[step])
                 conn.execute("INSERT INTO compactor_schema (version) VALUES (%s)", (step,))
                 log.info("database %s: created compactor schema version %d", self.where, step)
@@ -320,7 +333,7 @@ class PgBackend(ReentrantLock):
         try:
             conn = self._live()
             with conn.pipeline():
-                conn.execute("SELECT pg_advisory_lock(%s)", (C.PG_WRITE_LOCK,))
+                conn.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
                 cur = conn.execute(HEAD_SQL)
             row = cur.fetchone()
         except psycopg.Error as exc:
@@ -338,7 +351,7 @@ class PgBackend(ReentrantLock):
         try:
             with conn.pipeline():
                 sent = conn.execute(APPEND_ASYNC_SQL, self._append_params(deferred)) if deferred else None
-                conn.execute("SELECT pg_advisory_unlock(%s)", (C.PG_WRITE_LOCK,))
+                conn.execute("SELECT pg_advisory_unlock(%s)", (PG_WRITE_LOCK,))
             self._appended(sent.fetchone() if sent is not None else None, deferred)
         except psycopg.Error as exc:
             # Closing the session releases the lock too; the next call reconnects.
@@ -472,10 +485,10 @@ class PgBackend(ReentrantLock):
         except ValueError as exc:
             raise corrupt(exc) from exc
         version = header.get("schema")
-        if not isinstance(version, int) or version > C.SCHEMA_VERSION:
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise StateCorruptError(
                 f"Snapshot {snap_id} in database {self.where} has schema version {version!r}; this compactor "
-                f"reads up to {C.SCHEMA_VERSION}. Upgrade compactor."
+                f"reads up to {SCHEMA_VERSION}. Upgrade compactor."
             )
         header["items"] = SnapshotItems(fh, corrupt, zlib.crc32(first))
         return header
@@ -559,7 +572,7 @@ class PgBackend(ReentrantLock):
                     "UPDATE compactor_head SET gen = %s, snap_id = %s, snap_seq = %s, trimmed = %s",
                     (new_gen, snap_id, self.offset, self.offset),
                 )
-                conn.execute("SELECT pg_notify(%s, %s)", (C.PG_CHANNEL, f"g{new_gen}"))
+                conn.execute("SELECT pg_notify(%s, %s)", (PG_CHANNEL, f"g{new_gen}"))
         except psycopg.Error as exc:
             raise self._fail("write a snapshot", exc) from exc
         self.gen = new_gen

@@ -36,11 +36,10 @@ import zlib
 from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 
 import orjson
 
-from .. import constants as C
 from ..errors import PersistenceError, StateCorruptError
 from ..models import Item, Op
 from . import indexfile
@@ -48,6 +47,7 @@ from .base import Loaded, ReentrantLock
 from .codec import (
     ITEMS_LINE,
     RECORD_SIZE,
+    SCHEMA_VERSION,
     JournalRecord,
     SnapshotItems,
     journal_header,
@@ -56,6 +56,10 @@ from .codec import (
     parse_line,
     snapshot_chunks,
 )
+
+# A snapshot being written is flushed to disk every this many bytes (see _write_fsynced).
+SNAPSHOT_SYNC_BYTES: Final = 4 << 20
+FORGET_LEDGER: Final = "forget-ledger.jsonl"
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +104,7 @@ def _write_fsynced(path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
             for chunk in chunks:
                 fh.write(chunk)
                 unsynced += len(chunk)
-                if unsynced >= C.SNAPSHOT_SYNC_BYTES:
+                if unsynced >= SNAPSHOT_SYNC_BYTES:
                     # A journal fsync on the same file system waits for the data of every file
                     # dirty at that moment (ext4's ordered mode): flushing a 350 MB snapshot
                     # as we go keeps that wait at a few MB's worth instead of ~50 ms.
@@ -210,10 +214,10 @@ class StateDir(ReentrantLock):
 
     def _check_version(self, snap: dict[str, Any]) -> None:
         version = snap.get("schema")
-        if not isinstance(version, int) or version > C.SCHEMA_VERSION:
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise StateCorruptError(
                 f"Snapshot {self.snapshot_path} has schema version {version!r}; this compactor reads "
-                f"up to {C.SCHEMA_VERSION}. Upgrade compactor. {self._hint(self.snapshot_path)}"
+                f"up to {SCHEMA_VERSION}. Upgrade compactor. {self._hint(self.snapshot_path)}"
             )
 
     def _unreadable(self, exc: OSError) -> StateCorruptError:
@@ -681,7 +685,7 @@ class StateDir(ReentrantLock):
 
     # --- the forget ledger: append-only, one line per dropped or forgotten id (no content) --
     def append_ledger(self, entries: list[dict[str, Any]]) -> None:
-        path = self.path / C.FORGET_LEDGER
+        path = self.path / FORGET_LEDGER
         data = b"".join(orjson.dumps(e) + b"\n" for e in entries)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o600)
@@ -697,7 +701,7 @@ class StateDir(ReentrantLock):
     def read_ledger(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         try:
-            raw = _read_nofollow(self.path / C.FORGET_LEDGER)
+            raw = _read_nofollow(self.path / FORGET_LEDGER)
         except OSError:
             return out
         for line in raw.splitlines():
@@ -708,7 +712,7 @@ class StateDir(ReentrantLock):
     def ledger_count(self) -> int:
         """Lines in the append-only ledger; only bytes appended since the last count are read
         (status asks on every call, and the ledger can hold one line per dropped item)."""
-        path = self.path / C.FORGET_LEDGER
+        path = self.path / FORGET_LEDGER
         try:
             size = os.stat(path).st_size
             seen, count = self._ledger_seen

@@ -14,10 +14,26 @@ import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
-from .. import constants as C
 from .analyze import unspaced_pair
+
+# Jaccard of word sets above 0.7, as in the reference.
+DEDUP_JACCARD: Final = 0.7
+# Candidates are items sharing one of their K smallest word hashes: for Jaccard J the chance
+# that a true pair shares none is (1 - J) ** K, i.e. < 0.8% at J = 0.7 with K = 4.
+DEDUP_SKETCH_K: Final = 4
+# A bucket larger than this is a hash of a ubiquitous word; checking it would be O(n).
+DEDUP_MAX_BUCKET: Final = 64
+# Bottom-64 min-hash signature: Jaccard estimated within ~0.06 (one standard deviation at
+# J = 0.7), in 320 bytes an item instead of the whole word set.
+DEDUP_SIGNATURE: Final = 64
+# The near-duplicate buckets merge the items added since their saved state into its flat
+# arrays once there are this many, or an eighth as many as it holds if that is more: what
+# waits in dicts costs ~750 bytes an item against ~400 merged, and each merge is O(items), so
+# a step that grows with the state keeps their total linear (as INDEX_SETTLE_* for the index).
+DEDUP_MERGE_MIN: Final = 4_096
+DEDUP_MERGE_SHARE: Final = 8
 
 # Words so common that sharing one says nothing; filed under them, every item would land in
 # the same few buckets and each check would compare against most of the store.
@@ -123,7 +139,7 @@ def _hashed(words: Iterable[str]) -> dict[str, int]:
     return dict(zip(distinct, map(zlib.crc32, [w.encode("utf-8", "surrogatepass") for w in distinct]), strict=True))
 
 
-def _sketch_of(hashed: dict[str, int], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
+def _sketch_of(hashed: dict[str, int], k: int = DEDUP_SKETCH_K) -> tuple[int, ...]:
     """The k smallest hashes of the words that say something (3+ letters, not a stop word, or
     a character pair of Chinese, Thai...: without them such a text had no sketch, so no
     near-duplicate candidates)."""
@@ -131,7 +147,7 @@ def _sketch_of(hashed: dict[str, int], k: int = C.DEDUP_SKETCH_K) -> tuple[int, 
     return tuple(sorted({h for w, h in hashed.items() if (len(w) >= 3 or unspaced_pair(w)) and w not in _STOP})[:k])
 
 
-def sketch(words: Iterable[str], k: int = C.DEDUP_SKETCH_K) -> tuple[int, ...]:
+def sketch(words: Iterable[str], k: int = DEDUP_SKETCH_K) -> tuple[int, ...]:
     return _sketch_of(_hashed(words), k)
 
 
@@ -262,12 +278,12 @@ class DedupIndex:
         keys = _sketch_of(hashed)
         self._keys[item_id] = keys
         hashes = set(hashed.values())
-        self._sigs[item_id] = array("I", sorted(hashes)[: C.DEDUP_SIGNATURE])
+        self._sigs[item_id] = array("I", sorted(hashes)[:DEDUP_SIGNATURE])
         self._sizes[item_id] = len(hashes)
         for key in keys:
             self._file(key, item_id)
         saved = len(self._saved.ids) if self._saved is not None else 0
-        if len(self._keys) > max(C.DEDUP_MERGE_MIN, saved // C.DEDUP_MERGE_SHARE):
+        if len(self._keys) > max(DEDUP_MERGE_MIN, saved // DEDUP_MERGE_SHARE):
             self.merge()
 
     def merge(self) -> None:
@@ -309,7 +325,7 @@ class DedupIndex:
         """Jaccard of two items' word sets: exact when both fit in a signature, else the
         bottom-k estimate (the share of the union's k smallest hashes found in both)."""
         (na, sa), (nb, sb) = self._entry(a), self._entry(b)
-        if not na or not nb or min(na, nb) <= C.DEDUP_JACCARD * max(na, nb):
+        if not na or not nb or min(na, nb) <= DEDUP_JACCARD * max(na, nb):
             # |A and B| / |A or B| <= min / max: sets this different in size cannot be near-duplicates.
             return 0.0 if na or nb else 1.0
         cached = self._sig_set
@@ -320,7 +336,7 @@ class DedupIndex:
         both = set_a.intersection(sb)
         if na <= len(sa) and nb <= len(sb):
             return len(both) / (na + nb - len(both))
-        union = sorted(set_a.union(sb))[: C.DEDUP_SIGNATURE]
+        union = sorted(set_a.union(sb))[:DEDUP_SIGNATURE]
         return len(both.intersection(union)) / len(union)
 
     def _flat(self) -> tuple[list[str], dict[str, array[int]]]:
@@ -441,7 +457,7 @@ class DedupIndex:
             r = self._saved_row(item_id)
             keys = saved.keys_of(r) if saved is not None and r is not None else ()
         out: set[str] = set()
-        most = C.DEDUP_MAX_BUCKET
+        most = DEDUP_MAX_BUCKET
         for key in keys:
             bucket = self._buckets.get(key)
             held = 0 if bucket is None else 1 if isinstance(bucket, str) else len(bucket)

@@ -37,7 +37,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
-from .. import constants as C
 from .analyze import TERMS_VERSION, query_terms, query_words, tokenize
 from .mapped import unmapped
 from .postings import _DocTerms, _enc, _in_place, _in_place_starts, _Postings, _raw, _unb64
@@ -46,6 +45,7 @@ from .topk import (
     _PACKED,
     _SPILL,
     _TF_BITS,
+    BM25_K1,
     _Acceptance,
     _best,
     _dense_top,
@@ -55,11 +55,32 @@ from .topk import (
 from .vocab import Vocab
 from .wordforms import other_words
 
-# Re-exported for callers and tests; the numbers and their sources are in constants.py.
-BM25_K1: Final = C.BM25_K1
-BM25_B: Final = C.BM25_B
-SUMMARY_WEIGHT: Final = C.SUMMARY_WEIGHT
-TAG_WEIGHT: Final = C.TAG_WEIGHT
+# The search index merges the terms and postings written since its last merge into its flat
+# arrays (compactor.search.vocab) once there are this many new terms, or a thirty-second as many as it
+# already holds if that is more. What waits unmerged (~150 bytes a term in Python objects) is
+# memory the process keeps once freed, so the largest wait sets a load's peak. A merge after a
+# load grows the arrays in place, O(index) numpy moves and an O(new terms) Python pass, so
+# merging more often costs little: at 100k items a merge takes ~0.2 s. At 10k items the
+# minimum decides, and 16k terms against 32k ends 4 MiB lower and peaks the same.
+INDEX_SETTLE_MIN: Final = 16_384
+INDEX_SETTLE_SHARE: Final = 32
+# Settled terms remembered in a dict after a lookup: enough for the words a code-and-prose
+# corpus repeats in every document (a few thousand), ~2 MiB at most.
+VOCAB_HOT_TERMS: Final = 16_384
+# A query word no document holds is also searched as its other words (wordforms), each at this
+# share of a term of its rarity: below 1 since a document may hold two of them (evals/KNOBS.md).
+OTHER_WORD_WEIGHT: Final = 0.75
+# Whether a document the query may find (its scope, its tags) holds a query word is asked of
+# that word's newest postings, this many at most: a word every project writes would otherwise
+# cost a pass over all its documents for each query in a project that does not.
+HELD_SCAN_POSTINGS: Final = 256
+# Other words are looked up for the first this many words of a query: an agent's query may be
+# its whole thought, and each word brings up to ten forms to look up.
+EXPANDED_WORDS: Final = 16
+# Per-field length normalisation: a summary is text, so the usual b (0 measured worse,
+# evals/KNOBS.md); a tag set is not text.
+SUMMARY_B: Final = 0.75
+TAG_B: Final = 0.0
 
 # --- the index's own tuning: how it stores postings, nothing a caller sees --------------------
 # A term's postings are compacted once dead postings outnumber live ones by this slack.
@@ -117,14 +138,14 @@ class BM25Index:
     """
 
     def __init__(self) -> None:
-        self._vocab = Vocab(C.VOCAB_HOT_TERMS)  # term <-> term id
+        self._vocab = Vocab(VOCAB_HOT_TERMS)  # term <-> term id
         self._free_terms: list[int] = []
         self._df: array[int] = array("I")
         self._post = _Postings()  # term id -> sorted doc << 8 | code
         # tid -> {doc: (content, summary, tags) tf} for postings whose code is _SPILL
         self._spill: dict[int, dict[int, tuple[int, int, int]]] = {}
-        self._summary = _Field(C.SUMMARY_B)
-        self._tags = _Field(C.TAG_B)
+        self._summary = _Field(SUMMARY_B)
+        self._tags = _Field(TAG_B)
         self._ids: dict[str, int] = {}
         self._ext: list[str | None] = []  # doc -> external id, None once removed
         self._doc_terms = _DocTerms()  # doc -> sorted distinct term ids
@@ -304,7 +325,7 @@ class BM25Index:
 
     def _settle_if_due(self) -> None:
         """`settle` once the terms waiting for it are a share of the settled ones (INDEX_SETTLE_*)."""
-        if self._vocab.unsettled > max(C.INDEX_SETTLE_MIN, self._vocab.settled // C.INDEX_SETTLE_SHARE):
+        if self._vocab.unsettled > max(INDEX_SETTLE_MIN, self._vocab.settled // INDEX_SETTLE_SHARE):
             self.settle()
 
     def settle(self) -> None:
@@ -556,7 +577,7 @@ class BM25Index:
                 found.append((term, tid))
                 f = df[tid]
                 w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (BM25_K1 + 1.0)
-                weighted.append((w if k < len(terms) else w * C.OTHER_WORD_WEIGHT, tid))
+                weighted.append((w if k < len(terms) else w * OTHER_WORD_WEIGHT, tid))
         # Rarest first; a stable sort keeps query order among equal weights (determinism).
         weighted.sort(key=itemgetter(0), reverse=True)
         return found, weighted
@@ -570,7 +591,7 @@ class BM25Index:
         if ok.unfiltered:
             return True
         post = self._post[tid]
-        newest = range(len(post) - 1, max(len(post) - 1 - C.HELD_SCAN_POSTINGS, -1), -1)
+        newest = range(len(post) - 1, max(len(post) - 1 - HELD_SCAN_POSTINGS, -1), -1)
         return any(ok(post[i] >> _TF_BITS) for i in newest)
 
     def _matched(self, d: int, found: list[tuple[str, int]]) -> tuple[str, ...]:
@@ -635,7 +656,7 @@ class BM25Index:
             _raw(state["vocab_blob"]),
             _in_place(state["vocab_lens"], swap),
             _in_place(state["vocab_hashes"], swap),
-            C.VOCAB_HOT_TERMS,
+            VOCAB_HOT_TERMS,
             (_raw(state["vocab_starts"]), _raw(state["vocab_order"]), _raw(state["vocab_sorted"])) if derived else None,
         )
         self._df = _unb64(state["df"], "I", swap)
@@ -684,10 +705,10 @@ def _other_words(query: str, terms: Collection[str], held: Callable[[str], bool]
     "database" for "db", "pool" for "pools", "deployment" for "deploy"). A word documents hold
     keeps to itself: its other words would add the many documents of a common word ("models"
     for "modeling") to a query already answered."""
-    if C.OTHER_WORD_WEIGHT <= 0:
+    if OTHER_WORD_WEIGHT <= 0:
         return []
     out: dict[str, None] = {}
-    for word in query_words(query, C.EXPANDED_WORDS):
+    for word in query_words(query, EXPANDED_WORDS):
         if not held(word):
             out.update(dict.fromkeys(other_words(word)))
     if not out:

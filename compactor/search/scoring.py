@@ -3,21 +3,61 @@
 from __future__ import annotations
 
 import math
+from typing import Final
 
-from .. import constants as C
 from ..models import Item
 
-_LOG_SIZE_CAP = math.log1p(C.SIZE_SATURATION_TOKENS)
+W_IMPORTANCE: Final = 0.4
+W_RECENCY: Final = 0.3
+W_ACCESS: Final = 0.2
+W_SIZE: Final = 0.1
+# Errors are what an agent most often trips over twice; tool output is the easiest to re-run.
+TYPE_MULTIPLIER: Final = {"error": 1.5, "decision": 1.3, "code": 1.2, "prose": 1.0, "tool_output": 0.7}
+# Real half-lives (recency = 0.5 ** (age / half_life)), in seconds. An error is hot while the
+# agent is fixing it (30 min); decisions and code stay relevant for a working day (6 h).
+HALF_LIFE_S: Final = {
+    "error": 30 * 60,
+    "decision": 6 * 3600,
+    "code": 6 * 3600,
+    "prose": 2 * 3600,
+    "tool_output": 15 * 60,
+}
+# access = min(ln(1 + n) / 5, 1): saturates at ~147 accesses, so a hot item cannot buy itself
+# immortality.
+ACCESS_LOG_DIVISOR: Final = 5.0
+# size = ln(1 + tokens) / ln(1 + SIZE_SATURATION_TOKENS), capped at 1. On a log scale a
+# 20-token note scores ~0.33 and a 4,000-token dump ~0.92, so the 0.1 weight is worth about one
+# importance point between them: it matters without drowning importance.
+SIZE_SATURATION_TOKENS: Final = 8_000
+# Highest possible retention (importance 10, fresh, saturated access, tiny, error type), used to
+# normalise retention into [0, 1] when it is mixed into search ranking.
+MAX_RETENTION: Final = (W_IMPORTANCE + W_RECENCY + W_ACCESS) * max(TYPE_MULTIPLIER.values())
+# Final score = bm25 * (1 + RETENTION_WEIGHT * retention01) * (PIN_BOOST if pinned). Relevance
+# leads: retention can lift a result by at most 25% (and a pin by 15% more), enough to break
+# near-ties toward fresher, more important items but never to bury the best text match.
+RETENTION_WEIGHT: Final = 0.25
+PIN_BOOST: Final = 1.15
+# A plain query searches the archive too: an archived hit's score is multiplied by
+# this, so of two equally relevant items the active one (the agent's current working set) ranks
+# first, while an archived item that matches clearly better still outranks it. Bounded at
+# 1 / 0.9 = 1.11x: a stronger preference (0.8) cost archived hits recall (evals/KNOBS.md).
+ARCHIVED_RANK_FACTOR: Final = 0.9
+# Bounded recency prior by position, not by clock (an agent stores a turn every few seconds; idle
+# time would wrongly age): at most 1.5x, halving every 20 items, ~7 turns (evals/KNOBS.md).
+RECENCY_PRIOR: Final = 0.5
+RECENCY_HALF_LIFE_ITEMS: Final = 20
+
+_LOG_SIZE_CAP = math.log1p(SIZE_SATURATION_TOKENS)
 
 
 def recency(item: Item, now: float) -> float:
     """0.5 ** (age / half-life), age counted from the last access."""
     age = max(0.0, now - item.last_accessed_at)
-    return float(0.5 ** (age / C.HALF_LIFE_S[item.content_type]))
+    return float(0.5 ** (age / HALF_LIFE_S[item.content_type]))
 
 
 def access(count: int) -> float:
-    return min(math.log1p(max(count, 0)) / C.ACCESS_LOG_DIVISOR, 1.0)
+    return min(math.log1p(max(count, 0)) / ACCESS_LOG_DIVISOR, 1.0)
 
 
 def size(tokens: int) -> float:
@@ -25,10 +65,10 @@ def size(tokens: int) -> float:
 
 
 # Per content type: (multiplier, -ln 2 / half-life), so retention is one exp() and two log1p().
-_PER_TYPE = {t: (C.TYPE_MULTIPLIER[t], -math.log(2.0) / C.HALF_LIFE_S[t]) for t in C.TYPE_MULTIPLIER}
-_W_IMP = C.W_IMPORTANCE / 10.0
-_W_ACC = C.W_ACCESS / C.ACCESS_LOG_DIVISOR
-_W_SIZE = C.W_SIZE / _LOG_SIZE_CAP
+_PER_TYPE = {t: (TYPE_MULTIPLIER[t], -math.log(2.0) / HALF_LIFE_S[t]) for t in TYPE_MULTIPLIER}
+_W_IMP = W_IMPORTANCE / 10.0
+_W_ACC = W_ACCESS / ACCESS_LOG_DIVISOR
+_W_SIZE = W_SIZE / _LOG_SIZE_CAP
 
 
 def retention(item: Item, now: float) -> float:
@@ -38,33 +78,33 @@ def retention(item: Item, now: float) -> float:
     age = now - item.last_accessed_at
     rec = math.exp(decay * age) if age > 0.0 else 1.0
     count = item.access_count
-    acc = min(math.log1p(count) * _W_ACC, C.W_ACCESS) if count > 0 else 0.0
+    acc = min(math.log1p(count) * _W_ACC, W_ACCESS) if count > 0 else 0.0
     tokens = item.view_tokens
-    bulk = min(math.log1p(tokens) * _W_SIZE, C.W_SIZE) if tokens > 0 else 0.0
-    return (_W_IMP * item.importance + C.W_RECENCY * rec + acc - bulk) * mult
+    bulk = min(math.log1p(tokens) * _W_SIZE, W_SIZE) if tokens > 0 else 0.0
+    return (_W_IMP * item.importance + W_RECENCY * rec + acc - bulk) * mult
 
 
 def retention01(item: Item, now: float) -> float:
     """Retention squeezed into [0, 1], for mixing into search ranking."""
-    return min(max(retention(item, now) / C.MAX_RETENTION, 0.0), 1.0)
+    return min(max(retention(item, now) / MAX_RETENTION, 0.0), 1.0)
 
 
 def recency_prior(newer: int) -> float:
     """1 + RECENCY_PRIOR * 0.5 ** (newer / RECENCY_HALF_LIFE_ITEMS), `newer` counting the items
     stored since: what an agent goes back for is mostly a few turns old."""
-    return 1.0 + C.RECENCY_PRIOR * float(0.5 ** (max(newer, 0) / C.RECENCY_HALF_LIFE_ITEMS))
+    return 1.0 + RECENCY_PRIOR * float(0.5 ** (max(newer, 0) / RECENCY_HALF_LIFE_ITEMS))
 
 
 def rank_score(relevance: float, item: Item, now: float, newer: int | None = None) -> float:
     """Relevance first; retention, the recency prior (when `newer`, the items stored since this
     one, is given), pinning and the tier are bounded multipliers on top of it."""
-    score = relevance * (1.0 + C.RETENTION_WEIGHT * retention01(item, now))
+    score = relevance * (1.0 + RETENTION_WEIGHT * retention01(item, now))
     if newer is not None:
         score *= recency_prior(newer)
     if item.tier == "archived":
-        score *= C.ARCHIVED_RANK_FACTOR
-    return score * C.PIN_BOOST if item.pinned else score
+        score *= ARCHIVED_RANK_FACTOR
+    return score * PIN_BOOST if item.pinned else score
 
 
 # The tier factor only lowers a score (it is at most 1), so it does not raise this bound.
-MAX_RANK_FACTOR = (1.0 + C.RETENTION_WEIGHT) * (1.0 + C.RECENCY_PRIOR) * C.PIN_BOOST
+MAX_RANK_FACTOR = (1.0 + RETENTION_WEIGHT) * (1.0 + RECENCY_PRIOR) * PIN_BOOST

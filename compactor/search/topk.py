@@ -18,7 +18,14 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
-from .. import constants as C
+# Okapi's defaults (Robertson & Zaragoza, "The Probabilistic Relevance Framework", 2009).
+BM25_K1: Final = 1.2
+BM25_B: Final = 0.75
+# A summary word counts as 5 body words: most of the replay's gain, and several body matches
+# still outvote one summary word (evals/KNOBS.md).
+SUMMARY_WEIGHT: Final = 5.0
+# Tags are labels; 1 measured the same as 3 (evals/KNOBS.md).
+TAG_WEIGHT: Final = 3.0
 
 
 class _Index(Protocol):
@@ -33,12 +40,6 @@ class _Index(Protocol):
     _ext: list[str | None]
     _ids: dict[str, int]
 
-
-# The numbers and their sources are in constants.py.
-BM25_K1: Final = C.BM25_K1
-BM25_B: Final = C.BM25_B
-SUMMARY_WEIGHT: Final = C.SUMMARY_WEIGHT
-TAG_WEIGHT: Final = C.TAG_WEIGHT
 
 # --- top-k's own tuning: how it scans postings, nothing a caller sees -------------------------
 # Pruning costs a pass over the candidates; try it only when the postings still to scan are

@@ -30,8 +30,15 @@ from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from .. import constants as C
 from .analyze import WORD_CHARS, composed
+
+# A command line longer than this is a script, not a command that shows a file.
+VIEW_COMMAND_CHARS: Final = 2_000
+# Output lines read for line numbers and the files a grep names: a view's span is decided by
+# its first and last numbered lines, and a listing longer than this is cut anyway.
+VIEW_SCAN_LINES: Final = 2_000
+# A grep over a tree that hits more files than this is a search listing, not a view of each.
+VIEW_MAX_PATHS: Final = 8
 
 # A view's lines: (first, last), 1-based and inclusive; last 0 means "to the end of the file".
 Lines = tuple[int, int]
@@ -373,7 +380,7 @@ def _output_lines(read: _Read, output: str) -> tuple[list[str], Lines | None]:
     """Paths named in a grep's output (when it searched several files), and the lines the
     output numbers (nl, cat -n, grep -n on one file): its first and last numbered rows, as
     these programs number in file order."""
-    rows = output.split("\n", C.VIEW_SCAN_LINES)[: C.VIEW_SCAN_LINES]
+    rows = output.split("\n", VIEW_SCAN_LINES)[:VIEW_SCAN_LINES]
     if read.recursive or len(read.paths) > 1:
         named: dict[str, None] = {}
         if read.command in _GREPS:
@@ -438,7 +445,7 @@ def _view_of_command(line: str, output: str, strict: bool) -> FileView | None:
         # What the output numbers is exact; the command's own range is what it asked for.
         lines = numbered if numbered is not None and (read.numbered or read.command in _GREPS) else narrowed
         command = command or read.command
-    if not paths or len(paths) > C.VIEW_MAX_PATHS:
+    if not paths or len(paths) > VIEW_MAX_PATHS:
         return None
     return FileView(command, tuple(paths), lines if len(cmds) == 1 and len(paths) == 1 else None)
 
@@ -473,7 +480,7 @@ def _edit_of_command(line: str, body: str) -> FileView | None:
         if not scripts and operands:
             scripts, operands = [operands[0]], operands[1:]
         paths = [_clean(o, cwd) for o in operands if _file_operand(o, True)]
-        if not paths or len(paths) > C.VIEW_MAX_PATHS:
+        if not paths or len(paths) > VIEW_MAX_PATHS:
             return None
         lines: Lines | None = None
         m = _SED_ADDRESS.match(scripts[0]) if scripts and prog == "sed" else None
@@ -503,7 +510,7 @@ def detect(content: str, summary: str | None = None) -> FileView | None:
     command stored with its own text (a reader and its output, a write or an edit)."""
     head, _, rest = content.lstrip("\n").partition("\n")
     head = head.strip()
-    if len(head) > C.VIEW_COMMAND_CHARS:
+    if len(head) > VIEW_COMMAND_CHARS:
         return None
     if head.startswith("$ "):
         return _view_of_command(head[2:], rest, strict=False) if _may_show(head[2:]) else None
@@ -516,7 +523,7 @@ def detect(content: str, summary: str | None = None) -> FileView | None:
             command
             and command != head
             and "\n" not in command
-            and len(command) <= C.VIEW_COMMAND_CHARS
+            and len(command) <= VIEW_COMMAND_CHARS
             and _may_show(command)
         ):
             found = _view_of_command(command, content, strict=True)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import TYPE_CHECKING, Any
-
-from .. import constants as C
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     import anyio.abc
+
+# Bytes per read of a relayed connection: a pipe's default capacity.
+SHARED_READ_BYTES: Final = 1 << 16
 
 # The relay says hello right after connecting: a host waits this long for it, and takes a line
 # of at most this many bytes (a scope is a path).
@@ -70,7 +71,7 @@ async def hear_hello(stream: anyio.abc.SocketStream) -> tuple[dict[str, Any], by
         while b"\n" not in data:
             if len(data) > HELLO_MAX_BYTES:
                 raise ValueError("hello too long")
-            data += await stream.receive(C.SHARED_READ_BYTES)
+            data += await stream.receive(SHARED_READ_BYTES)
     line, _, rest = data.partition(b"\n")
     hello = json.loads(line)
     if not isinstance(hello, dict):

@@ -18,6 +18,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Final
 
 import anyio
 import anyio.abc
@@ -27,8 +28,17 @@ from ..mcp.server import CONNECTION_SCOPE, build_server, final_snapshot, snapsho
 from ..mcp.stdio_runtime import run_stdio
 from ..runtime import PROCESS
 from ..store import Store
-from .hello import answer_hello, hear_hello
+from .hello import SHARED_READ_BYTES, answer_hello, hear_hello
 from .rundir import release_host_lock
+
+# Connections waiting to be accepted: clients start one at a time, a burst of sessions at most.
+SHARED_BACKLOG: Final = 64
+# A host whose starting relay never connects (it was killed meanwhile) must not live on.
+SHARED_FIRST_CLIENT_TIMEOUT_S: Final = 30.0
+# The host's log in the state dir (its stderr is no client's once it starts). Past this size
+# the next host start moves it to `.1`, replacing the previous one.
+SHARED_LOG: Final = "server.log"
+SHARED_LOG_MAX_BYTES: Final = 1 << 20
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +66,7 @@ class _ConnectionLines:
                 chunks = [rest] if rest else []
                 continue
             try:
-                chunks.append(await self._stream.receive(C.SHARED_READ_BYTES))
+                chunks.append(await self._stream.receive(SHARED_READ_BYTES))
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 break
         if chunks and (data := b"".join(chunks)):
@@ -145,9 +155,9 @@ async def serve_host(
                     tg.start_soon(session, stream)
 
     async def first_client() -> None:
-        await anyio.sleep(C.SHARED_FIRST_CLIENT_TIMEOUT_S)
+        await anyio.sleep(SHARED_FIRST_CLIENT_TIMEOUT_S)
         if not served:
-            log.warning("no client connected within %g s; stopping", C.SHARED_FIRST_CLIENT_TIMEOUT_S)
+            log.warning("no client connected within %g s; stopping", SHARED_FIRST_CLIENT_TIMEOUT_S)
             done.set()
 
     async def on_signal() -> None:
@@ -194,7 +204,7 @@ def run_host(
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(path)
-        listener.listen(C.SHARED_BACKLOG)
+        listener.listen(SHARED_BACKLOG)
     except OSError as exc:
         print(f"compactor: cannot start: cannot listen on {path}: {exc.strerror or exc}", file=sys.stderr)
         store.close()
@@ -221,10 +231,10 @@ def run_host(
 def _log_to_state_dir(state_dir: Path, messages_fd: int) -> None:
     """Point `messages_fd` (stderr, read by the client that started the host until now) at the
     state dir's log, which the next start moves aside once it is past its size limit."""
-    log_path = state_dir / C.SHARED_LOG
+    log_path = state_dir / SHARED_LOG
     with contextlib.suppress(OSError):
-        if log_path.stat().st_size > C.SHARED_LOG_MAX_BYTES:
-            os.replace(log_path, log_path.with_name(C.SHARED_LOG + ".1"))
+        if log_path.stat().st_size > SHARED_LOG_MAX_BYTES:
+            os.replace(log_path, log_path.with_name(SHARED_LOG + ".1"))
     sys.stderr.flush()
     try:
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)

@@ -24,15 +24,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from .. import constants as C
 from ..scope import project_scope
 from .hello import say_hello
 from .rundir import SharingUnavailable, host_key, runtime_dir, sweep, try_lock
 
 if TYPE_CHECKING:
     from ..store import Store
+from .hello import SHARED_READ_BYTES
+
+# How long a relay waits for a host that another relay is starting: a load that rebuilds a
+# 100k-item index takes tens of seconds. Past it the relay serves in its own process.
+SHARED_START_TIMEOUT_S: Final = 180.0
+# How often a relay looks again while another relay's host is starting.
+SHARED_POLL_S: Final = 0.02
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +120,7 @@ def _connect(path: Path, scope: str) -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))
-        if say_hello(sock, scope, C.SHARED_START_TIMEOUT_S) is not None:
+        if say_hello(sock, scope, SHARED_START_TIMEOUT_S) is not None:
             return sock
     except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError):
         pass
@@ -170,7 +176,7 @@ def connect_or_start(key: str, scope: str, host_main: HostMain) -> socket.socket
     Raises SharingUnavailable when none could be reached in time."""
     base = runtime_dir()
     path, lock_path = base / f"{key}.sock", base / f"{key}.lock"
-    deadline = time.monotonic() + C.SHARED_START_TIMEOUT_S
+    deadline = time.monotonic() + SHARED_START_TIMEOUT_S
     started = False
     while time.monotonic() < deadline:
         sock = _connect(path, scope)
@@ -183,7 +189,7 @@ def connect_or_start(key: str, scope: str, host_main: HostMain) -> socket.socket
         except OSError as exc:
             raise SharingUnavailable(f"cannot lock {lock_path}: {exc.strerror}") from exc
         if lock_fd is None:
-            time.sleep(C.SHARED_POLL_S)  # a host is starting, or stopping
+            time.sleep(SHARED_POLL_S)  # a host is starting, or stopping
             continue
         sock = _connect(path, scope)  # one may have started between our try and the lock
         if sock is not None:
@@ -192,7 +198,7 @@ def connect_or_start(key: str, scope: str, host_main: HostMain) -> socket.socket
         sweep(base, keep=lock_path)
         _start_host(path, lock_fd, host_main)
         started = True
-    raise SharingUnavailable(f"no host answered on {path} within {C.SHARED_START_TIMEOUT_S:g} s")
+    raise SharingUnavailable(f"no host answered on {path} within {SHARED_START_TIMEOUT_S:g} s")
 
 
 def relay(sock: socket.socket) -> int:
@@ -210,7 +216,7 @@ def relay(sock: socket.socket) -> int:
 
     def upstream() -> None:
         try:
-            while chunk := os.read(0, C.SHARED_READ_BYTES):
+            while chunk := os.read(0, SHARED_READ_BYTES):
                 sock.sendall(chunk)
         except OSError:
             pass
@@ -223,7 +229,7 @@ def relay(sock: socket.socket) -> int:
     try:
         while True:
             try:
-                chunk = sock.recv(C.SHARED_READ_BYTES)
+                chunk = sock.recv(SHARED_READ_BYTES)
             except OSError:
                 chunk = b""
             if not chunk:

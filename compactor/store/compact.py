@@ -5,14 +5,26 @@ within budget, max_items, near-duplicate hints, and what `prune` would remove.
 from __future__ import annotations
 
 import heapq
+from typing import Final
 
 from .. import constants as C
 from ..models import CompactReport, Item, Op
 from ..search import scoring
+from ..search.dedup import DEDUP_JACCARD
 from ..summaries import planning as compaction
-from .dag import _Dag
+from ..summaries.condense import NODE_MAX_TOKENS
+from .dag import CHUNK_SIZE, _Dag
 from .journaled import _Txn
 from .state import scope_key
+
+# Crossing it moves more than the excess, a tenth of the limit: the pass that picks them reads
+# every active item, so it is paid once per many stores. But at most MAX_ITEMS_SLACK more: one
+# store archives and condenses them all (a tenth of the default limit took one store 3.6 s).
+MAX_ITEMS_SLACK_SHARE: Final = 10
+MAX_ITEMS_SLACK: Final = 1_000
+# When a call's own items do not all fit, the ones kept active leave room for this many nodes:
+# the summaries covering the rest condense under pressure down to about one per level.
+FIT_RESERVE_NODES: Final = 2
 
 
 def _item_bytes(item: Item) -> int:
@@ -62,7 +74,7 @@ class _Compaction(_Dag):
         now = self._clock()
         # The oldest low-value items go to the archive (and are condensed like any other),
         # some more than the excess so the O(active) pass is paid once per many stores.
-        over_items += min(settings.max_items // C.MAX_ITEMS_SLACK_SHARE, C.MAX_ITEMS_SLACK)
+        over_items += min(settings.max_items // MAX_ITEMS_SLACK_SHARE, MAX_ITEMS_SLACK)
         movable = [
             s.items[s.by_seq[q]]
             for q in s.order["active"]
@@ -124,7 +136,7 @@ class _Compaction(_Dag):
                 if other is None or scope_key(other.scope) != scope_key(item.scope):
                     continue
                 sim = s.dedup.similarity(item_id, cand)
-                if sim > C.DEDUP_JACCARD and (best is None or (sim, cand) > best):
+                if sim > DEDUP_JACCARD and (best is None or (sim, cand) > best):
                     best = (sim, cand)
             partner = best[1] if best else None
             if partner != item.dup_of:
@@ -136,7 +148,7 @@ class _Compaction(_Dag):
         if not settings.auto_compact:
             return None  # the agent compacts itself; replies show usage over budget
         if s.used <= settings.auto_compact_threshold * settings.token_budget:
-            if len(s.uncovered) > C.CHUNK_SIZE:
+            if len(s.uncovered) > CHUNK_SIZE:
                 # The archive grew by more than a chunk that no summary covers (a dissolve,
                 # a restore-and-evict): condense it without a full compaction.
                 self._condense(
@@ -178,7 +190,7 @@ class _Compaction(_Dag):
         )
         if base is None:
             base = s.used - sum(it.view_tokens for it in items)
-        room = target_tokens - base - C.FIT_RESERVE_NODES * C.NODE_MAX_TOKENS
+        room = target_tokens - base - FIT_RESERVE_NODES * NODE_MAX_TOKENS
         keep: list[str] = []
         for it in items:
             if it.view_tokens <= room:
@@ -194,7 +206,7 @@ class _Compaction(_Dag):
         def reserve(newly_archived: int) -> int:
             # Room for the d1 nodes that will cover what this compaction archives.
             n = uncovered + newly_archived
-            return -(-n // C.CHUNK_SIZE) * C.NODE_MAX_TOKENS if n else 0
+            return -(-n // CHUNK_SIZE) * NODE_MAX_TOKENS if n else 0
 
         inp = compaction.CompactionInput(
             active=active,

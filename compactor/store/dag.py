@@ -4,23 +4,31 @@ forgotten children gone up the lineage, and reading the DAG (expand, ancestors, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from .. import bounds
 from .. import constants as C
 from ..errors import InvalidArgumentError
 from ..models import Item, Op, Tier
 from ..search import scoring
-from ..summaries.condense import extractive_text, gist, group_coherent, lineage_id
+from ..summaries.condense import TYPE_TAGS, extractive_text, gist, group_coherent, lineage_id
 from .journaled import _Journaled, _Txn
 from .state import scope_key
+
+# 20 archived items to a d1 node and 5 nodes to the next depth, up to depth 4: 20 * 5**3 =
+# 2,500 raw items under one d4 node, so a 100k-item archive needs ~40 top-level nodes. Past d4 a
+# level is added only when the budget cannot hold the d4 nodes (never by mixing levels).
+CHUNK_SIZE: Final = 20
+FANOUT: Final = 5
+MAX_DEPTH: Final = 4
+NEEDS_TEXT_LIMIT: Final = 3
 
 
 def _common_tags(children: list[Item]) -> list[str]:
     counts: dict[str, int] = {}
     for c in children:
         for t in c.tags:
-            if t not in C.TYPE_TAGS:
+            if t not in TYPE_TAGS:
                 counts[t] = counts.get(t, 0) + 1
     return sorted(counts, key=lambda t: (-counts[t], t))[:5]
 
@@ -85,8 +93,8 @@ class _Dag(_Journaled):
             if depth == 0:
                 made.extend(self._cover_raw(txn, self._extend_latest_node(txn, scope, pending, made, protected)))
                 continue
-            full = len(pending) - len(pending) % C.FANOUT
-            for group in (pending[i : i + C.FANOUT] for i in range(0, full, C.FANOUT)):
+            full = len(pending) - len(pending) % FANOUT
+            for group in (pending[i : i + FANOUT] for i in range(0, full, FANOUT)):
                 node_id = self._make_node(txn, depth + 1, group, "archived")
                 if node_id:
                     made.append(node_id)
@@ -105,8 +113,8 @@ class _Dag(_Journaled):
                     per_scope.setdefault(scope_key(it.scope), []).append(it)
             for scope_nodes in per_scope.values():
                 rest = scope_nodes
-                while (len(rest) > C.FANOUT and depth < C.MAX_DEPTH) or (s.used > target_tokens and len(rest) >= 2):
-                    group, rest = rest[: C.FANOUT], rest[C.FANOUT :]
+                while (len(rest) > FANOUT and depth < MAX_DEPTH) or (s.used > target_tokens and len(rest) >= 2):
+                    group, rest = rest[:FANOUT], rest[FANOUT:]
                     if len(group) < 2:
                         break
                     node_id = self._make_node(txn, depth + 1, group, "active")
@@ -150,7 +158,7 @@ class _Dag(_Journaled):
         time (`group_coherent` reads them in seq order); the ids of the nodes made."""
         made: list[str] = []
         ordered = sorted(items, key=lambda it: it.seq)
-        for group in group_coherent(ordered, C.CHUNK_SIZE, self._s.index.term_ids):
+        for group in group_coherent(ordered, CHUNK_SIZE, self._s.index.term_ids):
             node_id = self._make_node(txn, 1, group, "archived")
             if node_id:
                 made.append(node_id)
@@ -165,7 +173,7 @@ class _Dag(_Journaled):
         stand-in (extractive) node is extended, never one whose text the agent wrote."""
         s = self._s
         raw = [it for it in pending if not it.depth]
-        if not raw or len(pending) >= C.CHUNK_SIZE // 2:
+        if not raw or len(pending) >= CHUNK_SIZE // 2:
             return pending
         latest: Item | None = None
         for it in reversed(self._active_nodes()):
@@ -179,10 +187,10 @@ class _Dag(_Journaled):
             or latest.id in protected
             or latest.parents
             or latest.children_tier != "archived"
-            or len(latest.children) >= C.CHUNK_SIZE
+            or len(latest.children) >= CHUNK_SIZE
         ):
             return pending
-        take = raw[: C.CHUNK_SIZE - len(latest.children)]
+        take = raw[: CHUNK_SIZE - len(latest.children)]
         kids = [s.items[c] for c in latest.children if c in s.items]
         ops: list[Op] = [{"op": "del", "id": latest.id}]
         ops.extend(
@@ -204,7 +212,7 @@ class _Dag(_Journaled):
 
     def _needs_text(self) -> list[str]:
         out = [it.id for it in reversed(self._active_nodes()) if it.quality in ("extractive", "stale")]
-        return out[: C.NEEDS_TEXT_LIMIT]
+        return out[:NEEDS_TEXT_LIMIT]
 
     def _lineage_text(self, node: Item, chars: int = 400_000) -> list[str]:
         """Text of a node's descendants (breadth-first, bounded): what its summary may cite."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Final
 
-from .. import constants as C
 from ..errors import PersistenceError
 from .journaled import _Journaled
+
+LEDGER_MEMORY_MAX: Final = 10_000
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ class _Ledger(_Journaled):
 
     def _ledger_append(self, entries: list[dict[str, Any]]) -> None:
         self._ledger_mem.extend(entries)
-        del self._ledger_mem[: -C.LEDGER_MEMORY_MAX]
+        del self._ledger_mem[:-LEDGER_MEMORY_MAX]
         if self._backend is not None:
             try:
                 self._backend.append_ledger(entries)

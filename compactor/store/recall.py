@@ -9,7 +9,7 @@ import heapq
 import re
 from collections.abc import Collection
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from .. import bounds
 from .. import constants as C
@@ -18,11 +18,41 @@ from ..models import Item
 from ..render import budget_line, counted, recall_line
 from ..search import scoring
 from ..summaries.condense import depth_instruction, gist
-from .dag import _Dag
+from .dag import NEEDS_TEXT_LIMIT, _Dag
 from .paging import _Paging
 from .records import Recall
 from .search import _Search
 from .state import scope_key
+
+# Reserved in recall's cap for its closing "Left out: ..." line.
+RECALL_FOOTER_TOKENS: Final = 100
+# Reserved per group header of recall ("Recent work (12, newest first; ...):" is ~20 tokens).
+RECALL_HEADER_TOKENS: Final = 24
+# Share of recall's cap the task-related group may take before recent work (tuned on the tuning half).
+RECALL_TASK_SHARE: Final = 0.5
+# Recall asks the search for limit * this many hits for its task group: the group skips hits already
+# shown and older views of a file, and the cap ends it long before the last hit.
+RECALL_TASK_FETCH: Final = 3
+# Share of recall's cap that open errors may take: a resumed session's first job, yet never the whole screen.
+RECALL_ERRORS_SHARE: Final = 0.15
+# Share of what is left that recent work takes before decisions, summaries and the rest (tuned likewise).
+RECALL_RECENT_SHARE: Final = 0.8
+# Share of what is left after recent work that decisions may take before summaries.
+RECALL_DECISIONS_SHARE: Final = 0.5
+# How much of an error's end recall reads for its exception line (a traceback ends with it).
+RECALL_ERROR_TAIL_CHARS: Final = 4_000
+# Programs whose output is the text of the one file they name: such an output is a view of that file.
+RECALL_FILE_READERS: Final = frozenset({"cat", "head", "tail", "nl", "sed", "less", "more", "bat"})
+# Items whose subject (file or command) recall remembers between calls; its walk covers RECALL_SCAN_MAX,
+# so this holds several walks' worth and starts over when full.
+RECALL_SUBJECT_CACHE: Final = 8_192
+# How much of an item's head names what it is a view of (a command line, a file path).
+RECALL_VIEW_KEY_CHARS: Final = 300
+# Recall walks at most this many newest items (subjects, open errors, decisions, summaries): its cost
+# is bounded at any number of items.
+RECALL_SCAN_MAX: Final = 1_000
+# Recall scores retention only for limit * this many most important items, not for all (latency).
+RECALL_VALUABLE_CANDIDATES: Final = 5
 
 # The groups of a recall, in the order shown; each header states its ordering and its score.
 _GROUPS = ("pinned", "task", "errors", "recent", "decisions", "summaries", "valuable")
@@ -52,7 +82,7 @@ def _file_of(command: str) -> str:
     parts = [p.strip() for p in _CHAIN.split(head)]
     part = next((p for p in parts if p and not p.startswith("cd ")), "")
     words = [w for w in part.split() if not _DUP_FD.fullmatch(w)]
-    if not words or words[0].rsplit("/", 1)[-1] not in C.RECALL_FILE_READERS:
+    if not words or words[0].rsplit("/", 1)[-1] not in RECALL_FILE_READERS:
         return ""
     if any(w.startswith("<<") for w in words):  # a here-document written to a file: its whole new text
         targets = [
@@ -82,25 +112,25 @@ def _subject(it: Item) -> str:
     a `sed -n 5,9p a.py`, a heredoc that wrote a.py), else a command (a command `pytest x` and its
     output `$ pytest x`), else, for a one-line item, its text; "" for prose."""
     text = (it.content or "").lstrip()
-    end = text.find("\n", 0, C.RECALL_VIEW_KEY_CHARS)
+    end = text.find("\n", 0, RECALL_VIEW_KEY_CHARS)
     if end < 0:
-        first, whole = text[: C.RECALL_VIEW_KEY_CHARS], len(text) <= C.RECALL_VIEW_KEY_CHARS
+        first, whole = text[:RECALL_VIEW_KEY_CHARS], len(text) <= RECALL_VIEW_KEY_CHARS
     else:
-        first, whole = text[:end], len(text) - end < C.RECALL_VIEW_KEY_CHARS and text[end:].isspace()
+        first, whole = text[:end], len(text) - end < RECALL_VIEW_KEY_CHARS and text[end:].isspace()
     return _subject_of(first.rstrip(), whole)
 
 
 def _error_line(text: str) -> str:
     """The last exception line of an error's output (`KeyError: 'currency'`), addresses masked:
     what tells two failures of one command apart; "" when there is none."""
-    found = _EXCEPTION.findall(text[-C.RECALL_ERROR_TAIL_CHARS :])
-    return _HEX.sub("0x?", found[-1].strip())[: C.RECALL_VIEW_KEY_CHARS] if found else ""
+    found = _EXCEPTION.findall(text[-RECALL_ERROR_TAIL_CHARS:])
+    return _HEX.sub("0x?", found[-1].strip())[:RECALL_VIEW_KEY_CHARS] if found else ""
 
 
 def _is_bare(it: Item) -> bool:
     """A command alone on its line (`cat a.py`), without the output that would show the file."""
     text = it.content
-    return len(text) <= C.RECALL_VIEW_KEY_CHARS and "\n" not in text.strip() and not text.lstrip().startswith("$ ")
+    return len(text) <= RECALL_VIEW_KEY_CHARS and "\n" not in text.strip() and not text.lstrip().startswith("$ ")
 
 
 def _is_error(it: Item) -> bool:
@@ -128,7 +158,7 @@ class _Recall(_Paging, _Search, _Dag):
 
     def _facts(self, window: list[Item]) -> list[_Facts]:
         cache = self._facts_cache
-        if cache is None or len(cache) > C.RECALL_SUBJECT_CACHE:
+        if cache is None or len(cache) > RECALL_SUBJECT_CACHE:
             cache = self._facts_cache = {}
         out = []
         for it in window:
@@ -189,11 +219,11 @@ class _Recall(_Paging, _Search, _Dag):
             views: set[str] = set()
             left_out: list[str] = []
             # Header and footer are part of the output the cap bounds.
-            tokens = count(head) + C.RECALL_FOOTER_TOKENS
+            tokens = count(head) + RECALL_FOOTER_TOKENS
 
             # One walk over the newest items: what each is a view of, the newest view of each
             # file or command, open errors, decisions and summaries, newest first.
-            window = [s.items[s.by_seq[q]] for q in reversed(seqs[-C.RECALL_SCAN_MAX :])]
+            window = [s.items[s.by_seq[q]] for q in reversed(seqs[-RECALL_SCAN_MAX:])]
             facts: dict[str, _Facts] = {}
             newest: dict[str, Item] = {}
             succeeded: set[str] = set()
@@ -245,7 +275,7 @@ class _Recall(_Paging, _Search, _Dag):
                 if len(entries) >= limit and group != "valuable":
                     return False
                 line, cost = self._entry(it, score)
-                cost += 0 if entries else C.RECALL_HEADER_TOKENS
+                cost += 0 if entries else RECALL_HEADER_TOKENS
                 if tokens + cost > until:
                     left_out.append(it.id)
                     return False
@@ -265,19 +295,19 @@ class _Recall(_Paging, _Search, _Dag):
                 if not take("pinned", it, None, cap):
                     break
             if text:
-                share = tokens + cap * C.RECALL_TASK_SHARE
-                for h in self._search(text, [], min(C.QUERY_LIMIT_MAX, limit * C.RECALL_TASK_FETCH), True, scopes):
+                share = tokens + cap * RECALL_TASK_SHARE
+                for h in self._search(text, [], min(C.QUERY_LIMIT_MAX, limit * RECALL_TASK_FETCH), True, scopes):
                     if not h.item.pinned and not take("task", h.item, h.score, share):
                         break
-            share = tokens + cap * C.RECALL_ERRORS_SHARE
+            share = tokens + cap * RECALL_ERRORS_SHARE
             for it in errors:
                 if not take("errors", it, None, share):
                     break
-            share = tokens + (cap - tokens) * C.RECALL_RECENT_SHARE
+            share = tokens + (cap - tokens) * RECALL_RECENT_SHARE
             for it in recent:
                 if not take("recent", it, None, share):
                     break
-            share = tokens + (cap - tokens) * C.RECALL_DECISIONS_SHARE
+            share = tokens + (cap - tokens) * RECALL_DECISIONS_SHARE
             for it in decisions:
                 if not take("decisions", it, None, share):
                     break
@@ -288,12 +318,12 @@ class _Recall(_Paging, _Search, _Dag):
                 for it in recent:
                     if not take("recent", it, None, cap):
                         break
-            if tokens < cap - C.RECALL_HEADER_TOKENS:
+            if tokens < cap - RECALL_HEADER_TOKENS:
                 # Retention is dominated by importance: score only the most important of the newest
                 # RECALL_SCAN_MAX (older work is what the summaries group stands for).
                 retention = scoring.retention
                 candidates = heapq.nlargest(
-                    limit * C.RECALL_VALUABLE_CANDIDATES,
+                    limit * RECALL_VALUABLE_CANDIDATES,
                     ((it.importance, it.seq, it) for it in window if it.id not in shown and not it.pinned),
                     key=itemgetter(0, 1),
                 )
@@ -381,6 +411,6 @@ class _Recall(_Paging, _Search, _Dag):
             lines.append(f"  - … {len(kids) - children} more: expand({node.id!r})")
         return "\n".join(lines)
 
-    def needs_text_blocks(self, limit: int = C.NEEDS_TEXT_LIMIT) -> list[tuple[Item, str]]:
+    def needs_text_blocks(self, limit: int = NEEDS_TEXT_LIMIT) -> list[tuple[Item, str]]:
         with self._read():
             return [(self._s.items[n], self._needs_text_block(self._s.items[n])) for n in self._needs_text()[:limit]]

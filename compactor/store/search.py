@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import heapq
 import logging
+from typing import Final
 
-from .. import constants as C
 from ..errors import PersistenceError
 from ..models import Item, Op
 from ..search import scoring
@@ -15,6 +15,26 @@ from ..search.views import covers, overlaps, parse_query
 from .journaled import _Journaled
 from .records import Hit
 from .state import scope_key
+
+# Re-rank the BM25 top max(limit * 3, 30) with retention: deep enough for the bounded lift
+# (scoring.MAX_RANK_FACTOR) to matter only between near-ties, shallow enough for the index to prune the rest.
+RERANK_DEPTH: Final = 3
+RERANK_MIN: Final = 30
+# Search: a view of a file the query names has its score multiplied by VIEW_PATH_LIFT, and by
+# VIEW_RANGE_LIFT more when it shows the lines the query asks for. Chosen on the tuning half of
+# the replay (evals/REPLAY.md has the levels tried): a lift that puts the views of a named file
+# first, and still bounded, so a far better text match wins.
+VIEW_PATH_LIFT: Final = 3.0
+VIEW_RANGE_LIFT: Final = 1.25
+# An older view whose lines a newer view of the same file also shows: still a view of the file,
+# ahead of mere mentions, but behind the newer one (the newest view of a region first).
+VIEW_SUPERSEDED_LIFT: Final = 1.5
+# An edit in place (sed -i, perl -i) of a named file: it says which lines changed, not what
+# they hold, so it is lifted less than a view that shows them.
+VIEW_EDIT_LIFT: Final = 1.0
+# The newest views of a named file that are lifted: an agent re-reads one file tens of times,
+# and the oldest of those views are the least likely to be what it goes back for.
+VIEW_LIFT_MAX: Final = 16
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +70,7 @@ class _Search(_Journaled):
         # so the final top `limit` is drawn from the BM25 top few times `limit`: a hit below
         # that would need a relevance far under the leaders' to overtake them, which the bound
         # rules out in practice, and the index can prune everything deeper.
-        fetch = max(limit * C.RERANK_DEPTH, C.RERANK_MIN)
+        fetch = max(limit * RERANK_DEPTH, RERANK_MIN)
         # Asking the filter about every candidate costs more than the ranking itself; skip it
         # when it would accept everything (one scope, nothing archived or archived wanted).
         accepts_all = (
@@ -115,10 +135,10 @@ class _Search(_Journaled):
         query = parse_query(text, known=s.views)
         if query is None:
             return {}
-        found = sorted((s.items[i] for i in s.views.lookup(query.paths, C.VIEW_LIFT_MAX)), key=lambda it: -it.seq)
+        found = sorted((s.items[i] for i in s.views.lookup(query.paths, VIEW_LIFT_MAX)), key=lambda it: -it.seq)
         lifts: dict[str, float] = {}
         newer: list[Item] = []
-        for it in found[: C.VIEW_LIFT_MAX]:
+        for it in found[:VIEW_LIFT_MAX]:
             lines = (it.file_lines[0], it.file_lines[1]) if len(it.file_lines) == 2 else None
             shown = set(it.file_paths)
             if any(
@@ -126,16 +146,16 @@ class _Search(_Journaled):
                 for n in newer
                 if len(n.file_lines) == 2
             ):
-                lifts[it.id] = C.VIEW_SUPERSEDED_LIFT
+                lifts[it.id] = VIEW_SUPERSEDED_LIFT
                 continue
             if it.file_command == "edit":
                 # An edit names the lines it changed but does not show them.
-                lifts[it.id] = C.VIEW_EDIT_LIFT
+                lifts[it.id] = VIEW_EDIT_LIFT
                 continue
             newer.append(it)
-            lift = C.VIEW_PATH_LIFT
+            lift = VIEW_PATH_LIFT
             if query.lines is not None and overlaps(lines, query.lines):
-                lift *= C.VIEW_RANGE_LIFT
+                lift *= VIEW_RANGE_LIFT
             lifts[it.id] = lift
         return lifts
 

@@ -13,9 +13,8 @@ import sys
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from .. import constants as C
 from ..content.tokens import TokenCounter
 from ..errors import NotFoundError
 from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
@@ -27,6 +26,14 @@ from ..search.views import ViewIndex
 
 if TYPE_CHECKING:
     import mmap
+
+# Items indexed per `add_many` call when the index is rebuilt (a start without a usable saved index,
+# `doctor --repair`): batches share the vocabulary lookups; 1,000 items hold a few MiB of terms.
+REBUILD_BATCH: Final = 1_000
+# An item without a summary is indexed with its first line (this long at most, cut after a
+# whole word) as its summary field: the line a command output or an error starts with is what
+# an agent searches for.
+HEADLINE_CHARS: Final = 200
 
 log = logging.getLogger(__name__)
 
@@ -174,18 +181,18 @@ def _headline(item: Item) -> str | None:
     if not newline or not rest.strip():
         return None
     line = first.strip()
-    if len(line) <= C.HEADLINE_CHARS:
+    if len(line) <= HEADLINE_CHARS:
         return line or None
     # Cut after the last whole word that fits: a word cut short would be indexed as a term the
     # item does not contain ("helioproject" of "Helioprojective"). No space at all: no headline.
-    whole = _WHOLE_WORDS.match(line, 0, C.HEADLINE_CHARS + 1)
+    whole = _WHOLE_WORDS.match(line, 0, HEADLINE_CHARS + 1)
     return whole.group() if whole else None
 
 
 def stale_limit(n_items: int) -> int:
     """The most changed ids a load re-indexes on top of an older index file; past it a
     rebuild of all `n_items` is as cheap."""
-    return max(C.REBUILD_BATCH, n_items // 2)
+    return max(REBUILD_BATCH, n_items // 2)
 
 
 def index_fields(item: Item) -> tuple[str, str | None, Sequence[str]]:
@@ -469,8 +476,8 @@ class _StateOps:
         """Index items the index does not hold, and file the active leaves among them for
         near-duplicates: REBUILD_BATCH at a time through `BM25Index.add_many`, which makes the
         index one `add` after another makes, sharing the vocabulary lookups of a batch."""
-        for start in range(0, len(items), C.REBUILD_BATCH):
-            batch = items[start : start + C.REBUILD_BATCH]
+        for start in range(0, len(items), REBUILD_BATCH):
+            batch = items[start : start + REBUILD_BATCH]
             terms = s.index.add_many([(item.id, *index_fields(item)) for item in batch])
             for item, words in zip(batch, terms, strict=True):
                 if item.tier == "active" and not item.depth:

@@ -7,12 +7,29 @@ import hashlib
 import re
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Final
 
-from .. import constants as C
 from ..models import Item
 from ..render import preview
 from ..search.analyze import composed
 from ..search.dedup import jaccard
+
+# A node's text (extractive or written) is capped so that condensing always saves tokens:
+# 5 children of up to 300 tokens become one node of at most 300.
+NODE_MAX_TOKENS: Final = 300
+# Neighbours sharing this share of words (or any non-type tag) belong in one group.
+CONDENSE_COHERENCE_JACCARD: Final = 0.08
+# ...or at least half of its non-type tags in common with the previous item (one shared
+# language tag such as "python" is not a thread of work).
+CONDENSE_TAG_JACCARD: Final = 0.5
+FOOTER_TOPICS: Final = 8
+TOPIC_SCAN_CHARS: Final = 4_000
+TYPE_TAGS: Final = frozenset({"error", "code", "decision", "tool_output", "prose"})
+DEPTH_INSTRUCTIONS: Final = {
+    1: "d1: list the decisions and changes made, each with its reason.",
+    2: "d2: goal -> outcome -> what carries forward.",
+    3: "d3+: durable context only: architecture, preferences, recurring patterns.",
+}
 
 FOOTER_PREFIX = "[Expand for details about:"
 
@@ -59,11 +76,11 @@ def group_coherent(
     min_size = max(2, chunk_size // 2)
     for item in items:
         item_terms = terms(item.id)
-        tags = frozenset(item.tags) - C.TYPE_TAGS
+        tags = frozenset(item.tags) - TYPE_TAGS
         # Mostly the same tags as the previous item, or enough shared words: same thread of work.
-        coherent = (jaccard(tags, prev_tags) >= C.CONDENSE_TAG_JACCARD if tags or prev_tags else False) or _jaccard(
+        coherent = (jaccard(tags, prev_tags) >= CONDENSE_TAG_JACCARD if tags or prev_tags else False) or _jaccard(
             item_terms, prev_terms
-        ) >= C.CONDENSE_COHERENCE_JACCARD
+        ) >= CONDENSE_COHERENCE_JACCARD
         if current and (len(current) >= chunk_size or (not coherent and len(current) >= min_size)):
             groups.append(current)
             current = []
@@ -92,14 +109,14 @@ def gist(item: Item, chars: int = 110) -> str:
     return preview(item.content, chars)
 
 
-def topics(children: Sequence[Item], limit: int = C.FOOTER_TOPICS) -> list[str]:
+def topics(children: Sequence[Item], limit: int = FOOTER_TOPICS) -> list[str]:
     """Real topics from the children, most frequent first: paths, error names, identifiers, tags."""
     # In the order first seen: the sort below is stable, so ties in count go to the topic
     # seen first (a set's order would follow the per-process string hash seed).
     counts: dict[str, int] = {}
     for child in children:
         text = child.content if not child.depth else child.content.split(FOOTER_PREFIX)[-1]
-        text = text[: C.TOPIC_SCAN_CHARS] + " " + (child.summary or "")
+        text = text[:TOPIC_SCAN_CHARS] + " " + (child.summary or "")
         words = text.split()
         # No match spans whitespace, and what each pattern looks at around a match is one
         # character, whitespace or a space alike: scanning only the words that can hold a
@@ -112,7 +129,7 @@ def topics(children: Sequence[Item], limit: int = C.FOOTER_TOPICS) -> list[str]:
         identish = " ".join([w for w in words if "_" in w or not w.islower() or "()" in w])
         matches += (_IDENT if "()" in identish else _IDENT_NO_CALL).findall(identish)
         found = dict.fromkeys([m.strip(".,:;()'\"`") for m in matches])
-        found.update(dict.fromkeys([f"#{t}" for t in child.tags if t not in C.TYPE_TAGS]))
+        found.update(dict.fromkeys([f"#{t}" for t in child.tags if t not in TYPE_TAGS]))
         for topic in found:
             if 3 <= len(topic) <= 80:
                 counts[topic] = counts.get(topic, 0) + 1
@@ -130,7 +147,7 @@ def extractive_text(depth: int, children: Sequence[Item], count_tokens: Callable
     live = list(children)
     header = f"[d{depth} summary of {len(live)} item{'s' if len(live) != 1 else ''}; quality: extractive]"
     tail = footer(live)
-    budget = C.NODE_MAX_TOKENS - count_tokens(header) - count_tokens(tail) - 8
+    budget = NODE_MAX_TOKENS - count_tokens(header) - count_tokens(tail) - 8
     lines: list[str] = []
     for i, child in enumerate(live):
         line = f"- ({child.content_type if not child.depth else f'd{child.depth}'}) {gist(child)}"
@@ -186,7 +203,7 @@ def unfamiliar_terms(summary: str, sources: Iterable[str]) -> list[str]:
 
 def depth_instruction(depth: int) -> str:
     if depth <= 1:
-        return C.DEPTH_INSTRUCTIONS[1]
+        return DEPTH_INSTRUCTIONS[1]
     if depth == 2:
-        return C.DEPTH_INSTRUCTIONS[2]
-    return C.DEPTH_INSTRUCTIONS[3]
+        return DEPTH_INSTRUCTIONS[2]
+    return DEPTH_INSTRUCTIONS[3]

@@ -12,9 +12,17 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Final
 
-from .. import constants as C
 from ..render import preview
+
+# Pre-compact digest: a transcript can be megabytes; these keep each section to a screenful.
+DIGEST_LINE_CHARS: Final = 240
+DIGEST_MAX_REQUIREMENTS: Final = 15
+DIGEST_MAX_DECISIONS: Final = 12
+DIGEST_MAX_ERRORS: Final = 10
+DIGEST_MAX_FILES: Final = 40
+DIGEST_MAX_TASKS: Final = 15
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])|\n+")
 _REQUIREMENT = re.compile(
@@ -125,7 +133,7 @@ def _sentences(text: str) -> list[str]:
 
 
 def _add(bucket: list[str], seen: set[str], text: str) -> None:
-    line = preview(text, C.DIGEST_LINE_CHARS)
+    line = preview(text, DIGEST_LINE_CHARS)
     key = line.lower()
     if line and key not in seen:
         seen.add(key)
@@ -211,15 +219,15 @@ def digest(events: Iterable[Event], session_id: str = "", cwd: str = "") -> Dige
             case FileRead(path=path):
                 read[_relative(path, d.cwd)] = None
             case Plan(tasks=plan):
-                last_todos = [f"[{status}] {preview(task, C.DIGEST_LINE_CHARS)}" for status, task in plan]
+                last_todos = [f"[{status}] {preview(task, DIGEST_LINE_CHARS)}" for status, task in plan]
 
-    d.requirements = _keep_ends(requirements, C.DIGEST_MAX_REQUIREMENTS)
-    d.decisions = decisions[-C.DIGEST_MAX_DECISIONS :]
-    d.errors = errors[-C.DIGEST_MAX_ERRORS :]
-    d.files_edited = list(edited)[: C.DIGEST_MAX_FILES]
-    d.files_read = [f for f in read if f not in edited][: C.DIGEST_MAX_FILES // 2]
+    d.requirements = _keep_ends(requirements, DIGEST_MAX_REQUIREMENTS)
+    d.decisions = decisions[-DIGEST_MAX_DECISIONS:]
+    d.errors = errors[-DIGEST_MAX_ERRORS:]
+    d.files_edited = list(edited)[:DIGEST_MAX_FILES]
+    d.files_read = [f for f in read if f not in edited][: DIGEST_MAX_FILES // 2]
     # The last todo list is the current plan; loose TODO lines from the text come after it.
     tasks = list(last_todos or [])
     tasks += [t for t in todo_lines if t not in tasks]
-    d.tasks = tasks[-C.DIGEST_MAX_TASKS :] if last_todos is None else tasks[: C.DIGEST_MAX_TASKS]
+    d.tasks = tasks[-DIGEST_MAX_TASKS:] if last_todos is None else tasks[:DIGEST_MAX_TASKS]
     return d

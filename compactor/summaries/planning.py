@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .. import constants as C
 from ..models import CompactReport, Item, Op
+from ..search.dedup import DEDUP_JACCARD
 from ..search.scoring import retention
 
 
@@ -98,7 +99,7 @@ def plan(inp: CompactionInput) -> tuple[list[Op], CompactReport]:
             b = by_id.get(cand_id)
             if b is None or cand_id in losers or cand_id == item_id or (a.scope or "global") != (b.scope or "global"):
                 continue
-            if inp.similarity(item_id, cand_id) <= C.DEDUP_JACCARD:
+            if inp.similarity(item_id, cand_id) <= DEDUP_JACCARD:
                 continue
             # The lower-scoring one goes; on a tie the newer copy goes and the original stays.
             pair = sorted((a, b), key=lambda it: (score_of(it), -it.seq))

@@ -31,10 +31,11 @@ from .. import constants as C
 from ..cli.view import journal_entries
 from ..errors import CompactorError, InvalidArgumentError, NotFoundError
 from ..mcp.http_server import is_loopback
-from ..mcp.tools_read import _part_end
 from ..persistence.statedir import JOURNAL
+from ..render import page_end
 from ..store import Hit, Store
 from ..store.history import Overview, overview
+from ..store.ledger import LEDGER_MEMORY_MAX
 from . import pages as P
 from .html import Safe
 
@@ -185,7 +186,7 @@ class UI:
                     raise InvalidArgumentError(
                         f"offset {offset:,} is past the end of {it.id}'s content ({len(it.content):,} characters)."
                     )
-                end = _part_end(it.content, offset, self.store.counter.count)
+                end = page_end(it.content, offset, self.store.counter.count)
                 covers = list(dict.fromkeys([*it.parents, *self.store.ancestors(it)]))
                 kids: list[Any] = []
                 total = 0
@@ -269,7 +270,7 @@ class UI:
     def ledger(self, request: Request) -> Response:
         offset = _int(request, "offset", 0, 1 << 40)
         with self.lock:
-            entries = self.store.forget_ledger(limit=C.LEDGER_MEMORY_MAX)
+            entries = self.store.forget_ledger(limit=LEDGER_MEMORY_MAX)
         newest = list(reversed(entries))
         notice = (
             P.note("Forgotten: its content is gone from memory and disk.")

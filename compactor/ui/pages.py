@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from .. import constants as C
 from ..models import Item
-from ..render import counted, preview
+from ..render import PREVIEW_CHARS, counted, preview
 from ..report import ago, fmt_time
 from ..search.scoring import retention01
 from ..search.views import describe as describe_view
@@ -174,7 +174,7 @@ def overview_page(
             "<tr><td>{link}</td><td>{text} {flags}</td><td>{kind}</td><td class=num>{tokens}</td>"
             "<td class=num>{imp}</td><td class=num>{score}</td><td class=num>{age}</td></tr>",
             link=item_link(it.id),
-            text=preview(it.summary or it.content, C.PREVIEW_CHARS),
+            text=preview(it.summary or it.content, PREVIEW_CHARS),
             flags=flags(it),
             kind=kind(it),
             tokens=f"{it.view_tokens:,}",

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactor import constants as C
+from compactor.claude_code import hooks as hooks_mod
 from compactor.claude_code.hooks import digest_transcript, session_tag
 from compactor.store import Store
+from compactor.summaries import digest as digest_mod
 from tests.conftest import server_command, server_env
 from tests.support.cc_transcript import Transcript, sample, text_block
 from tests.support.recall_layout import groups_of
@@ -53,7 +54,7 @@ def session_items(state_dir: Path, sid: str = SID) -> dict[str, str]:
     s = Store(state_dir=state_dir)
     try:
         hits = s.query(tags=session_tag(sid), limit=20, include_archived=True, scope="all")
-        return {next(t for t in h.item.tags if t in C.DIGEST_IMPORTANCE): h.item.content for h in hits}
+        return {next(t for t in h.item.tags if t in hooks_mod.DIGEST_IMPORTANCE): h.item.content for h in hits}
     finally:
         s.close()
 
@@ -99,7 +100,7 @@ def test_session_start_prints_hook_json_with_recall_and_the_session_digest(tmp_p
     ctx = out["hookSpecificOutput"]["additionalContext"]
     assert "Budget:" in ctx and pinned in ctx and "Saved from this session" in ctx
     assert "keep Python 3.9 compatibility" in ctx and "[pending] Update tests for declined cards" in ctx
-    assert len(ctx) <= C.HOOK_CONTEXT_CHARS
+    assert len(ctx) <= hooks_mod.HOOK_CONTEXT_CHARS
     # ISSUE 17.5: the same recall layout, and no item twice (the saved digest is not also in recall).
     recall_text, saved_text = ctx.split("Saved from this session before it was compacted:")
     groups = groups_of(recall_text)
@@ -137,7 +138,7 @@ def test_session_start_context_stays_under_the_cap(tmp_path, state_dir):
     assert hook("pre-compact", pre_compact_payload(path), state_dir).returncode == 0
     res = hook("session-start", {"session_id": SID, "source": "compact", "cwd": "/home/me/shop"}, state_dir)
     ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
-    assert len(ctx) <= C.HOOK_CONTEXT_CHARS and ctx.endswith("query compactor for the rest)")
+    assert len(ctx) <= hooks_mod.HOOK_CONTEXT_CHARS and ctx.endswith("query compactor for the rest)")
     assert "Saved from this session" in ctx
 
 
@@ -210,7 +211,7 @@ def test_digest_survives_any_lines(lines):
         assert d.lines == sum(1 for ln in "\n".join(lines).split("\n") if ln.strip())
         assert d.malformed <= d.lines
         for section in (d.requirements, d.decisions, d.errors, d.tasks):
-            assert all(0 < len(x) <= C.DIGEST_LINE_CHARS for x in section)
+            assert all(0 < len(x) <= digest_mod.DIGEST_LINE_CHARS for x in section)
     finally:
         os.unlink(name)
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor import cli
-from compactor import constants as C
+from compactor.claude_code import memory_md as memory_md_mod
 from compactor.claude_code.memory_md import (
     _INDEX_LINE,
     INDEX_MARKER,
@@ -109,11 +109,11 @@ def test_import_auto_memory_dir(capsys, tmp_path, state_dir):
     s = Store(state_dir=state_dir)
     items = by_name(s)
     user, feedback, project, ref = (items[n] for n in ("user_role", "no_db_mocks", "merge_freeze", "latency_dashboard"))
-    assert "user" in user.tags and user.importance == C.MEMORY_TYPE_IMPORTANCE["user"]
+    assert "user" in user.tags and user.importance == memory_md_mod.MEMORY_TYPE_IMPORTANCE["user"]
     # type under `metadata:` counts the same as top-level `type:`.
-    assert "feedback" in feedback.tags and feedback.importance == C.MEMORY_TYPE_IMPORTANCE["feedback"]
+    assert "feedback" in feedback.tags and feedback.importance == memory_md_mod.MEMORY_TYPE_IMPORTANCE["feedback"]
     assert "project" in project.tags and {"release", "mobile"} <= set(project.tags)
-    assert "reference" in ref.tags and ref.importance == C.MEMORY_TYPE_IMPORTANCE["reference"]
+    assert "reference" in ref.tags and ref.importance == memory_md_mod.MEMORY_TYPE_IMPORTANCE["reference"]
     # Unknown keys are kept (the file is stored whole), and the description is the summary.
     assert "source: correction" in feedback.content and "origin: chat 2025-03-02" in feedback.content
     assert feedback.summary == "no_db_mocks: Integration tests must hit a real database, never mocks"
@@ -190,7 +190,7 @@ def test_export_memory_md_round_trip(capsys, tmp_path, state_dir):
     # importance >= 7: user (7+), feedback, project and the native item; not reference or trivia.
     assert len(index) == 4
     for line in index:
-        assert len(line) <= C.MEMORY_INDEX_LINE_CHARS
+        assert len(line) <= memory_md_mod.MEMORY_INDEX_LINE_CHARS
         m = _INDEX_LINE.match(line)
         assert m and (out / m.group("file")).is_file() and " — " in line
     assert "Deploy days" in index[0]  # newest first
@@ -220,9 +220,9 @@ def test_index_is_capped_newest_first(tmp_path, state_dir):
     out = tmp_path / "m"
     assert cli.main(["export", "--format", "memory-md", "-o", str(out), "--state-dir", str(state_dir)]) == 0
     lines = (out / "MEMORY.md").read_text().splitlines()
-    assert len(lines) == C.MEMORY_INDEX_MAX_LINES  # the marker line counts: Claude Code reads 200 lines
+    assert len(lines) == memory_md_mod.MEMORY_INDEX_MAX_LINES  # the marker line counts: Claude Code reads 200 lines
     assert lines[0] == INDEX_MARKER and "lesson 229" in lines[1] and "lesson 31" in lines[-1]
-    assert len(list(out.glob("*.md"))) == C.MEMORY_INDEX_MAX_LINES
+    assert len(list(out.glob("*.md"))) == memory_md_mod.MEMORY_INDEX_MAX_LINES
 
 
 @given(
@@ -231,7 +231,7 @@ def test_index_is_capped_newest_first(tmp_path, state_dir):
 )
 def test_index_lines_fit_and_parse_back(name, description):
     line = index_line(name, "some_file.md", description)
-    assert len(line) <= C.MEMORY_INDEX_LINE_CHARS
+    assert len(line) <= memory_md_mod.MEMORY_INDEX_LINE_CHARS
     m = _INDEX_LINE.match(line)
     assert m and m.group("file") == "some_file.md"
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor import constants as C
+from compactor.content import classify as classify_mod
 from compactor.content.classify import ContentType, auto_tags, detect_type
 from compactor.content.tags import merge_tags, normalize_tag, parse_tags
 
@@ -308,7 +309,7 @@ def test_auto_tags_reference_for_a_url() -> None:
 def test_auto_tags_cap_and_priority() -> None:
     text = "a.py b.go c.rs d.java e.rb with docker and redis, see https://x.io"
     tags = auto_tags(text, CODE)
-    assert len(tags) == C.AUTO_TAG_LIMIT
+    assert len(tags) == classify_mod.AUTO_TAG_LIMIT
     assert tags == ["code", "python", "go", "rust", "java"]
 
 
@@ -421,7 +422,7 @@ def test_auto_tags_invariants(text: str) -> None:
     content_type = detect_type(text)
     tags = auto_tags(text, content_type)
     assert tags[0] == content_type.value
-    assert len(tags) <= C.AUTO_TAG_LIMIT
+    assert len(tags) <= classify_mod.AUTO_TAG_LIMIT
     assert len(set(tags)) == len(tags)
     assert tags == auto_tags(text, content_type)  # deterministic
     assert all(tag == normalize_tag(tag) for tag in tags)

@@ -19,7 +19,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from compactor import constants as C
+from compactor.persistence import statedir as statedir_mod
 from compactor.persistence.statedir import JOURNAL, LOCK, SNAPSHOT
 from compactor.store import Store, StoreInput
 from tests.conftest import FakeClock
@@ -84,7 +84,7 @@ def test_rotation_snapshot_and_lock_file_are_followed_by_a_directory_sync(
         assert JOURNAL in check_dir_synced(log, state_dir)  # the rotation's rename, synced by itself
         s.forget(a.id)  # a snapshot, a rotation and the forget ledger's first line
         names = check_dir_synced(log, state_dir)
-        assert {LOCK, JOURNAL, SNAPSHOT, C.FORGET_LEDGER} <= set(names), names
+        assert {LOCK, JOURNAL, SNAPSHOT, statedir_mod.FORGET_LEDGER} <= set(names), names
         check_all(log, state_dir, "forget")
     finally:
         s.close()

@@ -13,8 +13,12 @@ import pytest
 
 from compactor import doctor
 from compactor.persistence import indexfile
+from compactor.persistence import indexfile as indexfile_mod
+from compactor.search import index as index_mod
 from compactor.search import mapped as memory_map
 from compactor.store import Store, StoreInput
+from compactor.store import journaled as journaled_mod
+from compactor.store import state as state_mod
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
 
@@ -119,14 +123,15 @@ def test_the_checksum_is_checked_a_chunk_at_a_time_over_the_whole_file(tmp_path:
     file unusable."""
     from unittest.mock import patch
 
-    from compactor import constants as C
-
     d = tmp_path / "state"
     _fill(d)
     ref = _header(d)["index_file"]
     whole = indexfile.read(d, ref)
     page, many = mmap_page(), 1 << 20
-    with patch.object(C, "INDEX_FILE_CHECK_MIN_CHUNK", page), patch.object(C, "INDEX_FILE_CHECK_CHUNKS", many):
+    with (
+        patch.object(indexfile_mod, "INDEX_FILE_CHECK_MIN_CHUNK", page),
+        patch.object(indexfile_mod, "INDEX_FILE_CHECK_CHUNKS", many),
+    ):
         chunked = indexfile.read(d, ref)
         assert {k: bytes(v) for k, v in chunked.items()} == {k: bytes(v) for k, v in whole.items()}
         path = d / ref["name"]
@@ -278,9 +283,7 @@ def test_once_too_much_changed_a_background_snapshot_names_no_index_file_until_a
     begun again would miss the changes made meanwhile)."""
     import anyio
 
-    from compactor import constants as C
-
-    monkeypatch.setattr(C, "REBUILD_BATCH", 2)
+    monkeypatch.setattr(state_mod, "REBUILD_BATCH", 2)
     d = tmp_path / "state"
     store = Store(state_dir=d)
     ids = [store.store(f"note {i} about {WORDS[i]}").item.id for i in range(6)]
@@ -370,7 +373,6 @@ def test_the_first_settle_after_a_start_leaves_none_of_the_index_file_resident(
     """The first settle after a start copies the postings and vocabulary out of the map to grow
     them: it used to leave every page it copied resident beside the copy, with those the
     queries had read; now the map's pages go as each chunk is copied."""
-    from compactor import constants as C
 
     d = tmp_path / "state"
     store = Store(state_dir=d)
@@ -388,8 +390,8 @@ def test_the_first_settle_after_a_start_leaves_none_of_the_index_file_resident(
     found = {f"parse_config_{i}": _search_ids(store, f"parse_config_{i}")[0] for i in range(0, 3000, 7)}
     before = _resident_kib(path)
     assert before > 0
-    monkeypatch.setattr(C, "INDEX_SETTLE_MIN", 0)
-    monkeypatch.setattr(C, "INDEX_SETTLE_SHARE", 1 << 30)  # the next new term settles
+    monkeypatch.setattr(index_mod, "INDEX_SETTLE_MIN", 0)
+    monkeypatch.setattr(index_mod, "INDEX_SETTLE_SHARE", 1 << 30)  # the next new term settles
     monkeypatch.setattr(memory_map, "COPY_CHUNK", 64 << 10)
     copied: list[int] = []
     copy_out = memory_map.copy_out
@@ -416,8 +418,6 @@ def test_a_large_transaction_unmaps_the_index_file_pages_it_read_and_a_store_doe
     INDEX_FILE_RELEASE_OPS ops and at its commit; one store leaves them (a release costs ~2 ms)."""
     from unittest.mock import patch
 
-    from compactor import constants as C
-
     d = tmp_path / "state"
     store = Store(state_dir=d)
     store.bulk_store([StoreInput(f"{WORDS[i % 8]} note {i} about parse_config_{i} in src/m{i}.py") for i in range(300)])
@@ -439,7 +439,7 @@ def test_a_large_transaction_unmaps_the_index_file_pages_it_read_and_a_store_doe
         commit(txn, sync)
 
     with (
-        patch.object(C, "INDEX_FILE_RELEASE_OPS", 8),
+        patch.object(journaled_mod, "INDEX_FILE_RELEASE_OPS", 8),
         patch.object(memory_map, "release", wraps=memory_map.release) as release,
         patch.object(_Txn, "commit", counted),
     ):
@@ -450,7 +450,7 @@ def test_a_large_transaction_unmaps_the_index_file_pages_it_read_and_a_store_doe
     assert release.call_count == sum(n // 8 + (n >= 8) for n in applied)
     assert _resident_kib(path) == 0
     with (
-        patch.object(C, "INDEX_FILE_RELEASE_OPS", 8),
+        patch.object(journaled_mod, "INDEX_FILE_RELEASE_OPS", 8),
         patch.object(memory_map, "release", wraps=memory_map.release) as release,
     ):
         store.restore(report.archived[0])  # a few ops: below the threshold, nothing released
@@ -528,7 +528,6 @@ def test_the_checksum_maps_none_of_the_file(tmp_path: Path):
 def test_the_checksum_reads_sixteen_chunks_of_at_least_a_mib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Few chunks for a large file (each is a GIL handoff beside a parsing start), no more
     buffer than a MiB for a small one (each page of it is a fault)."""
-    from compactor import constants as C
 
     calls: list[int] = []
     crc32 = indexfile.zlib.crc32
@@ -547,9 +546,9 @@ def test_the_checksum_reads_sixteen_chunks_of_at_least_a_mib(tmp_path: Path, mon
             assert indexfile._checksum(fd, size) == crc32(path.read_bytes())
         finally:
             os.close(fd)
-        chunk = max(C.INDEX_FILE_CHECK_MIN_CHUNK, size // C.INDEX_FILE_CHECK_CHUNKS)
+        chunk = max(indexfile_mod.INDEX_FILE_CHECK_MIN_CHUNK, size // indexfile_mod.INDEX_FILE_CHECK_CHUNKS)
         assert max(calls) == chunk and sum(calls) == size
-        assert len(calls) <= C.INDEX_FILE_CHECK_CHUNKS + 1
+        assert len(calls) <= indexfile_mod.INDEX_FILE_CHECK_CHUNKS + 1
 
 
 def test_a_file_that_cannot_be_read_is_unusable_and_the_start_rebuilds(

@@ -9,7 +9,9 @@ import orjson
 import pytest
 
 from compactor.errors import StateCorruptError
+from compactor.persistence import statedir as statedir_mod
 from compactor.store import Store, StoreInput
+from compactor.store import state as state_mod
 from tests.conftest import FakeClock
 
 
@@ -101,11 +103,10 @@ def test_background_snapshot_deletes_unused_files_off_the_lock(
     journal fsyncs) stall by 100 ms and more."""
     import threading
 
-    from compactor import constants as C
     from compactor.persistence import indexfile
     from compactor.persistence.statedir import StateDir
 
-    monkeypatch.setattr(C, "REBUILD_BATCH", 0)
+    monkeypatch.setattr(state_mod, "REBUILD_BATCH", 0)
     s = Store(state_dir=state_dir, clock=clock)
     s.store("first")
     s.snapshot()
@@ -488,9 +489,7 @@ def test_a_start_without_the_index_file_rebuilds_the_same_index_in_batches(
 ):
     import shutil
 
-    from compactor import constants as C
-
-    monkeypatch.setattr(C, "REBUILD_BATCH", 7)  # several batches, the last one short
+    monkeypatch.setattr(state_mod, "REBUILD_BATCH", 7)  # several batches, the last one short
     saved, rebuilt = tmp_path / "saved", tmp_path / "rebuilt"
     s = Store(state_dir=saved, clock=clock)
     for i in range(40):
@@ -607,9 +606,8 @@ def test_a_large_snapshot_is_written_where_python_has_no_fdatasync(
     """macOS's Python has no os.fdatasync: a snapshot large enough to be flushed as it is
     written (SNAPSHOT_SYNC_BYTES, here made small) raised AttributeError there, and no
     snapshot past that size was ever saved. It falls back to fsync."""
-    from compactor import constants as C
 
-    monkeypatch.setattr(C, "SNAPSHOT_SYNC_BYTES", 1024)
+    monkeypatch.setattr(statedir_mod, "SNAPSHOT_SYNC_BYTES", 1024)
     monkeypatch.delattr(os, "fdatasync")
     synced: list[int] = []
     real_fsync = os.fsync

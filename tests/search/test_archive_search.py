@@ -20,8 +20,8 @@ from mcp import Client
 from mcp_types import Implementation
 
 from compactor import cli
-from compactor import constants as C
 from compactor.mcp import build_server
+from compactor.search import scoring as scoring_mod
 from compactor.store import Store
 from tests.conftest import FakeClock
 from tests.support.stdio_client import StdioServer
@@ -71,7 +71,7 @@ async def _check(ok: Call, text_of: Call, active: str, archived: str) -> None:
     # Equally relevant, and the archived one is the newer: only the tier factor puts it under.
     top = plain["items"][ids.index(active)]
     assert ids.index(active) < ids.index(archived)
-    assert hit["score"] >= C.ARCHIVED_RANK_FACTOR * top["score"] * (1 - 1e-6), (hit["score"], top["score"])
+    assert hit["score"] >= scoring_mod.ARCHIVED_RANK_FACTOR * top["score"] * (1 - 1e-6), (hit["score"], top["score"])
     assert top["tier"] == "active" and top["covered_by"] is None
 
     text = await text_of("query", query=QUERY)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor import constants as C
+from compactor.search import dedup as dedup_mod
 from compactor.search.dedup import DedupIndex, json_state, sketch
 
 _WORDS = [f"word{i:02d}" for i in range(12)]
@@ -25,7 +25,7 @@ def _expected(model: dict[str, tuple[int, ...]], item_id: str) -> set[str]:
     out: set[str] = set()
     for key in model.get(item_id, ()):
         members = {i for i, keys in model.items() if key in keys}
-        if len(members) <= C.DEDUP_MAX_BUCKET:
+        if len(members) <= dedup_mod.DEDUP_MAX_BUCKET:
             out |= members
     out.discard(item_id)
     return out
@@ -53,12 +53,14 @@ def _reloads(index: DedupIndex) -> list[DedupIndex]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(_OPS, _OPS, st.sampled_from([2, 3, C.DEDUP_MAX_BUCKET]), st.sampled_from([0, 2, C.DEDUP_MERGE_MIN]))
+@given(
+    _OPS, _OPS, st.sampled_from([2, 3, dedup_mod.DEDUP_MAX_BUCKET]), st.sampled_from([0, 2, dedup_mod.DEDUP_MERGE_MIN])
+)
 def test_candidates_follow_shared_keys_through_adds_removes_and_reload(before, after, max_bucket, merge_min):
     """Adds and removes, a reload (the saved state read in place), then more adds and removes
     on the original and on both reloads: all three agree with the model throughout, whether
     the items added since merge into the flat rows after every add, every few, or never."""
-    with patch.object(C, "DEDUP_MAX_BUCKET", max_bucket), patch.object(C, "DEDUP_MERGE_MIN", merge_min):
+    with patch.object(dedup_mod, "DEDUP_MAX_BUCKET", max_bucket), patch.object(dedup_mod, "DEDUP_MERGE_MIN", merge_min):
         index = DedupIndex()
         model: dict[str, tuple[int, ...]] = {}
         apply = [index]
@@ -178,13 +180,13 @@ def test_saved_buckets_unusable_at_the_first_write_are_rebuilt_from_the_index(tm
 def _reference_similarity(index: DedupIndex, a: str, b: str) -> float:
     """similarity() as first written: both signatures made into sets on every call."""
     na, nb = index._sizes.get(a, 0), index._sizes.get(b, 0)
-    if not na or not nb or min(na, nb) <= C.DEDUP_JACCARD * max(na, nb):
+    if not na or not nb or min(na, nb) <= dedup_mod.DEDUP_JACCARD * max(na, nb):
         return 0.0 if na or nb else 1.0
     sa, sb = index._sigs[a], index._sigs[b]
     both = set(sa) & set(sb)
     if na <= len(sa) and nb <= len(sb):
         return len(both) / (na + nb - len(both))
-    union = sorted(set(sa) | set(sb))[: C.DEDUP_SIGNATURE]
+    union = sorted(set(sa) | set(sb))[: dedup_mod.DEDUP_SIGNATURE]
     return sum(1 for h in union if h in both) / len(union)
 
 
@@ -243,7 +245,7 @@ def test_a_store_finds_near_duplicates_of_items_its_buckets_merged_into_flat_row
     from compactor.store import Store
 
     texts = [f"note {i}: the {word} service retries the upstream call after a timeout" for i, word in enumerate(_WORDS)]
-    with patch.object(C, "DEDUP_MERGE_MIN", 3):
+    with patch.object(dedup_mod, "DEDUP_MERGE_MIN", 3):
         store = Store(state_dir=tmp_path)
         ids = [store.store(text).item.id for text in texts]
         dedup = store._s.dedup

@@ -13,12 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from compactor import constants as C
+from compactor.search import index as index_mod
 from compactor.search import index as index_module
 from compactor.search import postings as postings_module
 from compactor.search import topk as topk_module
 from compactor.search.analyze import query_terms, tokenize
-from compactor.search.index import BM25_B, BM25_K1, SUMMARY_WEIGHT, TAG_WEIGHT, BM25Index, IndexHit
+from compactor.search.index import BM25Index, IndexHit
+from compactor.search.topk import BM25_B, BM25_K1, SUMMARY_WEIGHT, TAG_WEIGHT
 
 # --- reference ---------------------------------------------------------------------------
 # Real agent text kept in the repository (tests/data/README.md: provenance, MIT license), so
@@ -173,8 +174,8 @@ def test_field_weights_follow_the_bm25f_formula():
 
     tf = (
         1 / norm(BM25_B, 3, avg_content)
-        + SUMMARY_WEIGHT * 1 / norm(C.SUMMARY_B, 2, avg_summary)
-        + TAG_WEIGHT * 1 / norm(C.TAG_B, 1, avg_tags)
+        + SUMMARY_WEIGHT * 1 / norm(index_mod.SUMMARY_B, 2, avg_summary)
+        + TAG_WEIGHT * 1 / norm(index_mod.TAG_B, 1, avg_tags)
     )
     idf = math.log(1 + (3 - 1 + 0.5) / (1 + 0.5))
     want = idf * tf * (BM25_K1 + 1) / (tf + BM25_K1)
@@ -370,14 +371,14 @@ def _ranked(index, query, order):
     st.booleans(),
     st.sampled_from([12, 1 << 24]),
     st.sampled_from([1, 2, 256]),
-    st.sampled_from([0, C.INDEX_SETTLE_MIN]),
+    st.sampled_from([0, index_mod.INDEX_SETTLE_MIN]),
     st.booleans(),
 )
 def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(
     ops, force_prune, force_bisect, doc_limit, top_block, settle_min, batched
 ):
     with (
-        patch.object(C, "INDEX_SETTLE_MIN", settle_min),  # 0: terms and postings merge on most adds
+        patch.object(index_mod, "INDEX_SETTLE_MIN", settle_min),  # 0: terms and postings merge on most adds
         patch.object(topk_module, "_TOP_BLOCK", top_block),  # 1 and 2: the top-k bound with ties at the cut
         patch.object(index_module, "_DOC_LIMIT", doc_limit),  # 12 forces renumbering
         patch.object(index_module, "_COMPACT_SLACK", 0),  # compacts postings early and often
@@ -444,7 +445,7 @@ def _bm25f_reference(docs, query):
     toks = [(tokenize(c), tokenize(s) if s else [], [t for tag in tags for t in tokenize(tag)]) for c, s, tags in docs]
     n = len(docs)
     avg = [sum(len(d[f]) for d in toks) / n for f in range(3)]
-    weights, bs = (1.0, SUMMARY_WEIGHT, TAG_WEIGHT), (BM25_B, C.SUMMARY_B, C.TAG_B)
+    weights, bs = (1.0, SUMMARY_WEIGHT, TAG_WEIGHT), (BM25_B, index_mod.SUMMARY_B, index_mod.TAG_B)
     out = {}
     for i, fields in enumerate(toks):
         score, matched = 0.0, False
@@ -500,12 +501,12 @@ _BATCH_OPS = st.lists(
 
 
 @settings(max_examples=120, deadline=None)
-@given(_BATCH_OPS, st.sampled_from([0, C.INDEX_SETTLE_MIN]), st.booleans(), st.sampled_from([12, 1 << 24]))
+@given(_BATCH_OPS, st.sampled_from([0, index_mod.INDEX_SETTLE_MIN]), st.booleans(), st.sampled_from([12, 1 << 24]))
 def test_add_many_leaves_the_index_exactly_as_adding_one_by_one(steps, settle_min, reload_halfway, doc_limit):
     """Same term ids (freed ones reused in the same order), postings, spilled frequencies,
     field lengths and per-document terms: the saved states are equal, and so are searches.
     A doc limit of 12 makes both renumber their documents."""
-    with patch.object(C, "INDEX_SETTLE_MIN", settle_min), patch.object(index_module, "_DOC_LIMIT", doc_limit):
+    with patch.object(index_mod, "INDEX_SETTLE_MIN", settle_min), patch.object(index_module, "_DOC_LIMIT", doc_limit):
         batched, single = BM25Index(), BM25Index()
         live: set[str] = set()
         for step, (op, docs) in enumerate(steps):
@@ -717,18 +718,18 @@ def test_postings_read_back_what_was_written_between_and_across_settles(settled,
 def test_terms_waiting_for_a_merge_stay_under_a_share_of_the_merged_ones():
     """What waits unmerged is ~150 bytes a term of Python objects that the process keeps once
     freed: the largest wait sets a load's peak, so it is bounded by a share of the vocabulary."""
-    with patch.object(C, "INDEX_SETTLE_MIN", 64):
+    with patch.object(index_mod, "INDEX_SETTLE_MIN", 64):
         index = BM25Index()
         peak_share = 0.0
         for batch in range(60):
             docs = [(f"d{batch}-{k}", " ".join(f"t{batch}x{k}x{j}" for j in range(40)), None, ()) for k in range(10)]
             index.add_many(docs)
             vocab = index._vocab
-            assert vocab.unsettled <= max(C.INDEX_SETTLE_MIN, vocab.settled // C.INDEX_SETTLE_SHARE)
-            if vocab.settled > 64 * C.INDEX_SETTLE_SHARE:
+            assert vocab.unsettled <= max(index_mod.INDEX_SETTLE_MIN, vocab.settled // index_mod.INDEX_SETTLE_SHARE)
+            if vocab.settled > 64 * index_mod.INDEX_SETTLE_SHARE:
                 peak_share = max(peak_share, vocab.unsettled / vocab.settled)
-        assert vocab.settled > 8 * 64 * C.INDEX_SETTLE_SHARE // 2
-        assert 0 < peak_share <= 1 / C.INDEX_SETTLE_SHARE
+        assert vocab.settled > 8 * 64 * index_mod.INDEX_SETTLE_SHARE // 2
+        assert 0 < peak_share <= 1 / index_mod.INDEX_SETTLE_SHARE
 
 
 def test_postings_starts_take_four_bytes_and_a_file_with_eight_byte_starts_still_loads():

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor import constants as C
 from compactor.models import Item
 from compactor.persistence.statedir import SNAPSHOT
 from compactor.search.analyze import tokenize
 from compactor.store import Store, _headline
+from compactor.store import state as state_mod
 
 
 def _item(content: str, summary: str | None = None) -> Item:
@@ -25,9 +25,9 @@ def test_a_long_first_line_is_not_cut_mid_word() -> None:
     line = "Helioprojective " * 12 + "coordinates of the observer are off by one pixel in the WCS header"
     store = Store()
     item = store.store(f"{line}\nTraceback follows\n  File astropy/wcs.py").item
-    assert len(line) > C.HEADLINE_CHARS
+    assert len(line) > state_mod.HEADLINE_CHARS
     headline = _headline(item)
-    assert headline is not None and line.startswith(headline) and len(headline) <= C.HEADLINE_CHARS
+    assert headline is not None and line.startswith(headline) and len(headline) <= state_mod.HEADLINE_CHARS
     assert line[len(headline)].isspace()
     assert "helioproject" not in store._s.index.terms(item.id)
     assert not [h for h in store.query("helioproject") if h.item.id == item.id]

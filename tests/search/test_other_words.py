@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
 
-from compactor import constants as C
 from compactor.mcp import build_server
+from compactor.search import index as index_mod
 from compactor.search.analyze import QUERY_STOPWORDS, query_words
 from compactor.search.index import BM25Index
 from compactor.search.wordforms import derivations, inflections, synonyms
@@ -208,14 +208,14 @@ def test_a_word_only_another_project_holds_still_finds_its_other_words() -> None
 
 
 def test_only_the_first_words_of_a_long_query_have_forms() -> None:
-    filler = " ".join(f"zq{chr(ord('a') + k)}x" for k in range(C.EXPANDED_WORDS))  # words, held by no note
+    filler = " ".join(f"zq{chr(ord('a') + k)}x" for k in range(index_mod.EXPANDED_WORDS))  # words, held by no note
     index = _index(POOL)
     assert index.search(f"pools {filler}")
     assert not index.search(f"{filler} pools")
 
 
 def test_no_other_words_at_weight_zero(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(C, "OTHER_WORD_WEIGHT", 0.0)
+    monkeypatch.setattr(index_mod, "OTHER_WORD_WEIGHT", 0.0)
     index = _index(POOL, STRING)
     assert [h.matched for h in index.search(QUERY)] == [("connection",), ("connection",)]
 
@@ -259,12 +259,12 @@ def test_other_words_only_add_to_what_the_query_finds(docs: list[str], query: st
     holds finds exactly what it found."""
     index = _index(*docs)
     with_other = index.search_scores(query)
-    saved = C.OTHER_WORD_WEIGHT
-    C.OTHER_WORD_WEIGHT = 0.0
+    saved = index_mod.OTHER_WORD_WEIGHT
+    index_mod.OTHER_WORD_WEIGHT = 0.0
     try:
         without = index.search_scores(query)
     finally:
-        C.OTHER_WORD_WEIGHT = saved
+        index_mod.OTHER_WORD_WEIGHT = saved
     for doc_id, (score, matched) in without.items():
         assert with_other[doc_id][0] >= score - 1e-9
         assert set(matched) <= set(with_other[doc_id][1])

@@ -16,10 +16,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from compactor import constants as C
 from compactor.errors import InvalidArgumentError
+from compactor.search import index as index_mod
 from compactor.search import mapped as memory_map
 from compactor.store import Store
+from compactor.store import journaled as journaled_mod
 from tests.support.old_tokenizer import tokenizer_version
 
 WORDS = ["quokka", "wombat", "numbat", "bilby", "dingo", "emu", "koala", "possum"]
@@ -130,8 +131,8 @@ class ReindexingUnderPressure(Reindexing):
             release(mapped)  # type: ignore[arg-type]
 
         self._patches = [
-            patch.object(C, "INDEX_FILE_RELEASE_OPS", 1),
-            patch.object(C, "INDEX_SETTLE_MIN", 8),
+            patch.object(journaled_mod, "INDEX_FILE_RELEASE_OPS", 1),
+            patch.object(index_mod, "INDEX_SETTLE_MIN", 8),
             patch.object(memory_map, "release", counted),
         ]
         for p in self._patches:

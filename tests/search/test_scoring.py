@@ -1,6 +1,6 @@
 import math
 
-from compactor import constants as C
+from compactor.search import scoring as scoring_mod
 from compactor.search.scoring import (
     MAX_RANK_FACTOR,
     access,
@@ -17,14 +17,14 @@ NOW = 1_800_000_000.0
 
 
 def test_recency_is_a_true_half_life_from_last_access():
-    for ctype, half in C.HALF_LIFE_S.items():
+    for ctype, half in scoring_mod.HALF_LIFE_S.items():
         it = make(content_type=ctype, last_accessed_at=NOW - half, created_at=NOW - 10 * half)
         assert math.isclose(recency(it, NOW), 0.5)
         assert math.isclose(recency(make(content_type=ctype, last_accessed_at=NOW - 2 * half), NOW), 0.25)
 
 
 def test_half_lives_match_the_spec():
-    assert C.HALF_LIFE_S == {
+    assert scoring_mod.HALF_LIFE_S == {
         "error": 1800,
         "decision": 6 * 3600,
         "code": 6 * 3600,
@@ -43,7 +43,7 @@ def test_formula_and_type_multiplier():
     it = make(importance=8, access_count=3, content_tokens=500, content_type="decision")
     expected = (0.4 * 0.8 + 0.3 * 1.0 + 0.2 * access(3) - 0.1 * size(500)) * 1.3
     assert math.isclose(retention(it, NOW), expected)
-    assert C.TYPE_MULTIPLIER == {"error": 1.5, "decision": 1.3, "code": 1.2, "prose": 1.0, "tool_output": 0.7}
+    assert scoring_mod.TYPE_MULTIPLIER == {"error": 1.5, "decision": 1.3, "code": 1.2, "prose": 1.0, "tool_output": 0.7}
 
 
 def test_size_term_matters():
@@ -75,12 +75,12 @@ def test_rank_score_is_bounded_by_relevance():
 
 
 def test_recency_prior_halves_per_half_life_in_items_and_is_bounded():
-    assert recency_prior(0) == 1.0 + C.RECENCY_PRIOR
-    assert recency_prior(C.RECENCY_HALF_LIFE_ITEMS) == 1.0 + C.RECENCY_PRIOR / 2
+    assert recency_prior(0) == 1.0 + scoring_mod.RECENCY_PRIOR
+    assert recency_prior(scoring_mod.RECENCY_HALF_LIFE_ITEMS) == 1.0 + scoring_mod.RECENCY_PRIOR / 2
     assert recency_prior(-5) == recency_prior(0)  # a clock skew cannot push it past the bound
     values = [recency_prior(n) for n in range(0, 500, 7)]
     assert values == sorted(values, reverse=True)
-    assert all(1.0 <= v <= 1.0 + C.RECENCY_PRIOR for v in values)
+    assert all(1.0 <= v <= 1.0 + scoring_mod.RECENCY_PRIOR for v in values)
 
 
 def test_rank_score_applies_the_recency_prior_only_when_asked_and_stays_bounded():

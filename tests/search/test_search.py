@@ -5,6 +5,7 @@ no recency prior) and passes now.
 """
 
 from compactor.store import Store
+from compactor.store import search as search_mod
 
 _CODE = "\n".join(f"    {i:4d}  value_{i} = compute_{i}(header, options)  # step {i}" for i in range(10, 80))
 
@@ -73,7 +74,6 @@ def test_rerank_stops_early_without_changing_the_top() -> None:
     current limit-th score; the result must equal re-ranking every fetched hit."""
     import random
 
-    from compactor import constants as C
     from compactor.search import scoring
     from compactor.store import Store
     from tests.conftest import FakeClock
@@ -90,7 +90,7 @@ def test_rerank_stops_early_without_changing_the_top() -> None:
             s.get(item.id)
     for q in ["w1 w2", "w3", "w5 w6 w7 w8", "w10 w39", "w0 w1 w2 w3 w4"]:
         for limit in (1, 5, 10):
-            fetch = max(limit * C.RERANK_DEPTH, C.RERANK_MIN)
+            fetch = max(limit * search_mod.RERANK_DEPTH, search_mod.RERANK_MIN)
             now = s._clock()
             newest = s._s.next_seq - 1
             full = sorted(

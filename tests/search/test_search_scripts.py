@@ -19,8 +19,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from compactor import constants as C
 from compactor.mcp import build_server
+from compactor.search import dedup as dedup_mod
 from compactor.search.index import BM25Index
 from compactor.store import Store
 from tests.conftest import cli_json
@@ -158,7 +158,7 @@ def _chinese_notes_and_near_copies() -> tuple[list[str], dict[int, str]]:
     # More notes than a near-duplicate bucket holds (DEDUP_MAX_BUCKET): the tag they all share
     # ("prose") then finds no candidates, and only their own words can.
     rng = random.Random(3)
-    notes = ["".join(rng.choice(_HAN) for _ in range(60)) for _ in range(C.DEDUP_MAX_BUCKET + 36)]
+    notes = ["".join(rng.choice(_HAN) for _ in range(60)) for _ in range(dedup_mod.DEDUP_MAX_BUCKET + 36)]
     return notes, {k: notes[k][:30] + "变" + notes[k][31:] for k in (3, 7, 11)}  # one character changed
 
 

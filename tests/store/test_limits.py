@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from compactor import constants as C
 from compactor.store import Store, StoreInput
+from compactor.store import compact as compact_mod
 
 
 def words(seed: int, n: int = 40) -> str:
@@ -48,7 +48,7 @@ def test_crossing_max_items_archives_a_tenth_more_than_the_excess_at_most_the_sl
     assert store.status().archived_items == 0
     store.store(words(100))  # 101 active: the excess, 1, and a tenth of the limit, 10
     assert store.status().archived_items == 11
-    monkeypatch.setattr(C, "MAX_ITEMS_SLACK", 3)
+    monkeypatch.setattr(compact_mod, "MAX_ITEMS_SLACK", 3)
     store.bulk_store([StoreInput(words(i)) for i in range(101, 112)])  # back at the limit
     archived = store.status().archived_items
     active = store.status().active_items

@@ -5,6 +5,7 @@ import pytest
 
 from compactor.errors import InvalidArgumentError, NotFoundError
 from compactor.store import Store, StoreInput
+from compactor.store import state as state_mod
 
 
 def words(seed: int, n: int) -> str:
@@ -443,9 +444,8 @@ def test_an_input_that_fails_while_indexed_leaves_the_store_as_it_was(
     """The failure itself reaches the caller, not a KeyError from undoing a half-filed item,
     and nothing of the call stays behind: not the item, not its postings, not its buckets.
     The bulk case fails in its second indexing batch, after the first was indexed."""
-    from compactor import constants as C
 
-    monkeypatch.setattr(C, "REBUILD_BATCH", 3)
+    monkeypatch.setattr(state_mod, "REBUILD_BATCH", 3)
     store = Store(state_dir=tmp_path / "state")
     before = {store.store(f"kept item {n} about parsers").item.id for n in range(3)}
     contents = {store.get(i).content for i in before}

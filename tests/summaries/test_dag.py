@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor import constants as C
 from compactor.errors import InvalidArgumentError
 from compactor.models import Item
 from compactor.store import Store, StoreInput
+from compactor.store import dag as dag_mod
 from compactor.summaries import condense
+from compactor.summaries import condense as condense_mod
 from compactor.summaries.condense import FOOTER_PREFIX, lineage_id, unfamiliar_terms
 from tests.conftest import FakeClock, make_item
 
@@ -71,9 +72,9 @@ def test_compaction_condenses_archive_into_d1_nodes(store: Store):
     for node in nodes:
         assert node.depth >= 1 and node.quality == "extractive"
         assert (node.tier == "active") == (not node.parents)
-        assert 2 <= len(node.children) <= C.CHUNK_SIZE + C.CHUNK_SIZE // 2
+        assert 2 <= len(node.children) <= dag_mod.CHUNK_SIZE + dag_mod.CHUNK_SIZE // 2
         assert node.content.rstrip().splitlines()[-1].startswith(FOOTER_PREFIX)
-        assert node.content_tokens <= C.NODE_MAX_TOKENS
+        assert node.content_tokens <= condense_mod.NODE_MAX_TOKENS
         for child in node.children:
             assert node.id in store.get(child).parents
             assert store.get(child).tier == "archived"
@@ -321,7 +322,7 @@ def test_tuned_topic_patterns_match_exactly_what_the_plain_ones_match():
     from compactor.summaries import condense
     from tests.search.test_index import _first_contents
 
-    texts = [d[: C.TOPIC_SCAN_CHARS] for d in _first_contents(800)] + _TRICKY
+    texts = [d[: condense_mod.TOPIC_SCAN_CHARS] for d in _first_contents(800)] + _TRICKY
     pairs = [
         (condense._PATH, _PLAIN_PATH, texts),
         (condense._PATH_NO_SLASH, _PLAIN_PATH, [t for t in texts if "/" not in t]),
@@ -342,13 +343,13 @@ def _reference_topic_counts(children: list[Item]) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for child in children:
         text = child.content if not child.depth else child.content.split(FOOTER_PREFIX)[-1]
-        text = text[: C.TOPIC_SCAN_CHARS] + " " + (child.summary or "")
+        text = text[: condense_mod.TOPIC_SCAN_CHARS] + " " + (child.summary or "")
         found = {
             m.group(0).strip(".,:;()'\"`")
             for rx in (_PLAIN_PATH, _PLAIN_ERROR, _PLAIN_IDENT)
             for m in rx.finditer(text)
         }
-        found |= {f"#{t}" for t in child.tags if t not in C.TYPE_TAGS}
+        found |= {f"#{t}" for t in child.tags if t not in condense_mod.TYPE_TAGS}
         counts.update(t for t in found if 3 <= len(t) <= 80)
     return dict(counts)
 

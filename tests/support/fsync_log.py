@@ -28,19 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compactor import constants as C
-from compactor.persistence.statedir import JOURNAL, LOCK, SNAPSHOT, parse_line
+from compactor.persistence.codec import parse_line
+from compactor.persistence.statedir import FORGET_LEDGER, JOURNAL, LOCK, SNAPSHOT
 
 ENV = "COMPACTOR_TEST_FSYNC_LOG"
 # The fields a query's access-time patch sets: losing them on a power cut loses no write.
 ACCESS_FIELDS = frozenset({"last_accessed_at", "access_count"})
 # The files memory is kept in (not a log file, which the shared host writes there too).
 STATE_FILES = re.compile(
-    rf"({re.escape(SNAPSHOT)}|{re.escape(JOURNAL)}|{LOCK}|{re.escape(C.FORGET_LEDGER)}|index\.\d+\.bin)"
+    rf"({re.escape(SNAPSHOT)}|{re.escape(JOURNAL)}|{LOCK}|{re.escape(FORGET_LEDGER)}|index\.\d+\.bin)"
 )
 
 SITECUSTOMIZE = f"""\
 import os
+from compactor.persistence import statedir as statedir_mod
 if os.environ.get({ENV!r}):
     from tests.support.fsync_log import recorders
     for _name, _fn in recorders(os.environ[{ENV!r}]).items():

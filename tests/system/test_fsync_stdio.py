@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from compactor import constants as C
+from compactor.persistence import statedir as statedir_mod
 from compactor.persistence.statedir import JOURNAL, SNAPSHOT
 from tests.conftest import server_command, server_env
 from tests.support.fsync_log import Log, check_dir_synced, check_reply, check_unsynced_writes, subprocess_env
@@ -55,7 +56,7 @@ def test_stdio_server_syncs_each_acknowledged_call_before_its_reply(tmp_path: Pa
         server.close_stdin()
         assert server.wait() == 0
     assert {e["pid"] for e in log.events()} == {server.pid}  # the server itself synced, unshared
-    assert {JOURNAL, SNAPSHOT, C.FORGET_LEDGER} <= set(check_dir_synced(log, state_dir))
+    assert {JOURNAL, SNAPSHOT, statedir_mod.FORGET_LEDGER} <= set(check_dir_synced(log, state_dir))
     assert check_unsynced_writes(log) >= 7  # each store, the update
 
 
@@ -76,7 +77,7 @@ def test_shared_host_syncs_each_acknowledged_call_before_its_reply(tmp_path: Pat
         b.stop()
     writers = {e["pid"] for e in log.events() if e["ev"] == "write"}
     assert len(writers) == 1 and not writers & {a.pid, b.pid}, writers  # the host, not a relay
-    assert {JOURNAL, SNAPSHOT, C.FORGET_LEDGER} <= set(check_dir_synced(log, state_dir))
+    assert {JOURNAL, SNAPSHOT, statedir_mod.FORGET_LEDGER} <= set(check_dir_synced(log, state_dir))
     assert check_unsynced_writes(log) >= 7
 
 

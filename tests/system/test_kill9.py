@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from compactor import constants as C
 from compactor import doctor
+from compactor.persistence import statedir as statedir_mod
 from compactor.store import Store
 from tests.conftest import ROOT, server_env
 from tests.support.stdio_client import StdioServer
@@ -227,7 +227,7 @@ def dropped_ids(d: Path) -> set[str]:
     """Ids the forget ledger records as dropped past max_archive_tokens (a torn last line from
     the kill is skipped, as the server does)."""
     try:
-        lines = (d / C.FORGET_LEDGER).read_bytes().splitlines()
+        lines = (d / statedir_mod.FORGET_LEDGER).read_bytes().splitlines()
     except FileNotFoundError:
         return set()
     out: set[str] = set()

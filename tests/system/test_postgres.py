@@ -11,8 +11,8 @@ import anyio
 import psycopg
 import pytest
 
-from compactor import constants as C
 from compactor.errors import PersistenceError, StateCorruptError
+from compactor.persistence import postgres as postgres_mod
 from compactor.persistence.postgres import PgBackend
 from compactor.store import Store, StoreInput
 
@@ -30,7 +30,7 @@ def backend_of(store: Store) -> PgBackend:
 
 def test_first_start_creates_the_schema_and_records_its_version(pg_url: str):
     Store(database=pg_url).close()
-    assert rows(pg_url, "SELECT version FROM compactor_schema") == [(C.PG_SCHEMA_VERSION,)]
+    assert rows(pg_url, "SELECT version FROM compactor_schema") == [(postgres_mod.PG_SCHEMA_VERSION,)]
     Store(database=pg_url).close()  # a second start migrates nothing
     assert rows(pg_url, "SELECT count(*) FROM compactor_schema") == [(1,)]
 
@@ -213,6 +213,7 @@ def test_a_dropped_connection_is_reopened_and_nothing_is_lost(pg_url: str):
 WRITER = """
 import sys
 from compactor.store import Store
+from compactor.persistence import postgres as postgres_mod
 s = Store(database=sys.argv[1], budget=1_000_000)
 keep = s.store("acknowledged before the kill").item.id
 print("acked", keep, flush=True)

@@ -17,7 +17,7 @@ import pytest
 
 from bench import proc
 from compactor import Store
-from compactor import constants as C
+from compactor.sharing import host as host_mod
 from compactor.sharing.hello import HELLO_MAX_BYTES
 from compactor.sharing.rundir import runtime_dir
 from tests.conftest import server_env
@@ -199,14 +199,14 @@ def test_start_warnings_reach_the_starting_client_and_later_logs_the_state_dir(s
         b.stop()
     assert "index" in err and "rebuil" in err, err  # the load's warning, while the client waited
     # Once it serves, the host logs to the state dir: its stderr is no longer this client's.
-    log_text = (state_dir / C.SHARED_LOG).read_text(encoding="utf-8")
+    log_text = (state_dir / host_mod.SHARED_LOG).read_text(encoding="utf-8")
     for line in (
         "serving the stdio clients of",
         "a client connected (relay pid",
         "the last client left; saving and stopping",
     ):
         assert line in log_text and line not in err, (log_text, err)
-    assert os.stat(state_dir / C.SHARED_LOG).st_mode & 0o077 == 0
+    assert os.stat(state_dir / host_mod.SHARED_LOG).st_mode & 0o077 == 0
 
 
 def test_each_client_keeps_the_project_scope_of_its_own_directory(tmp_path: Path, state_dir: Path) -> None:
@@ -288,15 +288,15 @@ def test_pid_1_and_no_fork_serve_in_their_own_process(monkeypatch: pytest.Monkey
 def test_the_host_log_is_moved_aside_past_its_limit(tmp_path: Path) -> None:
     from compactor.sharing import host
 
-    log_path = tmp_path / C.SHARED_LOG
-    log_path.write_bytes(b"x" * (C.SHARED_LOG_MAX_BYTES + 1))
+    log_path = tmp_path / host_mod.SHARED_LOG
+    log_path.write_bytes(b"x" * (host_mod.SHARED_LOG_MAX_BYTES + 1))
     scratch = os.open(os.devnull, os.O_WRONLY)
     try:
         host._log_to_state_dir(tmp_path, scratch)
         os.write(scratch, b"after the move\n")
     finally:
         os.close(scratch)
-    assert (tmp_path / (C.SHARED_LOG + ".1")).stat().st_size == C.SHARED_LOG_MAX_BYTES + 1
+    assert (tmp_path / (host_mod.SHARED_LOG + ".1")).stat().st_size == host_mod.SHARED_LOG_MAX_BYTES + 1
     assert log_path.read_bytes() == b"after the move\n"
     assert log_path.stat().st_mode & 0o777 == 0o600
     scratch = os.open(os.devnull, os.O_WRONLY)
