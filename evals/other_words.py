@@ -31,12 +31,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from compactor import constants as C
 from compactor.search.analyze import query_words
 from compactor.search.wordforms import derivations, inflections, synonyms
 from compactor.store import Store
 from evals.halves import half_of
-from evals.replay import GENEROUS_BUDGET, QUERY_LIMIT, _store_arguments
+from evals.replay import GENEROUS_BUDGET, QUERY_LIMIT, _store_arguments, tuning_of
 from evals.revisits import default_corpus, group_trajectories, load_events
 
 CONDITIONS = (
@@ -107,11 +106,9 @@ def make_queries(thought: str, english: set[str]) -> dict[str, str]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--half", default="tuning", choices=["tuning", "test", "all"])
-    p.add_argument("--set", action="append", default=[], help="NAME=VALUE: override a constant")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a knob")
     a = p.parse_args()
-    for assignment in a.set:
-        name, _, value = assignment.partition("=")
-        setattr(C, name, type(getattr(C, name))(float(value)))
+    tuning = tuning_of(p, a.set)
     events = load_events(default_corpus())
     english: set[str] = set()
     for ev in events:
@@ -120,7 +117,7 @@ def main() -> None:
     started = time.perf_counter()
     rr: dict[str, list[float]] = {name: [] for name in CONDITIONS}
     for _traj, evs in groups:
-        store = Store(budget=GENEROUS_BUDGET)
+        store = Store(budget=GENEROUS_BUDGET, tuning=tuning)
         id_of: dict[int, str] = {}
         for ev in evs:
             args = _store_arguments(ev)

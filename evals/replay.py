@@ -15,8 +15,8 @@ earlier events that `get` returns verbatim. Writes evals/results/replay.json.
 `--fast` is the same evaluation in process, for iterating on search: a Store per trajectory (no
 server, no stdio), the same stores, revisits, queries and scoring, on the tuning half unless
 `--half` says otherwise; it prints one line per derivation and budget and writes nothing. It is
-not the reported measurement. `--set NAME=VALUE` (with `--fast`) overrides a constant of
-compactor/constants.py for the run (a lever tried on the tuning half before it is written down).
+not the reported measurement. `--set NAME=VALUE` (with `--fast`) overrides a knob the
+Store is tuned with (compactor.store.tuning) for the run (a lever tried on the tuning half before it is written down).
 
     python -m evals.replay [--server "CMD"] [--budget N] [--tight-budget N] [--jobs N] [--limit-trajs N]
     python -m evals.replay --fast [--half tuning|test|all] [--derivation first|second|both]
@@ -49,6 +49,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from compactor.store.tuning import Tuning, parse_overrides
 from evals.halves import half_of
 from evals.revisits import (
     REPO_ROOT,
@@ -491,11 +492,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--budgets", choices=[*BUDGET_NAMES, "both"], default="both", help="which of the two budgets to run")
     add("--half", choices=["tuning", "test", "all"], default=None, help="only this half (default: all; --fast: tuning)")
     add("--fast", action="store_true", help="in process, a Store per trajectory: for iterating, not the measurement")
-    add("--set", action="append", default=[], metavar="NAME=VALUE", help="with --fast: override a constant")
+    add("--set", action="append", default=[], metavar="NAME=VALUE", help="with --fast: override a knob")
     args = parser.parse_args(argv)
     if args.set and not args.fast:
-        parser.error("--set changes this process's constants: it works with --fast only")
+        parser.error("--set tunes the Store of this process: it works with --fast only")
+    args.tuning = tuning_of(parser, args.set)
     return args
+
+
+def tuning_of(parser: argparse.ArgumentParser, pairs: list[str]) -> Tuning:
+    """The Store's knobs with `--set NAME=VALUE` applied; a name that tunes nothing is a usage error."""
+    try:
+        return Tuning().overridden(parse_overrides(pairs))
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _chosen(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
@@ -508,12 +518,8 @@ def _chosen(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
 
 def run_fast(args: argparse.Namespace) -> int:
     """The evaluation in process: a Store per trajectory, the same stores, queries and scoring."""
-    from compactor import constants as C
     from compactor.store import Store
 
-    for assignment in args.set:
-        name, _, value = assignment.partition("=")
-        setattr(C, name, type(getattr(C, name))(float(value)))
     half = args.half or "tuning"
     groups = [
         (t, e)
@@ -531,7 +537,7 @@ def run_fast(args: argparse.Namespace) -> int:
                 own = [r for r in first if r.traj == traj]
                 revisits = own if derivation == "first" else derive_revisits(derivation, events, args.revisits)
                 pending = _queries_by_step(revisits)
-                store = Store(budget=budget)
+                store = Store(budget=budget, tuning=args.tuning)
                 seq_of: dict[str, int] = {}
                 for ev in events:
                     for query, asked in pending.pop(ev.step, {}).items():

@@ -48,8 +48,9 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from compactor.store.tuning import Tuning
 from evals.halves import half_of
-from evals.replay import CALL_TIMEOUT_S, RESULTS_DIR, _store_arguments
+from evals.replay import CALL_TIMEOUT_S, RESULTS_DIR, _store_arguments, tuning_of
 from evals.revisits import Event, Revisit, default_corpus, derive, group_trajectories, load_events
 from evals.revisits2 import derive2
 
@@ -301,7 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "resume.json")
     parser.add_argument("--fast", action="store_true", help="in process, a Store per trajectory (tuning half)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="with --fast: override a knob")
     args = parser.parse_args(argv)
+    if args.set and not args.fast:
+        parser.error("--set tunes the Store of this process: it works with --fast only")
+    tuning = tuning_of(parser, args.set)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     limit = QUICK_TRAJS if args.quick else args.limit_trajs
     started = time.perf_counter()
@@ -313,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if half in (None, "all") or half_of(t) == half
     ][:limit]
     if args.fast:
-        return run_fast(groups, tuple(int(c) for c in args.cuts.split(",")))
+        return run_fast(groups, tuple(int(c) for c in args.cuts.split(",")), tuning)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     errlog = args.out.parent / "resume-server-stderr.log"
     errlog.write_text("", encoding="utf-8")
@@ -352,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def run_fast(groups: Sequence[tuple[str, Sequence[Event]]], cuts: Sequence[int]) -> int:
+def run_fast(groups: Sequence[tuple[str, Sequence[Event]]], cuts: Sequence[int], tuning: Tuning | None = None) -> int:
     """The evaluation in process: one Store per trajectory takes the events up to each cut in turn
     and answers the same recall; the first derivation's later revisits are scored."""
     from compactor.store import Store
@@ -365,7 +370,7 @@ def run_fast(groups: Sequence[tuple[str, Sequence[Event]]], cuts: Sequence[int])
     for _t, events in groups:
         revisits = {n: fn(events) for n, fn in DERIVE.items()}
         query = task_query(events)
-        s = Store()
+        s = Store(tuning=tuning)
         seq_of: dict[str, int] = {}
         stored = 0
         for pct in cuts:

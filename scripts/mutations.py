@@ -149,8 +149,8 @@ MUTATIONS = [
     Mutation(
         "the archive rank factor inverted",
         "compactor/search/scoring.py",
-        "score *= C.ARCHIVED_RANK_FACTOR",
-        "score /= C.ARCHIVED_RANK_FACTOR",
+        "score *= rank.archived_factor",
+        "score /= rank.archived_factor",
         ("tests/search/test_archive_search.py", "tests/search/test_scoring.py"),
     ),
     Mutation(

@@ -45,7 +45,8 @@ from .topk import (
     _PACKED,
     _SPILL,
     _TF_BITS,
-    BM25_K1,
+    WEIGHTS,
+    Weights,
     _Acceptance,
     _best,
     _dense_top,
@@ -67,9 +68,6 @@ INDEX_SETTLE_SHARE: Final = 32
 # Settled terms remembered in a dict after a lookup: enough for the words a code-and-prose
 # corpus repeats in every document (a few thousand), ~2 MiB at most.
 VOCAB_HOT_TERMS: Final = 16_384
-# A query word no document holds is also searched as its other words (wordforms), each at this
-# share of a term of its rarity: below 1 since a document may hold two of them (evals/KNOBS.md).
-OTHER_WORD_WEIGHT: Final = 0.75
 # Whether a document the query may find (its scope, its tags) holds a query word is asked of
 # that word's newest postings, this many at most: a word every project writes would otherwise
 # cost a pass over all its documents for each query in a project that does not.
@@ -77,10 +75,6 @@ HELD_SCAN_POSTINGS: Final = 256
 # Other words are looked up for the first this many words of a query: an agent's query may be
 # its whole thought, and each word brings up to ten forms to look up.
 EXPANDED_WORDS: Final = 16
-# Per-field length normalisation: a summary is text, so the usual b (0 measured worse,
-# evals/KNOBS.md); a tag set is not text.
-SUMMARY_B: Final = 0.75
-TAG_B: Final = 0.0
 
 # --- the index's own tuning: how it stores postings, nothing a caller sees --------------------
 # A term's postings are compacted once dead postings outnumber live ones by this slack.
@@ -112,18 +106,17 @@ DERIVED_ARRAYS: Final = ("vocab_starts", "vocab_order", "vocab_sorted", "post_st
 
 
 class _Field:
-    """A field besides the content: its b and document lengths (weights are constants)."""
+    """A field besides the content: its document lengths (its weight and b come with a query)."""
 
-    __slots__ = ("b", "lens", "total")
+    __slots__ = ("lens", "total")
 
-    def __init__(self, b: float) -> None:
-        self.b = b
+    def __init__(self) -> None:
         self.lens: array[int] = array("I")  # doc -> length in tokens
         self.total = 0  # sum of live lengths
 
-    def norm(self, n: int) -> tuple[float, float]:
+    def norm(self, n: int, b: float) -> tuple[float, float]:
         """(f1, f2) with B = f1 + f2 * length; f2 = 0 while no document has the field."""
-        return 1.0 - self.b, self.b * n / self.total if self.total else 0.0
+        return 1.0 - b, b * n / self.total if self.total else 0.0
 
 
 def saved_terms_version(state: Mapping[str, Any]) -> Any:
@@ -144,8 +137,8 @@ class BM25Index:
         self._post = _Postings()  # term id -> sorted doc << 8 | code
         # tid -> {doc: (content, summary, tags) tf} for postings whose code is _SPILL
         self._spill: dict[int, dict[int, tuple[int, int, int]]] = {}
-        self._summary = _Field(SUMMARY_B)
-        self._tags = _Field(TAG_B)
+        self._summary = _Field()
+        self._tags = _Field()
         self._ids: dict[str, int] = {}
         self._ext: list[str | None] = []  # doc -> external id, None once removed
         self._doc_terms = _DocTerms()  # doc -> sorted distinct term ids
@@ -503,7 +496,13 @@ class BM25Index:
         return frozenset(tids)
 
     def search(
-        self, query: str, limit: int = 10, accept: Callable[[str], bool] | None = None, *, with_matched: bool = True
+        self,
+        query: str,
+        limit: int = 10,
+        accept: Callable[[str], bool] | None = None,
+        *,
+        with_matched: bool = True,
+        weights: Weights = WEIGHTS,
     ) -> list[IndexHit]:
         """Top `limit` documents by score (ties: newest first); `accept` filters candidates only.
         `with_matched=False` leaves `matched` empty, for callers that keep only some hits
@@ -511,11 +510,11 @@ class BM25Index:
         if limit <= 0:
             return []
         ok = _Acceptance(self._ext, accept)
-        found, weighted = self._weigh(query, ok)
+        found, weighted = self._weigh(query, ok, weights)
         if sum(self._post.length(tid) for _, tid in weighted) >= _DENSE_MIN_POSTINGS:
-            ranked = _dense_top(self, weighted, limit, ok)
+            ranked = _dense_top(self, weighted, limit, ok, weights)
         else:
-            acc = accumulate(self, weighted, limit, ok)
+            acc = accumulate(self, weighted, limit, ok, weights)
             ranked = _best(acc, limit) if accept is None else ok.top(acc, limit)
         hits: list[IndexHit] = []
         for score, d in ranked:
@@ -525,19 +524,24 @@ class BM25Index:
         return hits
 
     def matched_terms(
-        self, doc_ids: Sequence[str], query: str, accept: Callable[[str], bool] | None = None
+        self,
+        doc_ids: Sequence[str],
+        query: str,
+        accept: Callable[[str], bool] | None = None,
+        *,
+        weights: Weights = WEIGHTS,
     ) -> list[tuple[str, ...]]:
         """For each document, the query's terms it contains (in query order), as `search` with
-        the same `accept` gives."""
-        found, _ = self._weigh(query, _Acceptance(self._ext, accept))
+        the same `accept` and `weights` gives."""
+        found, _ = self._weigh(query, _Acceptance(self._ext, accept), weights)
         return [self._matched(self._ids[doc_id], found) for doc_id in doc_ids]
 
     def search_scores(
-        self, query: str, accept: Callable[[str], bool] | None = None
+        self, query: str, accept: Callable[[str], bool] | None = None, *, weights: Weights = WEIGHTS
     ) -> dict[str, tuple[float, tuple[str, ...]]]:
         """BM25 score and matched terms of every candidate, for callers that mix in other signals."""
-        found, weighted = self._weigh(query, _Acceptance(self._ext, accept))
-        acc = accumulate(self, weighted, None, _Acceptance(self._ext, None))
+        found, weighted = self._weigh(query, _Acceptance(self._ext, accept), weights)
+        acc = accumulate(self, weighted, None, _Acceptance(self._ext, None), weights)
         out: dict[str, tuple[float, tuple[str, ...]]] = {}
         for d, score in acc.items():
             doc_id = self._ext[d]
@@ -547,19 +551,26 @@ class BM25Index:
         return out
 
     def score_docs(
-        self, query: str, doc_ids: Sequence[str], accept: Callable[[str], bool] | None = None
+        self,
+        query: str,
+        doc_ids: Sequence[str],
+        accept: Callable[[str], bool] | None = None,
+        *,
+        weights: Weights = WEIGHTS,
     ) -> list[IndexHit]:
         """The scores `search` with the same `accept` would give these documents (those matching
         a term), by bisection into the query's postings: for callers that add candidates of
         their own."""
-        _, weighted = self._weigh(query, _Acceptance(self._ext, accept))
+        _, weighted = self._weigh(query, _Acceptance(self._ext, accept), weights)
         acc = {self._ids[i]: 0.0 for i in doc_ids if i in self._ids}
-        scorer = _Scorer(self, len(self._ids))
+        scorer = _Scorer(self, len(self._ids), weights)
         for w, tid in weighted:
             scorer.refine(acc, w, tid)
         return [IndexHit(doc_id, score, ()) for d, score in acc.items() if score > 0.0 and (doc_id := self._ext[d])]
 
-    def _weigh(self, query: str, ok: _Acceptance) -> tuple[list[tuple[str, int]], list[tuple[float, int]]]:
+    def _weigh(
+        self, query: str, ok: _Acceptance, weights: Weights
+    ) -> tuple[list[tuple[str, int]], list[tuple[float, int]]]:
         """The query's indexed terms as (term, id), and as (idf * (k1 + 1), id) rarest first,
         with the other words of those no document `ok` accepts holds (`_other_words`)."""
         n = len(self._ids)
@@ -571,13 +582,14 @@ class BM25Index:
         terms = query_terms(query)
         tids = self._vocab.lookup(terms)
         tid_of = dict(zip(terms, tids, strict=True))
-        other = _other_words(query, terms, lambda word: self._held(tid_of.get(word, -1), ok))
+        held = lambda word: self._held(tid_of.get(word, -1), ok)  # noqa: E731
+        other = _other_words(query, terms, held) if weights.other_word > 0 else []
         for k, (term, tid) in enumerate(zip(terms + other, tids + self._vocab.lookup(other), strict=True)):
             if tid >= 0 and df[tid]:
                 found.append((term, tid))
                 f = df[tid]
-                w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (BM25_K1 + 1.0)
-                weighted.append((w if k < len(terms) else w * OTHER_WORD_WEIGHT, tid))
+                w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (weights.k1 + 1.0)
+                weighted.append((w if k < len(terms) else w * weights.other_word, tid))
         # Rarest first; a stable sort keeps query order among equal weights (determinism).
         weighted.sort(key=itemgetter(0), reverse=True)
         return found, weighted
@@ -705,8 +717,6 @@ def _other_words(query: str, terms: Collection[str], held: Callable[[str], bool]
     "database" for "db", "pool" for "pools", "deployment" for "deploy"). A word documents hold
     keeps to itself: its other words would add the many documents of a common word ("models"
     for "modeling") to a query already answered."""
-    if OTHER_WORD_WEIGHT <= 0:
-        return []
     out: dict[str, None] = {}
     for word in query_words(query, EXPANDED_WORDS):
         if not held(word):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Final
 
 from ..models import Item
@@ -89,22 +90,41 @@ def retention01(item: Item, now: float) -> float:
     return min(max(retention(item, now) / MAX_RETENTION, 0.0), 1.0)
 
 
-def recency_prior(newer: int) -> float:
-    """1 + RECENCY_PRIOR * 0.5 ** (newer / RECENCY_HALF_LIFE_ITEMS), `newer` counting the items
+@dataclass(frozen=True, slots=True)
+class Rank:
+    """How retention, recency, pinning and the tier lift a relevance score: the numbers above,
+    unless an evaluation overrides them (`compactor.store.tuning.Tuning`)."""
+
+    retention_weight: float = RETENTION_WEIGHT
+    pin_boost: float = PIN_BOOST
+    archived_factor: float = ARCHIVED_RANK_FACTOR
+    recency_prior: float = RECENCY_PRIOR
+    recency_half_life_items: float = RECENCY_HALF_LIFE_ITEMS
+
+    @property
+    def max_factor(self) -> float:
+        """The most these multipliers lift a score (the tier factor only lowers it)."""
+        return (1.0 + self.retention_weight) * (1.0 + self.recency_prior) * self.pin_boost
+
+
+RANK: Final = Rank()
+
+
+def recency_prior(newer: int, rank: Rank = RANK) -> float:
+    """1 + recency_prior * 0.5 ** (newer / recency_half_life_items), `newer` counting the items
     stored since: what an agent goes back for is mostly a few turns old."""
-    return 1.0 + RECENCY_PRIOR * float(0.5 ** (max(newer, 0) / RECENCY_HALF_LIFE_ITEMS))
+    return 1.0 + rank.recency_prior * float(0.5 ** (max(newer, 0) / rank.recency_half_life_items))
 
 
-def rank_score(relevance: float, item: Item, now: float, newer: int | None = None) -> float:
+def rank_score(relevance: float, item: Item, now: float, newer: int | None = None, rank: Rank = RANK) -> float:
     """Relevance first; retention, the recency prior (when `newer`, the items stored since this
     one, is given), pinning and the tier are bounded multipliers on top of it."""
-    score = relevance * (1.0 + RETENTION_WEIGHT * retention01(item, now))
+    score = relevance * (1.0 + rank.retention_weight * retention01(item, now))
     if newer is not None:
-        score *= recency_prior(newer)
+        score *= recency_prior(newer, rank)
     if item.tier == "archived":
-        score *= ARCHIVED_RANK_FACTOR
-    return score * PIN_BOOST if item.pinned else score
+        score *= rank.archived_factor
+    return score * rank.pin_boost if item.pinned else score
 
 
-# The tier factor only lowers a score (it is at most 1), so it does not raise this bound.
-MAX_RANK_FACTOR = (1.0 + RETENTION_WEIGHT) * (1.0 + RECENCY_PRIOR) * PIN_BOOST
+MAX_RANK_FACTOR: Final = RANK.max_factor

@@ -16,6 +16,7 @@ import heapq
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 # Okapi's defaults (Robertson & Zaragoza, "The Probabilistic Relevance Framework", 2009).
@@ -26,6 +27,31 @@ BM25_B: Final = 0.75
 SUMMARY_WEIGHT: Final = 5.0
 # Tags are labels; 1 measured the same as 3 (evals/KNOBS.md).
 TAG_WEIGHT: Final = 3.0
+# Per-field length normalisation: a summary is text, so the usual b (0 measured worse,
+# evals/KNOBS.md); a tag set is not text.
+SUMMARY_B: Final = 0.75
+TAG_B: Final = 0.0
+# A query word no document holds is also searched as its other words (wordforms), each at this
+# share of a term of its rarity: below 1 since a document may hold two of them (evals/KNOBS.md).
+OTHER_WORD_WEIGHT: Final = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """BM25F's parameters for one query: the numbers above, unless an evaluation overrides them
+    (`compactor.store.tuning.Tuning`). Given with the query, not kept in the index, so no saved
+    or loaded index can hold stale ones."""
+
+    k1: float = BM25_K1
+    b: float = BM25_B
+    summary: float = SUMMARY_WEIGHT
+    tags: float = TAG_WEIGHT
+    summary_b: float = SUMMARY_B
+    tags_b: float = TAG_B
+    other_word: float = OTHER_WORD_WEIGHT
+
+
+WEIGHTS: Final = Weights()
 
 
 class _Index(Protocol):
@@ -74,15 +100,16 @@ class _Scorer:
     depend on whether it was reached by scanning or by bisection.
     """
 
-    __slots__ = ("c1", "c2", "dl", "index", "s_lens", "s_norm", "t_lens", "t_norm")
+    __slots__ = ("c1", "c2", "dl", "index", "k1", "s_lens", "s_norm", "sw", "t_lens", "t_norm", "tw")
 
-    def __init__(self, index: _Index, n: int) -> None:
+    def __init__(self, index: _Index, n: int, weights: Weights) -> None:
         self.index = index
         self.dl = index._dl
-        self.c1 = BM25_K1 * (1.0 - BM25_B)
-        self.c2 = BM25_K1 * BM25_B * n / index._total_len if index._total_len else 0.0
+        self.k1, self.sw, self.tw = weights.k1, weights.summary, weights.tags
+        self.c1 = weights.k1 * (1.0 - weights.b)
+        self.c2 = weights.k1 * weights.b * n / index._total_len if index._total_len else 0.0
         self.s_lens, self.t_lens = index._summary.lens, index._tags.lens
-        self.s_norm, self.t_norm = index._summary.norm(n), index._tags.norm(n)
+        self.s_norm, self.t_norm = index._summary.norm(n, weights.summary_b), index._tags.norm(n, weights.tags_b)
 
     def scan(self, acc: dict[int, float], w: float, tid: int) -> None:
         """Add the term's contribution to every document that has it."""
@@ -90,6 +117,7 @@ class _Scorer:
         # postings take a single comparison on top of the Okapi arithmetic.
         p, dl, c1, c2 = self.index._post[tid], self.dl, self.c1, self.c2
         (s1, s2), (t1, t2), s_lens, t_lens = self.s_norm, self.t_norm, self.s_lens, self.t_lens
+        sw, tw, k1 = self.sw, self.tw, self.k1
         get = acc.get
         for e in p:
             d = e >> _TF_BITS
@@ -105,11 +133,11 @@ class _Scorer:
                 s_tf, t_tf, tf = tf >> 2 & 3, tf & 3, tf >> 4 & 7
                 f = 0.0
                 if s_tf:
-                    f += SUMMARY_WEIGHT * s_tf / (s1 + s2 * s_lens[d])
+                    f += sw * s_tf / (s1 + s2 * s_lens[d])
                 if t_tf:
-                    f += TAG_WEIGHT * t_tf / (t1 + t2 * t_lens[d])
+                    f += tw * t_tf / (t1 + t2 * t_lens[d])
                 k = c1 + c2 * length
-                x = tf + f * k / BM25_K1
+                x = tf + f * k / k1
                 acc[d] = get(d, 0.0) + w * x / (x + k)
 
     def refine(self, acc: dict[int, float], w: float, tid: int) -> None:
@@ -148,12 +176,12 @@ class _Scorer:
         f = 0.0
         if s_tf:
             f1, f2 = self.s_norm
-            f += SUMMARY_WEIGHT * s_tf / (f1 + f2 * self.s_lens[d])
+            f += self.sw * s_tf / (f1 + f2 * self.s_lens[d])
         if t_tf:
             f1, f2 = self.t_norm
-            f += TAG_WEIGHT * t_tf / (f1 + f2 * self.t_lens[d])
+            f += self.tw * t_tf / (f1 + f2 * self.t_lens[d])
         k = c1 + c2 * length
-        x = tf + f * k / BM25_K1
+        x = tf + f * k / self.k1
         return w * x / (x + k)
 
 
@@ -225,7 +253,7 @@ def _best(acc: dict[int, float], n: int) -> list[tuple[float, int]]:
 
 
 def _dense_top(
-    index: _Index, weighted: list[tuple[float, int]], limit: int, ok: _Acceptance
+    index: _Index, weighted: list[tuple[float, int]], limit: int, ok: _Acceptance, weights: Weights
 ) -> list[tuple[float, int]]:
     """The `limit` best accepted (score, doc) pairs, best first, ties to the newest: the same
     result and the same floating-point arithmetic, term by term in the same order, as scanning
@@ -233,7 +261,7 @@ def _dense_top(
     import numpy as np  # here: only a query with long postings pays for importing numpy
 
     n = len(index._ids)
-    sc = _Scorer(index, n)
+    sc = _Scorer(index, n, weights)
     scores = np.zeros(len(index._ext))
     dl = np.frombuffer(index._dl, dtype=np.float64)
     s_lens = np.frombuffer(index._summary.lens, dtype=np.uint32)
@@ -257,10 +285,10 @@ def _dense_top(
             s_tf = ((pc >> 2) & 3).astype(np.float64)
             t_tf = (pc & 3).astype(np.float64)
             ptf = ((pc >> 4) & 7).astype(np.float64)
-            f = np.where(s_tf > 0, SUMMARY_WEIGHT * s_tf / (s1 + s2 * s_lens[pd]), 0.0)
-            f = f + np.where(t_tf > 0, TAG_WEIGHT * t_tf / (t1 + t2 * t_lens[pd]), 0.0)
+            f = np.where(s_tf > 0, sc.sw * s_tf / (s1 + s2 * s_lens[pd]), 0.0)
+            f = f + np.where(t_tf > 0, sc.tw * t_tf / (t1 + t2 * t_lens[pd]), 0.0)
             k = sc.c1 + sc.c2 * pl
-            x = ptf + f * k / BM25_K1
+            x = ptf + f * k / sc.k1
             contrib[other[packed]] = w * x / (x + k)
             for i in other[~packed].tolist():  # spilled: rare, looked up one by one
                 contrib[i] = sc.posting(w, tid, int(d[i]), _SPILL, float(length[i]))
@@ -288,7 +316,7 @@ def _dense_top(
 
 
 def accumulate(
-    index: _Index, weighted: list[tuple[float, int]], limit: int | None, ok: _Acceptance
+    index: _Index, weighted: list[tuple[float, int]], limit: int | None, ok: _Acceptance, weights: Weights
 ) -> dict[int, float]:
     """Partial-or-full scores of the `_weigh`ed terms: exact for every document that can be
     in the top `limit`."""
@@ -296,7 +324,7 @@ def accumulate(
     acc: dict[int, float] = {}
     if not weighted:
         return acc
-    scorer = _Scorer(index, n)
+    scorer = _Scorer(index, n, weights)
     # The most the terms from position j on can still add to any one document, and the
     # postings they would scan: pruning pays once that is well above one pass over the
     # candidates, even when no single term is (a long query's tail of common words is many

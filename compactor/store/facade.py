@@ -33,6 +33,7 @@ from .ledger import _Ledger
 from .recall import _Recall
 from .records import BulkStored, Hit, ImportedRecords, Pruned, Status, Stored, Updated
 from .state import GLOBAL_SCOPE, _State
+from .tuning import Tuning
 
 
 def _without_source(item: Item, source: str) -> dict[str, Any]:
@@ -69,8 +70,10 @@ class Store(_Recall, _Compaction, _Ledger):
         scope: str = GLOBAL_SCOPE,
         redact_secrets: bool = True,
         runtime: Runtime | None = None,
+        tuning: Tuning | None = None,
     ) -> None:
         self.runtime = runtime or PROCESS
+        self._tuning = tuning or Tuning()
         self._clock = clock
         self.redact_secrets = redact_secrets
         self._redacted: dict[str, int] = {}

@@ -28,17 +28,9 @@ from .state import scope_key
 RECALL_FOOTER_TOKENS: Final = 100
 # Reserved per group header of recall ("Recent work (12, newest first; ...):" is ~20 tokens).
 RECALL_HEADER_TOKENS: Final = 24
-# Share of recall's cap the task-related group may take before recent work (tuned on the tuning half).
-RECALL_TASK_SHARE: Final = 0.5
 # Recall asks the search for limit * this many hits for its task group: the group skips hits already
 # shown and older views of a file, and the cap ends it long before the last hit.
 RECALL_TASK_FETCH: Final = 3
-# Share of recall's cap that open errors may take: a resumed session's first job, yet never the whole screen.
-RECALL_ERRORS_SHARE: Final = 0.15
-# Share of what is left that recent work takes before decisions, summaries and the rest (tuned likewise).
-RECALL_RECENT_SHARE: Final = 0.8
-# Share of what is left after recent work that decisions may take before summaries.
-RECALL_DECISIONS_SHARE: Final = 0.5
 # How much of an error's end recall reads for its exception line (a traceback ends with it).
 RECALL_ERROR_TAIL_CHARS: Final = 4_000
 # Programs whose output is the text of the one file they name: such an output is a view of that file.
@@ -295,19 +287,19 @@ class _Recall(_Paging, _Search, _Dag):
                 if not take("pinned", it, None, cap):
                     break
             if text:
-                share = tokens + cap * RECALL_TASK_SHARE
+                share = tokens + cap * self._tuning.recall_task_share
                 for h in self._search(text, [], min(C.QUERY_LIMIT_MAX, limit * RECALL_TASK_FETCH), True, scopes):
                     if not h.item.pinned and not take("task", h.item, h.score, share):
                         break
-            share = tokens + cap * RECALL_ERRORS_SHARE
+            share = tokens + cap * self._tuning.recall_errors_share
             for it in errors:
                 if not take("errors", it, None, share):
                     break
-            share = tokens + (cap - tokens) * RECALL_RECENT_SHARE
+            share = tokens + (cap - tokens) * self._tuning.recall_recent_share
             for it in recent:
                 if not take("recent", it, None, share):
                     break
-            share = tokens + (cap - tokens) * RECALL_DECISIONS_SHARE
+            share = tokens + (cap - tokens) * self._tuning.recall_decisions_share
             for it in decisions:
                 if not take("decisions", it, None, share):
                     break

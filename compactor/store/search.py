@@ -17,21 +17,9 @@ from .records import Hit
 from .state import scope_key
 
 # Re-rank the BM25 top max(limit * 3, 30) with retention: deep enough for the bounded lift
-# (scoring.MAX_RANK_FACTOR) to matter only between near-ties, shallow enough for the index to prune the rest.
+# (Rank.max_factor) to matter only between near-ties, shallow enough for the index to prune the rest.
 RERANK_DEPTH: Final = 3
 RERANK_MIN: Final = 30
-# Search: a view of a file the query names has its score multiplied by VIEW_PATH_LIFT, and by
-# VIEW_RANGE_LIFT more when it shows the lines the query asks for. Chosen on the tuning half of
-# the replay (evals/REPLAY.md has the levels tried): a lift that puts the views of a named file
-# first, and still bounded, so a far better text match wins.
-VIEW_PATH_LIFT: Final = 3.0
-VIEW_RANGE_LIFT: Final = 1.25
-# An older view whose lines a newer view of the same file also shows: still a view of the file,
-# ahead of mere mentions, but behind the newer one (the newest view of a region first).
-VIEW_SUPERSEDED_LIFT: Final = 1.5
-# An edit in place (sed -i, perl -i) of a named file: it says which lines changed, not what
-# they hold, so it is lifted less than a view that shows them.
-VIEW_EDIT_LIFT: Final = 1.0
 # The newest views of a named file that are lifted: an agent re-reads one file tens of times,
 # and the oldest of those views are the least likely to be what it goes back for.
 VIEW_LIFT_MAX: Final = 16
@@ -45,7 +33,7 @@ class _Search(_Journaled):
     def _search(
         self, text: str, tag_list: list[str], limit: int, include_archived: bool, scopes: frozenset[str] | None
     ) -> list[Hit]:
-        s = self._s
+        s, rank, weights = self._s, self._tuning.rank, self._tuning.bm25
         now = self._clock()
         allowed: set[str] | None = None
         if tag_list:
@@ -63,10 +51,10 @@ class _Search(_Journaled):
 
         if not text:
             pool = [s.items[i] for i in (allowed or ()) if accept(i)]
-            best = heapq.nlargest(limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now), it.seq))
-            return [Hit(it, scoring.rank_score(1.0, it, now), ()) for it in best]
+            best = heapq.nlargest(limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now, rank=rank), it.seq))
+            return [Hit(it, scoring.rank_score(1.0, it, now, rank=rank), ()) for it in best]
 
-        # Retention and the recency prior lift a BM25 score by at most scoring.MAX_RANK_FACTOR,
+        # Retention and the recency prior lift a BM25 score by at most rank.max_factor,
         # so the final top `limit` is drawn from the BM25 top few times `limit`: a hit below
         # that would need a relevance far under the leaders' to overtake them, which the bound
         # rules out in practice, and the index can prune everything deeper.
@@ -78,20 +66,22 @@ class _Search(_Journaled):
             and (include_archived or not s.order["archived"])
             and (scopes is None or s.scope_order.keys() <= scopes)
         )
-        raw = s.index.search(text, limit=fetch, accept=None if accepts_all else accept, with_matched=False)
+        raw = s.index.search(
+            text, limit=fetch, accept=None if accepts_all else accept, with_matched=False, weights=weights
+        )
         lifts = self._view_lifts(text) if len(s.views) else {}
         if lifts:
             # Views of the named file are candidates even when BM25 alone ranks them deeper.
             have = {h.doc_id for h in raw}
             wanted = {i for i in lifts if i not in have and (accepts_all or accept(i))}
             if wanted:
-                raw.extend(s.index.score_docs(text, sorted(wanted), None if accepts_all else accept))
+                raw.extend(s.index.score_docs(text, sorted(wanted), None if accepts_all else accept, weights=weights))
                 raw.sort(key=lambda h: -h.score)
-        bound = scoring.MAX_RANK_FACTOR * max(lifts.values(), default=1.0)
+        bound = rank.max_factor * max(lifts.values(), default=1.0)
         newest = s.next_seq - 1
 
         def score(relevance: float, it: Item) -> float:
-            return scoring.rank_score(relevance, it, now, newer=newest - it.seq) * lifts.get(it.id, 1.0)
+            return scoring.rank_score(relevance, it, now, newer=newest - it.seq, rank=rank) * lifts.get(it.id, 1.0)
 
         scored: list[tuple[float, Item]] = []
         leaders: list[float] = []  # min-heap of the `limit` best final scores so far; leaders[0] is the cut
@@ -123,7 +113,9 @@ class _Search(_Journaled):
                 if not newly:
                     break
                 dropped |= newly
-        matched = s.index.matched_terms([it.id for _, it in top], text, None if accepts_all else accept)
+        matched = s.index.matched_terms(
+            [it.id for _, it in top], text, None if accepts_all else accept, weights=weights
+        )
         return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
 
     def _view_lifts(self, text: str) -> dict[str, float]:
@@ -131,7 +123,7 @@ class _Search(_Journaled):
         the file ranks ahead of items that only mention it, one showing the lines asked for
         further ahead, and an older view whose lines a newer view of the file also shows gets
         a smaller lift (the newest view of a region first)."""
-        s = self._s
+        s, tuning = self._s, self._tuning
         query = parse_query(text, known=s.views)
         if query is None:
             return {}
@@ -146,16 +138,16 @@ class _Search(_Journaled):
                 for n in newer
                 if len(n.file_lines) == 2
             ):
-                lifts[it.id] = VIEW_SUPERSEDED_LIFT
+                lifts[it.id] = tuning.view_superseded_lift
                 continue
             if it.file_command == "edit":
                 # An edit names the lines it changed but does not show them.
-                lifts[it.id] = VIEW_EDIT_LIFT
+                lifts[it.id] = tuning.view_edit_lift
                 continue
             newer.append(it)
-            lift = VIEW_PATH_LIFT
+            lift = tuning.view_path_lift
             if query.lines is not None and overlaps(lines, query.lines):
-                lift *= VIEW_RANGE_LIFT
+                lift *= tuning.view_range_lift
             lifts[it.id] = lift
         return lifts
 

@@ -23,6 +23,7 @@ from ..search import mapped as memory_map
 from ..search.dedup import BUFFER_KEYS, DedupIndex, json_state
 from ..search.index import BM25Index
 from ..search.views import ViewIndex
+from .tuning import Tuning
 
 if TYPE_CHECKING:
     import mmap
@@ -206,6 +207,7 @@ class _StateOps:
 
     # Set by Store.__init__; every part of the Store reads them.
     _s: _State
+    _tuning: Tuning
     settings: Settings
     counter: TokenCounter
     _clock: Callable[[], float]

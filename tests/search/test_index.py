@@ -19,7 +19,7 @@ from compactor.search import postings as postings_module
 from compactor.search import topk as topk_module
 from compactor.search.analyze import query_terms, tokenize
 from compactor.search.index import BM25Index, IndexHit
-from compactor.search.topk import BM25_B, BM25_K1, SUMMARY_WEIGHT, TAG_WEIGHT
+from compactor.search.topk import BM25_B, BM25_K1, SUMMARY_B, SUMMARY_WEIGHT, TAG_B, TAG_WEIGHT
 
 # --- reference ---------------------------------------------------------------------------
 # Real agent text kept in the repository (tests/data/README.md: provenance, MIT license), so
@@ -174,8 +174,8 @@ def test_field_weights_follow_the_bm25f_formula():
 
     tf = (
         1 / norm(BM25_B, 3, avg_content)
-        + SUMMARY_WEIGHT * 1 / norm(index_mod.SUMMARY_B, 2, avg_summary)
-        + TAG_WEIGHT * 1 / norm(index_mod.TAG_B, 1, avg_tags)
+        + SUMMARY_WEIGHT * 1 / norm(SUMMARY_B, 2, avg_summary)
+        + TAG_WEIGHT * 1 / norm(TAG_B, 1, avg_tags)
     )
     idf = math.log(1 + (3 - 1 + 0.5) / (1 + 0.5))
     want = idf * tf * (BM25_K1 + 1) / (tf + BM25_K1)
@@ -445,7 +445,7 @@ def _bm25f_reference(docs, query):
     toks = [(tokenize(c), tokenize(s) if s else [], [t for tag in tags for t in tokenize(tag)]) for c, s, tags in docs]
     n = len(docs)
     avg = [sum(len(d[f]) for d in toks) / n for f in range(3)]
-    weights, bs = (1.0, SUMMARY_WEIGHT, TAG_WEIGHT), (BM25_B, index_mod.SUMMARY_B, index_mod.TAG_B)
+    weights, bs = (1.0, SUMMARY_WEIGHT, TAG_WEIGHT), (BM25_B, SUMMARY_B, TAG_B)
     out = {}
     for i, fields in enumerate(toks):
         score, matched = 0.0, False

@@ -10,6 +10,7 @@ stdio server and the CLI.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import anyio
@@ -22,6 +23,7 @@ from compactor.mcp import build_server
 from compactor.search import index as index_mod
 from compactor.search.analyze import QUERY_STOPWORDS, query_words
 from compactor.search.index import BM25Index
+from compactor.search.topk import WEIGHTS
 from compactor.search.wordforms import derivations, inflections, synonyms
 from compactor.store import Store
 from tests.conftest import cli_json
@@ -112,6 +114,9 @@ def test_derivations_are_never_the_word_its_forms_or_stop_words(word: str) -> No
     assert word not in got
     assert not set(got) & (QUERY_STOPWORDS | set(inflections(word)))
     assert list(got) == sorted(set(got))
+
+
+NO_OTHER_WORDS = dataclasses.replace(WEIGHTS, other_word=0.0)
 
 
 def test_a_short_stem_is_another_word() -> None:
@@ -214,10 +219,9 @@ def test_only_the_first_words_of_a_long_query_have_forms() -> None:
     assert not index.search(f"{filler} pools")
 
 
-def test_no_other_words_at_weight_zero(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(index_mod, "OTHER_WORD_WEIGHT", 0.0)
+def test_no_other_words_at_weight_zero() -> None:
     index = _index(POOL, STRING)
-    assert [h.matched for h in index.search(QUERY)] == [("connection",), ("connection",)]
+    assert [h.matched for h in index.search(QUERY, weights=NO_OTHER_WORDS)] == [("connection",), ("connection",)]
 
 
 def test_the_in_memory_client_finds_the_note_in_other_words() -> None:
@@ -259,12 +263,7 @@ def test_other_words_only_add_to_what_the_query_finds(docs: list[str], query: st
     holds finds exactly what it found."""
     index = _index(*docs)
     with_other = index.search_scores(query)
-    saved = index_mod.OTHER_WORD_WEIGHT
-    index_mod.OTHER_WORD_WEIGHT = 0.0
-    try:
-        without = index.search_scores(query)
-    finally:
-        index_mod.OTHER_WORD_WEIGHT = saved
+    without = index.search_scores(query, weights=NO_OTHER_WORDS)
     for doc_id, (score, matched) in without.items():
         assert with_other[doc_id][0] >= score - 1e-9
         assert set(matched) <= set(with_other[doc_id][1])

@@ -11,7 +11,7 @@ from compactor import constants as C
 from compactor.content.tokens import default_counter
 from compactor.mcp import build_server
 from compactor.store import Store
-from compactor.store import recall as recall_mod
+from compactor.store.tuning import Tuning
 from tests.conftest import FakeClock
 from tests.support.recall_layout import groups_of
 from tests.support.stdio_client import StdioServer
@@ -86,7 +86,7 @@ def test_recall_open_errors_newest_first_within_their_share(store: Store, clock:
     open_errors = groups_of(r.text)["Open errors"]
     assert open_errors == errors[::-1][: len(open_errors)] and 0 < len(open_errors) <= 20
     share = sum(default_counter().count(ln) for ln in r.lines[: len(open_errors)])
-    assert share <= C.RECALL_TOKENS_DEFAULT * recall_mod.RECALL_ERRORS_SHARE
+    assert share <= C.RECALL_TOKENS_DEFAULT * Tuning().recall_errors_share
 
 
 @pytest.mark.parametrize("cap", [C.RECALL_TOKENS_MIN, 300, C.RECALL_TOKENS_DEFAULT, 6_000])
