@@ -1,4 +1,5 @@
-"""The saved search index as a binary file beside the snapshot, read through a memory map.
+"""The saved search index as a binary file beside the snapshot, read through a memory map;
+its layout (`encode`, `parse`) is also how PostgreSQL keeps it, as rows of its snapshot.
 
 Inside the snapshot's first line the index was base64 in JSON: at 10k items ~80% of the
 snapshot's bytes, all of it parsed, decoded and copied into each process at every start. Here

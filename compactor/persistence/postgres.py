@@ -59,7 +59,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import orjson
 
@@ -72,6 +72,8 @@ from .codec import INDEX_REF, ITEMS_LINE, SnapshotItems, snapshot_chunks
 from .indexfile import IndexFileError
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import psycopg
 
 log = logging.getLogger(__name__)
@@ -169,12 +171,20 @@ def _label(ref: Mapping[str, Any]) -> bytes:
     return orjson.dumps({"name": ref.get("name"), "size": ref.get("size"), "crc32": ref.get("crc32")})
 
 
-def _assemble(rows: Iterable[Any], size: int) -> bytearray | None:
-    """The index's bytes from its rows (`(data,)` in order), copied into one buffer of the
-    size its reference gives as each arrives; None if they add up to another size."""
-    image = bytearray(size)
+# A saved index's bytes in this process: a numpy buffer, not a bytearray, which the index would
+# take for a blob of its own to grow in place (`Vocab._grown_blob`) rather than a view to copy.
+Image: TypeAlias = "npt.NDArray[np.uint8]"
+
+
+def _assemble(pieces: Iterable[Any], size: int) -> Image | None:
+    """One buffer of `size` bytes filled from `pieces` (bytes-like, in order) as each arrives,
+    so no second copy is made; None if they add up to another size."""
+    import numpy as np
+
+    image = np.empty(size, dtype=np.uint8)
     at = 0
-    for (data,) in rows:
+    for piece in pieces:
+        data = np.frombuffer(piece, dtype=np.uint8)
         end = at + len(data)
         if end > size:
             return None
@@ -264,7 +274,7 @@ class PgBackend(ReentrantLock):
         # A saved index in hand, by its label: laid out by `save_index` for the snapshot that
         # names it, or read with the snapshot by `load`. Handed to `load_index` (the
         # index then reads its arrays from it), so no second copy stays.
-        self._index: tuple[bytes, bytearray] | None = None
+        self._index: tuple[bytes, Image] | None = None
 
     @classmethod
     def connect(cls, url: str) -> PgBackend:
@@ -521,7 +531,7 @@ class PgBackend(ReentrantLock):
         return header
 
     @staticmethod
-    def _read_index_rows(conn: psycopg.Connection[Any], snap_id: int) -> tuple[bytes, bytearray] | None:
+    def _read_index_rows(conn: psycopg.Connection[Any], snap_id: int) -> tuple[bytes, Image] | None:
         """The index the snapshot holds (its label and bytes), read a row at a time into one
         buffer; None if it holds none or its rows do not add up (`load_index` then says so)."""
         row = conn.execute(
@@ -540,7 +550,7 @@ class PgBackend(ReentrantLock):
             "SELECT data FROM compactor_snapshot_chunk WHERE snapshot_id = %s AND n < %s ORDER BY n DESC",
             (snap_id, INDEX_LABEL),
         )
-        image = _assemble(rows, size)
+        image = _assemble((data for (data,) in rows), size)
         return None if image is None else (label, image)
 
     # --- writing --------------------------------------------------------------------------
@@ -594,7 +604,7 @@ class PgBackend(ReentrantLock):
         state: str,
         header: dict[str, Any],
         items: list[Item],
-        index: tuple[bytes, bytearray] | None = None,
+        index: tuple[bytes, Image] | None = None,
     ) -> int:
         """Insert a snapshot row and its chunks (inside the caller's transaction); its id. The
         index its header names goes with it: from `index` when that is the one named, else
@@ -617,10 +627,10 @@ class PgBackend(ReentrantLock):
         return snap_id
 
     def _write_index_rows(
-        self, conn: psycopg.Connection[Any], snap_id: int, label: bytes, index: tuple[bytes, bytearray] | None
+        self, conn: psycopg.Connection[Any], snap_id: int, label: bytes, index: tuple[bytes, Image] | None
     ) -> None:
         if index is not None and index[0] == label:
-            view = memoryview(index[1])
+            view = index[1].data
             with conn.cursor().copy("COPY compactor_snapshot_chunk (snapshot_id, n, data) FROM STDIN") as copy:
                 copy.write_row((snap_id, INDEX_LABEL, label))
                 for k, lo in enumerate(range(0, view.nbytes, INDEX_ROW_BYTES)):
@@ -733,7 +743,9 @@ class PgBackend(ReentrantLock):
         the reference returned writes them (`snapshot_now`)."""
         pieces = indexfile.encode(arrays)
         ref = indexfile.reference(f"index.{gen}", pieces)
-        self._index = (_label(ref), bytearray().join(pieces))
+        image = _assemble(pieces, ref["size"])
+        assert image is not None  # the size is theirs
+        self._index = (_label(ref), image)
         return ref
 
     def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
@@ -747,18 +759,20 @@ class PgBackend(ReentrantLock):
             image = self._fetch_index(label, ref.get("size"), where)
         if len(image) != ref.get("size"):
             raise IndexFileError(f"{where} is {len(image):,} bytes, not the {ref.get('size')!r} the snapshot recorded")
-        if verify and zlib.crc32(image) != ref.get("crc32"):
+        if verify and zlib.crc32(image.data) != ref.get("crc32"):
             raise IndexFileError(f"{where} does not match its checksum: some bytes changed after it was written")
-        return indexfile.parse(memoryview(image).toreadonly(), where)
+        image.flags.writeable = False  # read in place, as an index file's memory map is
+        return indexfile.parse(image.data, where)
 
-    def _fetch_index(self, label: bytes, size: object, where: str) -> bytearray:
+    def _fetch_index(self, label: bytes, size: object, where: str) -> Image:
         """The index's bytes from whichever snapshot holds them (one this process did not read)."""
         psycopg = _import_psycopg()
         if not isinstance(size, int) or size < 0:
             raise IndexFileError(f"{where} has no valid size in the snapshot's reference")
         try:
             with self._live().cursor() as cur:
-                image = _assemble(cur.stream(INDEX_ROWS_SQL, {"label": label, "snap": 0}), size)
+                rows = cur.stream(INDEX_ROWS_SQL, {"label": label, "snap": 0})
+                image = _assemble((data for (data,) in rows), size)
         except psycopg.Error as exc:
             raise IndexFileError(f"{where} cannot be read: {_one_line(exc)}") from exc
         if image is None:

@@ -210,6 +210,9 @@ class _Journaled(_StateOps):
             self._s, self.settings, self._index_stale = old_state, old_settings, old_stale
             raise
         self._on_disk = saved
+        if snap is not None:  # what a start cost, in the server's log (`--log-level INFO`)
+            how = f"the saved one, {len(changed)} re-indexed" if derived else "rebuilt from the items"
+            log.info("loaded %d items; search index: %s", len(self._s.items), how)
         for warning in loaded.warnings:
             log.warning("%s", warning)
         self.load_warnings = loaded.warnings
