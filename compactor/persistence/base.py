@@ -72,8 +72,6 @@ class Persistence(Protocol):
     offset: int
     last_snapshot_at: float | None
     last_snapshot_seconds: float | None
-    # Whether `save_index` keeps arrays in a file beside the snapshot (returns a reference).
-    index_in_file: bool
 
     @property
     def is_open(self) -> bool: ...
@@ -132,16 +130,18 @@ class Persistence(Protocol):
         """Drop pending snapshots whose writer is gone."""
         ...
 
-    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
-        """Save the search index's arrays for the snapshot of generation `gen` apart from it
-        and return the reference the snapshot keeps; None if this backend keeps them inside
-        the snapshot. Raises OSError."""
+    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any]:
+        """Save the search index's arrays for the snapshot of generation `gen` and return the
+        small reference the snapshot's header keeps (`"index_file"`: name, size, CRC-32). A
+        snapshot whose header names a reference keeps those arrays for as long as it is in
+        use, a background snapshot naming an older one included. The arrays are read no later
+        than the `snapshot_now` that follows. Raises OSError."""
         ...
 
     def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
-        """The arrays `save_index` saved under `ref`; raises IndexFileError if they are
-        missing or damaged (the index is then rebuilt from the items). `verify=False`: arrays
-        this process has just saved, whose checksum need not be read back."""
+        """The arrays `save_index` saved under `ref`, read-only; raises IndexFileError if they
+        are missing or damaged (the index is then rebuilt from the items). `verify=False`:
+        arrays this process has just saved, whose checksum need not be read back."""
         ...
 
     def keep_only_index(self, name: str | None) -> None:

@@ -29,6 +29,9 @@ CRC_TRAILER = b'],"crc32":'  # starts a snapshot's last line: `],"crc32":N}`
 LINE_CRC = b'{"crc":'  # starts every journal line since journal version 2
 LINE_OPS = b',"ops":'
 JOURNAL_VERSION = 2  # 2: every line carries the CRC-32 of its ops
+# The snapshot header's key for the saved index's reference (`Persistence.save_index`): a
+# backend keeps the arrays it names for as long as the snapshot is in use.
+INDEX_REF = "index_file"
 RECORD_SIZE = 64  # bytes at the start of the lock file holding the journal record
 
 

@@ -1,4 +1,5 @@
-"""The saved search index as a binary file beside the snapshot, read through a memory map.
+"""The saved search index as a binary file beside the snapshot, read through a memory map;
+its layout (`encode`, `parse`) is also how PostgreSQL keeps it, as rows of its snapshot.
 
 Inside the snapshot's first line the index was base64 in JSON: at 10k items ~80% of the
 snapshot's bytes, all of it parsed, decoded and copied into each process at every start. Here
@@ -50,9 +51,11 @@ def file_name(gen: int) -> str:
     return f"index.{gen}.bin"
 
 
-def write(dir_: Path, gen: int, arrays: Mapping[str, Any]) -> dict[str, Any]:
-    """Write the arrays (bytes-like, by name) to `index.<gen>.bin`, fsynced; returns the
-    reference the snapshot header keeps."""
+def encode(arrays: Mapping[str, Any]) -> list[memoryview | bytes]:
+    """The arrays (bytes-like, by name) in this module's layout, as the pieces to write one
+    after the other: the head, then each array and its padding. The pieces view the arrays,
+    which must not change until they are written. Both backends save an index this way (the
+    state dir as a file, PostgreSQL as rows of its snapshot)."""
     layout: dict[str, list[int]] = {}
     offset = 0
     views = {name: memoryview(data).cast("B") for name, data in arrays.items()}
@@ -61,20 +64,31 @@ def write(dir_: Path, gen: int, arrays: Mapping[str, Any]) -> dict[str, Any]:
         offset += -(-view.nbytes // _ALIGN) * _ALIGN
     head = MAGIC + orjson.dumps(layout) + b"\n"
     head += b"\0" * (-len(head) % _ALIGN)
+    pieces: list[memoryview | bytes] = [head]
+    for view in views.values():
+        pieces += [view, b"\0" * (-view.nbytes % _ALIGN)]
+    return pieces
+
+
+def reference(name: str, pieces: list[memoryview | bytes]) -> dict[str, Any]:
+    """What a snapshot's header keeps of the index saved from `pieces` under `name`."""
+    crc = 0
+    for piece in pieces:
+        crc = zlib.crc32(piece, crc)
+    return {"name": name, "size": sum(memoryview(piece).nbytes for piece in pieces), "crc32": crc}
+
+
+def write(dir_: Path, gen: int, arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """Write the arrays (bytes-like, by name) to `index.<gen>.bin`, fsynced; returns the
+    reference the snapshot header keeps."""
+    pieces = encode(arrays)
     name = file_name(gen)
     tmp = dir_ / f"{name}.{os.getpid()}.tmp"
-    crc = zlib.crc32(head)
-    size = len(head)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(head)
-            for view in views.values():
-                pad = b"\0" * (-view.nbytes % _ALIGN)
-                for chunk in (view, pad):
-                    fh.write(chunk)
-                    crc = zlib.crc32(chunk, crc)
-                    size += len(chunk)
+            for piece in pieces:
+                fh.write(piece)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, dir_ / name)
@@ -82,7 +96,7 @@ def write(dir_: Path, gen: int, arrays: Mapping[str, Any]) -> dict[str, Any]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return {"name": name, "size": size, "crc32": crc}
+    return reference(name, pieces)
 
 
 def read(
@@ -112,19 +126,25 @@ def read(
         raise IndexFileError(f"{path} cannot be read: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
-    view = memoryview(mapped)
+    return parse(memoryview(mapped), str(path))
+
+
+def parse(view: memoryview, where: str) -> dict[str, memoryview]:
+    """The arrays of an index in this module's layout (`encode`), as views of `view`;
+    IndexFileError (naming `where`) if it is not one or is cut short."""
+    size = view.nbytes
     end = bytes(view[: min(size, 1 << 20)]).find(b"\n", len(MAGIC))
     if view[: len(MAGIC)] != MAGIC or end < 0:
-        raise IndexFileError(f"{path} is not a compactor index file")
+        raise IndexFileError(f"{where} is not a compactor index file")
     try:
         layout = orjson.loads(bytes(view[len(MAGIC) : end]))
     except orjson.JSONDecodeError as exc:
-        raise IndexFileError(f"{path} has a damaged layout line") from exc
+        raise IndexFileError(f"{where} has a damaged layout line") from exc
     base = end + 1 + (-(end + 1) % _ALIGN)
     out: dict[str, memoryview] = {}
     for key, (offset, length) in layout.items():
         if base + offset + length > size:
-            raise IndexFileError(f"{path} is cut short")
+            raise IndexFileError(f"{where} is cut short")
         out[key] = view[base + offset : base + offset + length]
     return out
 

@@ -10,7 +10,9 @@ Tables (schema version in `compactor_schema`, created and migrated on first star
     compactor_snapshot   one row per snapshot: pending (being written) or current, and the
                          sequence number it holds everything up to
     compactor_snapshot_chunk   the snapshot's bytes (the state dir's snapshot.json layout), in
-                         chunks so no value nears PostgreSQL's 1 GB limit
+                         chunks so no value nears PostgreSQL's 1 GB limit (n >= 0); below zero,
+                         the search index it names (n = -1 its reference, n <= -2 its arrays
+                         in the index file's layout)
     compactor_ledger     the forget ledger: ids and times, never content
 
 **Writers take an advisory lock, not SERIALIZABLE.** A call holds `pg_advisory_lock` (session
@@ -35,8 +37,16 @@ snapshot plus the entries after it. Entries before the previous snapshot are the
 server that lagged past them reloads from the snapshot). A pending snapshot whose writer is
 gone (its backend pid no longer in pg_stat_activity) is deleted at the next start or snapshot.
 
+**The search index is saved with a snapshot, as rows of it.** `save_index` lays the arrays out
+as the state dir's index file (`compactor.persistence.indexfile`) and the snapshot that names
+them writes them as its chunks below zero; a background snapshot, which names an older index,
+copies those rows from the snapshot that holds them inside the server (`INSERT ... SELECT`), so
+their bytes never cross the wire again. A start reads them in the snapshot's transaction and
+the index reads its arrays in place from that one buffer: no base64, no copy per array.
+
 **Forget** writes a fresh snapshot without the item and deletes, in the same transaction, every
-journal entry (the item's ops among them) and every other snapshot; the others see the new
+journal entry (the item's ops among them) and every other snapshot with the index rows they
+hold (the forgotten item's terms among them); the others see the new
 generation and reload. Deleted rows stay in the table's pages until VACUUM reuses them.
 """
 
@@ -48,18 +58,21 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import orjson
 
 from ..errors import PersistenceError, StateCorruptError
 from ..models import Item, Op
+from . import indexfile
 from .base import Loaded, ReentrantLock
-from .codec import ITEMS_LINE, SnapshotItems, snapshot_chunks
+from .codec import INDEX_REF, ITEMS_LINE, SnapshotItems, snapshot_chunks
 from .indexfile import IndexFileError
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import psycopg
 from .codec import SCHEMA_VERSION
 
@@ -137,6 +150,27 @@ APPEND_ASYNC_SQL = APPEND_SQL.replace(
     "SELECT %(ops)s FROM compactor_head h",
     "SELECT %(ops)s FROM compactor_head h, (SELECT set_config('synchronous_commit', 'off', true)) cfg",
 )
+# A saved index's rows: its reference at INDEX_LABEL (what a later snapshot finds it by), its
+# bytes in rows of INDEX_ROW_BYTES from INDEX_LABEL - 1 down (~25 rows at 10k items).
+INDEX_LABEL: Final = -1
+INDEX_ROW_BYTES: Final = 1 << 20
+# The snapshot that holds the index a label names (the newest, if several copied it).
+_INDEX_HOLDER = f"""
+SELECT snapshot_id FROM compactor_snapshot_chunk
+WHERE n = {INDEX_LABEL} AND data = %(label)s AND snapshot_id <> %(snap)s
+ORDER BY snapshot_id DESC LIMIT 1
+"""
+# A background snapshot keeps the older index it names by copying its rows inside the server.
+COPY_INDEX_SQL = f"""
+INSERT INTO compactor_snapshot_chunk (snapshot_id, n, data)
+SELECT %(snap)s, c.n, c.data FROM compactor_snapshot_chunk c
+WHERE c.n < 0 AND c.snapshot_id = ({_INDEX_HOLDER})
+"""
+INDEX_ROWS_SQL = f"""
+SELECT data FROM compactor_snapshot_chunk
+WHERE n < {INDEX_LABEL} AND snapshot_id = ({_INDEX_HOLDER})
+ORDER BY n DESC
+"""
 DEAD_PENDING_SQL = """
 DELETE FROM compactor_snapshot s
 WHERE s.state = 'pending'
@@ -162,6 +196,42 @@ def sync_warning(conn: psycopg.Connection[Any], where: str) -> str | None:
         "options and the role's or database's settings (ALTER DATABASE ... RESET synchronous_commit), "
         "and set synchronous_commit = on and fsync = on in postgresql.conf."
     )
+
+
+def _label(ref: Mapping[str, Any]) -> bytes:
+    """The row that names a saved index: its reference, as a snapshot's header keeps it."""
+    return orjson.dumps({"name": ref.get("name"), "size": ref.get("size"), "crc32": ref.get("crc32")})
+
+
+# A saved index's bytes in this process: a numpy buffer, not a bytearray, which the index would
+# take for a blob of its own to grow in place (`Vocab._grown_blob`) rather than a view to copy.
+Image: TypeAlias = "npt.NDArray[np.uint8]"
+
+
+def _assemble(pieces: Iterable[Any], size: int) -> Image | None:
+    """One buffer of `size` bytes filled from `pieces` (bytes-like, in order) as each arrives,
+    so no second copy is made; None if they add up to another size."""
+    import numpy as np
+
+    image = np.empty(size, dtype=np.uint8)
+    at = 0
+    for piece in pieces:
+        data = np.frombuffer(piece, dtype=np.uint8)
+        end = at + len(data)
+        if end > size:
+            return None
+        image[at:end] = data
+        at = end
+    return image if at == size else None
+
+
+def _name_of(label: bytes) -> object:
+    """The index name a label row gives (None if it is damaged)."""
+    try:
+        got = orjson.loads(label)
+    except ValueError:
+        return None
+    return got.get("name") if isinstance(got, dict) else None
 
 
 def display_url(url: str) -> str:
@@ -213,8 +283,6 @@ def _import_psycopg() -> Any:
 class PgBackend(ReentrantLock):
     """Memory kept in a PostgreSQL database (see the module docstring)."""
 
-    index_in_file = False  # the saved index travels inside the snapshot row
-
     def __init__(self, url: str) -> None:
         self.url = url
         self.where = display_url(url)
@@ -236,6 +304,10 @@ class PgBackend(ReentrantLock):
         # Access-time entries (not fsynced on a state dir either) held until the lock is released,
         # then sent in the same round trip as the unlock: a query costs one round trip less.
         self._deferred: list[Op] = []
+        # A saved index in hand, by its label: laid out by `save_index` for the snapshot that
+        # names it, or read with the snapshot by `load`. Handed to `load_index` (the
+        # index then reads its arrays from it), so no second copy stays.
+        self._index: tuple[bytes, Image] | None = None
 
     @classmethod
     def connect(cls, url: str) -> PgBackend:
@@ -315,6 +387,7 @@ class PgBackend(ReentrantLock):
         return self._conn is not None
 
     def close(self) -> None:
+        self._index = None
         for conn in (self._conn, self._bg):
             if conn is not None:
                 conn.close()
@@ -440,6 +513,7 @@ class PgBackend(ReentrantLock):
                     raise StateCorruptError(f"Database {self.where} has no compactor_head row. Restore it from backup.")
                 gen, snap_id, snap_seq = int(head[0]), head[1], int(head[2])
                 snap = None if snap_id is None else self._read_snapshot(conn, int(snap_id))
+                self._index = None if snap_id is None else self._read_index_rows(conn, int(snap_id))
                 rows = conn.execute(
                     "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq", (snap_seq,)
                 ).fetchall()
@@ -468,7 +542,7 @@ class PgBackend(ReentrantLock):
         """The snapshot's header, its items an `ItemRecords` read line by line (checksummed
         as in a state dir: the bytes are the same layout)."""
         chunks = conn.execute(
-            "SELECT data FROM compactor_snapshot_chunk WHERE snapshot_id = %s ORDER BY n", (snap_id,)
+            "SELECT data FROM compactor_snapshot_chunk WHERE snapshot_id = %s AND n >= 0 ORDER BY n", (snap_id,)
         ).fetchall()
         corrupt = self._corrupt(snap_id)
         if not chunks:
@@ -492,6 +566,29 @@ class PgBackend(ReentrantLock):
             )
         header["items"] = SnapshotItems(fh, corrupt, zlib.crc32(first))
         return header
+
+    @staticmethod
+    def _read_index_rows(conn: psycopg.Connection[Any], snap_id: int) -> tuple[bytes, Image] | None:
+        """The index the snapshot holds (its label and bytes), read a row at a time into one
+        buffer; None if it holds none or its rows do not add up (`load_index` then says so)."""
+        row = conn.execute(
+            "SELECT data FROM compactor_snapshot_chunk WHERE snapshot_id = %s AND n = %s", (snap_id, INDEX_LABEL)
+        ).fetchone()
+        if row is None:
+            return None
+        label = bytes(row[0])
+        try:
+            size = orjson.loads(label)["size"]
+            if not isinstance(size, int) or size < 0:
+                return None
+        except (ValueError, KeyError, TypeError):
+            return None
+        rows = conn.cursor().stream(
+            "SELECT data FROM compactor_snapshot_chunk WHERE snapshot_id = %s AND n < %s ORDER BY n DESC",
+            (snap_id, INDEX_LABEL),
+        )
+        image = _assemble((data for (data,) in rows), size)
+        return None if image is None else (label, image)
 
     # --- writing --------------------------------------------------------------------------
     def _append_params(self, ops: list[Op]) -> dict[str, Any]:
@@ -539,9 +636,16 @@ class PgBackend(ReentrantLock):
             self._head = (self.gen, self._head[1], self.offset)
 
     def _write_snapshot_rows(
-        self, conn: psycopg.Connection[Any], state: str, header: dict[str, Any], items: list[Item]
+        self,
+        conn: psycopg.Connection[Any],
+        state: str,
+        header: dict[str, Any],
+        items: list[Item],
+        index: tuple[bytes, Image] | None = None,
     ) -> int:
-        """Insert a snapshot row and its chunks (inside the caller's transaction); its id."""
+        """Insert a snapshot row and its chunks (inside the caller's transaction); its id. The
+        index its header names goes with it: from `index` when that is the one named, else
+        copied from the snapshot that holds it."""
         row = conn.execute(
             "INSERT INTO compactor_snapshot (state, gen, upto_seq, writer_pid) VALUES (%s, %s, %s, %s) RETURNING id",
             (state, int(header["prev_gen"]), int(header["prev_offset"]), self._pid),
@@ -554,7 +658,25 @@ class PgBackend(ReentrantLock):
                 copy.write_row((snap_id, n, chunk))
                 size += len(chunk)
         conn.execute("UPDATE compactor_snapshot SET bytes = %s WHERE id = %s", (size, snap_id))
+        ref = header.get(INDEX_REF)
+        if isinstance(ref, dict):
+            self._write_index_rows(conn, snap_id, _label(ref), index)
         return snap_id
+
+    def _write_index_rows(
+        self, conn: psycopg.Connection[Any], snap_id: int, label: bytes, index: tuple[bytes, Image] | None
+    ) -> None:
+        if index is not None and index[0] == label:
+            view = index[1].data
+            with conn.cursor().copy("COPY compactor_snapshot_chunk (snapshot_id, n, data) FROM STDIN") as copy:
+                copy.write_row((snap_id, INDEX_LABEL, label))
+                for k, lo in enumerate(range(0, view.nbytes, INDEX_ROW_BYTES)):
+                    copy.write_row((snap_id, INDEX_LABEL - 1 - k, view[lo : lo + INDEX_ROW_BYTES]))
+            return
+        copied = conn.execute(COPY_INDEX_SQL, {"snap": snap_id, "label": label}).rowcount
+        if not copied:
+            # Dropped meanwhile (a forget, a repair): the start that reads this snapshot rebuilds it.
+            log.info("the index snapshot %d names is no longer in %s", snap_id, self.where)
 
     def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
         psycopg = _import_psycopg()
@@ -565,7 +687,7 @@ class PgBackend(ReentrantLock):
         try:
             conn = self._live()
             with conn.transaction():
-                snap_id = self._write_snapshot_rows(conn, "current", header, items)
+                snap_id = self._write_snapshot_rows(conn, "current", header, items, self._index)
                 conn.execute("DELETE FROM compactor_snapshot WHERE id <> %s", (snap_id,))
                 conn.execute("DELETE FROM compactor_journal WHERE seq <= %s", (self.offset,))
                 conn.execute(
@@ -652,15 +774,66 @@ class PgBackend(ReentrantLock):
         with contextlib.suppress(Exception):
             self._live().execute(DEAD_PENDING_SQL)
 
-    # The saved index travels inside the snapshot row: there is no file to memory-map.
-    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
-        return None
+    # --- the saved search index: rows of the snapshot that names it -----------------------
+    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any]:
+        """Lay the arrays out as an index file's bytes, in hand until the snapshot that names
+        the reference returned writes them (`snapshot_now`)."""
+        pieces = indexfile.encode(arrays)
+        ref = indexfile.reference(f"index.{gen}", pieces)
+        image = _assemble(pieces, ref["size"])
+        assert image is not None  # the size is theirs
+        self._index = (_label(ref), image)
+        return ref
 
     def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
-        raise IndexFileError("a database snapshot names no index file")
+        label = _label(ref)
+        where = f"the saved index {ref.get('name')!r} in database {self.where}"
+        held = self._index
+        if held is not None and held[0] == label:
+            self._index = None  # the index's arrays now read it: it is theirs
+            image = held[1]
+        else:
+            image = self._fetch_index(label, ref.get("size"), where)
+        if len(image) != ref.get("size"):
+            raise IndexFileError(f"{where} is {len(image):,} bytes, not the {ref.get('size')!r} the snapshot recorded")
+        if verify and zlib.crc32(image.data) != ref.get("crc32"):
+            raise IndexFileError(f"{where} does not match its checksum: some bytes changed after it was written")
+        image.flags.writeable = False  # read in place, as an index file's memory map is
+        return indexfile.parse(image.data, where)
+
+    def _fetch_index(self, label: bytes, size: object, where: str) -> Image:
+        """The index's bytes from whichever snapshot holds them (one this process did not read)."""
+        psycopg = _import_psycopg()
+        if not isinstance(size, int) or size < 0:
+            raise IndexFileError(f"{where} has no valid size in the snapshot's reference")
+        try:
+            with self._live().cursor() as cur:
+                rows = cur.stream(INDEX_ROWS_SQL, {"label": label, "snap": 0})
+                image = _assemble((data for (data,) in rows), size)
+        except psycopg.Error as exc:
+            raise IndexFileError(f"{where} cannot be read: {_one_line(exc)}") from exc
+        if image is None:
+            raise IndexFileError(f"{where} is missing or cut short")
+        return image
 
     def keep_only_index(self, name: str | None) -> None:
-        return None
+        """After `snapshot_now`, which deleted every other snapshot with its index rows: also
+        those of a snapshot another server was still writing then (a forget must leave no
+        index that holds the forgotten item's terms)."""
+        held = self._index
+        if held is not None and _name_of(held[0]) != name:
+            self._index = None
+        psycopg = _import_psycopg()
+        try:
+            conn = self._live()
+            labels = conn.execute(
+                "SELECT snapshot_id, data FROM compactor_snapshot_chunk WHERE n = %s", (INDEX_LABEL,)
+            ).fetchall()
+            other = [int(snap) for snap, data in labels if _name_of(bytes(data)) != name]
+            if other:
+                conn.execute("DELETE FROM compactor_snapshot_chunk WHERE n < 0 AND snapshot_id = ANY(%s)", (other,))
+        except psycopg.Error as exc:
+            log.warning("could not drop the index rows no snapshot names in %s: %s", self.where, exc)
 
     # --- the forget ledger ----------------------------------------------------------------
     def append_ledger(self, entries: list[dict[str, Any]]) -> None:

@@ -148,8 +148,6 @@ class StateDir(ReentrantLock):
     """Memory kept in a state dir (see the module docstring): the `Persistence` the Store uses
     by default."""
 
-    index_in_file = True  # `save_index` writes the arrays to a file beside the snapshot
-
     def __init__(self, path: Path) -> None:
         self.path = path
         self.snapshot_path = path / SNAPSHOT
@@ -772,7 +770,7 @@ class StateDir(ReentrantLock):
     def discard_pending_snapshot(self) -> None:
         self.discard_snapshot_tmp()
 
-    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any] | None:
+    def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any]:
         return indexfile.write(self.path, gen, arrays)
 
     def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:

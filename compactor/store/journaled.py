@@ -5,7 +5,6 @@ ops or undo them (`_Txn`), read-only mode while the store refuses writes, and sn
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import sys
@@ -25,7 +24,7 @@ from ..persistence.codec import SCHEMA_VERSION, ItemRecords
 from ..persistence.indexfile import IndexFileError
 from ..runtime import Runtime
 from ..search.analyze import TERMS_VERSION, terms_changed
-from ..search.index import DERIVED_ARRAYS, saved_terms_version
+from ..search.index import saved_terms_version
 from .state import _State, _StateOps, dedup_arrays, dedup_state, stale_limit
 
 # A transaction unmaps the index file's pages it has read every this many ops it applies, and at
@@ -217,6 +216,9 @@ class _Journaled(_StateOps):
             self._s, self.settings, self._index_stale = old_state, old_settings, old_stale
             raise
         self._on_disk = saved
+        if snap is not None:  # what a start cost, in the server's log (`--log-level INFO`)
+            how = f"the saved one, {len(changed)} re-indexed" if derived else "rebuilt from the items"
+            log.info("loaded %d items; search index: %s", len(self._s.items), how)
         for warning in loaded.warnings:
             log.warning("%s", warning)
         self.load_warnings = loaded.warnings
@@ -462,19 +464,18 @@ class _Journaled(_StateOps):
         header = self._snapshot_header(gen + 1, gen, offset)
         # Synchronous snapshots (shutdown, forget, recovery) hold the lock anyway, so they also
         # save the index: the next start then loads it instead of re-tokenising everything.
-        header["index"], ref, dedup_in_file = self._saved_index(gen + 1)
-        if ref is not None:
-            header["index_file"] = ref
-        # In the file, the buckets' arrays are read in place at the next start, shared and not
-        # parsed (base64 in the header was ~4 MiB per process at 10k items until a first write).
-        header["dedup"] = {"format": 2, "byteorder": sys.byteorder} if dedup_in_file else dedup_state(self._s)
+        header["index"], ref, dedup_saved = self._saved_index(gen + 1)
+        header["index_file"] = ref
+        # Saved with the index, the buckets' arrays are read in place at the next start, shared
+        # and not parsed (base64 in the header was ~4 MiB per process at 10k items until a first write).
+        header["dedup"] = {"format": 2, "byteorder": sys.byteorder} if dedup_saved else dedup_state(self._s)
         self._backend.snapshot_now(header, list(items.values()))
-        self._backend.keep_only_index(ref["name"] if ref is not None else None)
+        self._backend.keep_only_index(ref["name"])
         self._dirty = False
         self._index_saved = True
         self._on_disk = self._saved_index_of(header)
         self._index_stale = set()
-        if adopt and ref is not None:
+        if adopt:
             self._adopt_saved_index(header, ref)
 
     def _adopt_saved_index(self, header: dict[str, Any], ref: dict[str, Any]) -> None:
@@ -497,29 +498,18 @@ class _Journaled(_StateOps):
         self._s._dedup, self._s._dedup_saved = scratch._dedup, scratch._dedup_saved
         self._s.index_file = scratch.index_file
 
-    def _saved_index(self, gen: int) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
-        """The search index's state for the snapshot's header, the reference of the file its
-        arrays went to when the backend keeps them apart (compactor.persistence.indexfile beside a state
-        dir's snapshot: memory-mapped at the next start; None when it does not), and whether
-        the near-duplicate buckets' arrays went to that file too."""
+    def _saved_index(self, gen: int) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """The search index's state for the snapshot's header less its arrays, the reference
+        of the arrays the backend saved (`Persistence.save_index`), and whether the
+        near-duplicate buckets' arrays were saved with them."""
         assert self._backend is not None
         state = self._s.index.to_state(binary=True)
         arrays = {key: value for key, value in state.items() if isinstance(value, memoryview)}
-        dedup = dedup_arrays(self._s) if self._backend.index_in_file else None
+        dedup = dedup_arrays(self._s)
         try:
             ref = self._backend.save_index(gen, {**arrays, **(dedup or {})})
         except OSError as exc:
             raise PersistenceError(f"Could not write the index file: {exc.strerror or exc}") from exc
-        if ref is None:  # kept inside the snapshot: the same arrays as base64 text, less what a load can derive
-            return (
-                {
-                    key: base64.b64encode(v).decode("ascii") if key in arrays else v
-                    for key, v in state.items()
-                    if key not in DERIVED_ARRAYS
-                },
-                None,
-                False,
-            )
         return {key: value for key, value in state.items() if key not in arrays}, ref, dedup is not None
 
     def rebuild_and_snapshot(self) -> None:

@@ -4,10 +4,12 @@ item's rows, a lagging server, dead writers' pending snapshots, a dropped connec
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 
 import anyio
+import orjson
 import psycopg
 import pytest
 
@@ -15,6 +17,8 @@ from compactor.errors import PersistenceError, StateCorruptError
 from compactor.persistence import postgres as postgres_mod
 from compactor.persistence.postgres import PgBackend
 from compactor.store import Store, StoreInput
+from compactor.store.journaled import _Journaled
+from compactor.store.state import _State, dedup_state
 
 
 def rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
@@ -305,3 +309,230 @@ def test_a_writer_killed_inside_its_transaction_loses_nothing_acknowledged(
         assert len(s) == 2 + len(others)
     finally:
         s.close()
+
+
+def count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every rebuild of the search index from the items, counted (one entry each)."""
+    calls: list[int] = []
+    rebuild = _Journaled._rebuild_derived
+
+    def counted(self: _Journaled, state: _State) -> None:
+        calls.append(len(state.items))
+        rebuild(self, state)
+
+    monkeypatch.setattr(_Journaled, "_rebuild_derived", counted)
+    return calls
+
+
+def snapshot_header(url: str) -> dict[str, object]:
+    (first,) = rows(
+        url,
+        "SELECT c.data FROM compactor_snapshot_chunk c JOIN compactor_head h ON c.snapshot_id = h.snap_id "
+        "WHERE c.n = 0",
+    )
+    line = bytes(first[0]).split(b"\n", 1)[0]
+    header = orjson.loads(line[: -len(b',"items":[')] + b"}")
+    assert isinstance(header, dict)
+    return header
+
+
+def index_rows(url: str) -> list[tuple[object, ...]]:
+    """(snapshot id, rows, bytes) of every snapshot's saved index rows."""
+    return rows(
+        url,
+        "SELECT snapshot_id, count(*), sum(octet_length(data)) FROM compactor_snapshot_chunk WHERE n < 0 "
+        "GROUP BY snapshot_id ORDER BY snapshot_id",
+    )
+
+
+def test_a_restart_uses_the_index_saved_as_rows_of_the_snapshot(pg_url: str, monkeypatch: pytest.MonkeyPatch):
+    s = Store(database=pg_url)
+    ids = [s.store(f"note {i} about parse_config_{i} in src/mod{i}.py").item.id for i in range(40)]
+    s.close_with_snapshot()
+    header = snapshot_header(pg_url)
+    ref = header["index_file"]
+    assert isinstance(ref, dict) and set(ref) == {"name", "size", "crc32"}
+    assert "post" not in header["index"] and "vocab_blob" not in header["index"]  # type: ignore[operator]
+    ((snap_id, n_rows, size),) = index_rows(pg_url)
+    assert rows(pg_url, "SELECT snap_id FROM compactor_head") == [(snap_id,)] and n_rows >= 2
+    assert size > ref["size"]  # its bytes, and the row that names them
+
+    rebuilds = count_rebuilds(monkeypatch)
+    again = Store(database=pg_url)
+    try:
+        assert rebuilds == []
+        assert next(h.item.id for h in again.query("parse_config_7")) == ids[7] and again.check_derived() == []
+        late = again.store("a late note about widgetry").item.id  # the index read in place takes writes
+        assert [h.item.id for h in again.query("widgetry")] == [late]
+    finally:
+        again.close()
+
+
+def test_a_background_snapshot_copies_the_index_rows_it_names_and_a_restart_uses_them(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+):
+    s = Store(database=pg_url)
+    s.bulk_store([StoreInput(f"item {i} on topic{i}") for i in range(30)])
+    s.snapshot()
+    (before,) = index_rows(pg_url)
+    changed = s.store("written after the index was saved: zebrafinch").item.id
+    anyio.run(s.snapshot_async)  # names the saved index with the id changed since
+    s.close()  # as a kill would: no final snapshot
+    header = snapshot_header(pg_url)
+    assert header["index_stale"] == [changed]
+    ((snap_id, n_rows, size),) = index_rows(pg_url)  # the older snapshot went, with its rows
+    assert rows(pg_url, "SELECT snap_id FROM compactor_head") == [(snap_id,)] and snap_id != before[0]
+    assert (n_rows, size) == before[1:]
+
+    rebuilds = count_rebuilds(monkeypatch)
+    again = Store(database=pg_url)
+    try:
+        assert rebuilds == []
+        assert [h.item.id for h in again.query("zebrafinch")] == [changed] and again.check_derived() == []
+    finally:
+        again.close()
+
+
+def test_damaged_or_missing_index_rows_make_the_start_rebuild(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    s = Store(database=pg_url)
+    ids = [s.store(f"entry {i} mentions kestrel{i}").item.id for i in range(20)]
+    s.close_with_snapshot()
+    rebuilds = count_rebuilds(monkeypatch)
+    rows(
+        pg_url,
+        "UPDATE compactor_snapshot_chunk SET data = overlay(data PLACING '\\xff'::bytea FROM 40) "
+        "WHERE n = -2 RETURNING n",
+    )
+    with caplog.at_level(logging.WARNING):
+        damaged = Store(database=pg_url)
+    try:
+        assert "does not match its checksum" in caplog.text and "rebuilding it from the items" in caplog.text
+        assert len(rebuilds) == 1 and [h.item.id for h in damaged.query("kestrel3")] == [ids[3]]
+    finally:
+        damaged.close()
+    rows(pg_url, "DELETE FROM compactor_snapshot_chunk WHERE n < -1 RETURNING n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        missing = Store(database=pg_url)
+    try:
+        assert "is missing or cut short" in caplog.text and len(rebuilds) == 2
+        assert missing.check_derived() == []
+    finally:
+        missing.close()
+
+
+def test_a_snapshot_written_with_the_index_in_its_header_still_loads_it(pg_url: str, monkeypatch: pytest.MonkeyPatch):
+    # As compactor wrote PostgreSQL snapshots before the index had rows of its own: base64 in the header.
+    s = Store(database=pg_url)
+    ids = [s.store(f"old layout {i} osprey{i}").item.id for i in range(20)]
+    sd = backend_of(s)
+    with s._locked():
+        header = s._snapshot_header(sd.gen + 1, sd.gen, sd.offset)
+        header["index"] = s._s.index.to_state()
+        header["dedup"] = dedup_state(s._s)
+        sd.snapshot_now(header, list(s._s.items.values()))
+    s.close()
+    assert index_rows(pg_url) == []
+    rebuilds = count_rebuilds(monkeypatch)
+    again = Store(database=pg_url)
+    try:
+        assert rebuilds == [] and [h.item.id for h in again.query("osprey5")] == [ids[5]]
+        assert again.check_derived() == []
+    finally:
+        again.close()
+
+
+def test_forget_leaves_no_index_row_with_the_forgotten_words(pg_url: str):
+    word = b"uniqmarkerqq42"
+    a, b = Store(database=pg_url), Store(database=pg_url)
+    try:
+        a.bulk_store([StoreInput(f"public note {i}") for i in range(10)])
+        gone = a.store("the launch code is uniqmarkerqq42 remember it").item.id
+        a.snapshot()  # the saved index holds the word
+        found = rows(
+            pg_url, "SELECT count(*) FROM compactor_snapshot_chunk WHERE n < 0 AND position(%s IN data) > 0", word
+        )
+        assert found == [(1,)]
+        # b writes a pending snapshot naming that index (a copy of its rows), then a forgets.
+        b.store("b's own note")
+        sb = backend_of(b)
+        with b._locked():
+            b._sync()
+            header = b._snapshot_header(sb.gen + 1, sb.gen, sb.offset)
+            assert b._name_saved_index(header, len(b._s.items)) is not None
+        sb.write_pending_snapshot(header, list(b._s.items.values()))
+        assert len(index_rows(pg_url)) == 2
+        a.forget(gone)
+        for table, column in (
+            ("compactor_journal", "ops"),
+            ("compactor_snapshot_chunk", "data"),
+            ("compactor_ledger", "entry"),
+        ):
+            assert rows(pg_url, f"SELECT count(*) FROM {table} WHERE position(%s IN {column}) > 0", word) == [(0,)]
+        assert len(index_rows(pg_url)) == 1  # the new snapshot's, without the word
+    finally:
+        a.close()
+        b.close()
+
+
+def test_keep_only_index_drops_the_rows_of_every_other_index(pg_url: str):
+    s = Store(database=pg_url)
+    try:
+        s.store("kept note")
+        s.snapshot()
+        ref = snapshot_header(pg_url)["index_file"]
+        assert isinstance(ref, dict)
+        # A snapshot another server was still writing, with an index of its own.
+        (other,) = rows(
+            pg_url,
+            "INSERT INTO compactor_snapshot (state, gen, upto_seq, writer_pid) "
+            "VALUES ('pending', 1, 0, pg_backend_pid()) RETURNING id",
+        )
+        label = orjson.dumps({"name": "index.1", "size": 3, "crc32": 0})
+        rows(
+            pg_url,
+            "INSERT INTO compactor_snapshot_chunk VALUES (%s, -1, %s), (%s, -2, 'abc') RETURNING n",
+            other[0],
+            label,
+            other[0],
+        )
+        backend_of(s).keep_only_index(ref["name"])
+        assert [r[0] for r in index_rows(pg_url)] == [rows(pg_url, "SELECT snap_id FROM compactor_head")[0][0]]
+    finally:
+        s.close()
+
+
+def test_the_snapshot_header_holds_no_copy_of_the_index(pg_url: str):
+    s = Store(database=pg_url)
+    s.bulk_store([StoreInput(f"item {i} with words lorem{i} ipsum{i % 7} dolor") for i in range(500)])
+    s.close_with_snapshot()
+    (first,) = rows(
+        pg_url,
+        "SELECT octet_length(split_part(encode(data, 'escape'), E'\\n', 1)) FROM compactor_snapshot_chunk WHERE n = 0",
+    )
+    ((_, _, index_bytes),) = index_rows(pg_url)
+    assert first[0] < 8_000 < int(index_bytes)  # type: ignore[call-overload]
+
+
+@pytest.mark.slow  # server processes
+def test_a_server_on_a_database_restarts_with_its_saved_index(pg_url: str):
+    from tests.conftest import server_env
+    from tests.support.stdio_client import StdioServer
+
+    with StdioServer("--database", pg_url) as first:
+        stored = first.ok("store", content="the heron nests by the reservoir")
+        first.close_stdin()
+        assert first.wait() == 0
+    assert len(index_rows(pg_url)) == 1  # its final snapshot saved the index as rows of its own
+    env = {**server_env(), "COMPACTOR_LOG_LEVEL": "INFO"}
+    with StdioServer("--database", pg_url, env=env) as again:
+        found = again.ok("query", query="heron reservoir")
+        again.close_stdin()
+        assert again.wait() == 0
+        assert again.proc.stderr is not None
+        log_text = again.proc.stderr.read().decode()
+    assert "loaded 1 items; search index: the saved one, 0 re-indexed" in log_text, log_text
+    assert "rebuild" not in log_text
+    assert stored and found
