@@ -77,6 +77,8 @@ def _path(mode: str) -> contextlib.ExitStack:
     stack = contextlib.ExitStack()
     stack.enter_context(patch.object(index_module, "_DENSE_MIN_POSTINGS", 10**9 if mode == "python" else 0))
     stack.enter_context(patch.object(topk_module, "_TOP_BLOCK", 10**9 if mode == "numpy-all" else 16))
+    # rank_bm25 knows no stem terms; `test_stem_terms_keep_the_top_k_of_a_full_evaluation` has them.
+    stack.enter_context(patch.object(index_module, "STEM_WEIGHT", 0.0))
     return stack
 
 
@@ -281,6 +283,23 @@ def test_accept_filters_candidates_only():
     assert [h.doc_id for h in hits] == [d for d, _ in full if int(d[1:]) % 3 == 0][:5]
     assert set(asked) <= {d for d, _ in full}
     assert len(asked) == len(set(asked))
+
+
+@_DENSE
+def test_stem_terms_keep_the_top_k_of_a_full_evaluation(real, scoring_path):
+    """With stem terms in the query, pruning and the dense path still give the top 10 of
+    scoring every document."""
+    index, _, df = real
+    words = sorted(w for w, c in df.items() if 3 <= c <= 200 and w.isalpha() and len(w) > 4)
+    rng = random.Random(11)
+    with patch.object(index_module, "_DENSE_MIN_POSTINGS", 10**9 if scoring_path == "python" else 0):
+        for _ in range(30):
+            query = " ".join(w + rng.choice(["", "s", "ing", "ed"]) for w in rng.sample(words, 3))
+            full = sorted(index.search_scores(query).items(), key=lambda kv: (-kv[1][0], -int(kv[0])))[:10]
+            got = index.search(query, 10)
+            assert [h.doc_id for h in got] == [doc for doc, _ in full], query
+            for hit, (_, (score, _)) in zip(got, full, strict=True):
+                assert hit.score == pytest.approx(score, rel=1e-9)
 
 
 def test_empty_index_unknown_terms_and_zero_limit_give_nothing():
