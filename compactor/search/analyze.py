@@ -10,6 +10,8 @@ import re
 import unicodedata
 from typing import Final
 
+import Stemmer
+
 # Combining marks: Python's \w leaves them out, so a Hindi, Bengali or Tamil word broke at each
 # vowel sign ("डेटाबेस" gave no term at all), and an accent typed as its own character split
 # its word. The marks of the scripts that write words with them count as word characters here.
@@ -51,7 +53,8 @@ _NEW_IN_2: Final = re.compile(f"[{_UNSPACED_CHARS}{_MARKS}]")
 # 1: before combining marks joined words and unspaced runs were split into character pairs.
 # 2: before text was brought to its composed form (NFC): "é" typed as e and an accent, or a
 # path from macOS (decomposed), made other terms than the same word composed.
-TERMS_VERSION: Final = 3
+# 3: before a word of prose was indexed by its Snowball stem too (`STEM_MARK`).
+TERMS_VERSION: Final = 4
 _MIN_LEN: Final = 2
 # Longer runs are blobs (base64, hex dumps, minified code): nobody searches for them whole, and
 # one would cost a vocabulary entry of its full size. Their parts are still indexed.
@@ -84,6 +87,24 @@ QUERY_STOPWORDS: Final = frozenset({
     "with", "won", "wouldn", "you", "your", "yours", "yourself", "yourselves"
 })
 # fmt: on
+
+
+# A word's stem term is its Snowball English stem behind this mark, which no term the tokenizer
+# makes holds: "pooling" and "pools" are both indexed as "^pool" too, a term of its own, so that
+# a query scores a stem match apart from (and below) an exact one.
+STEM_MARK: Final = "^"
+# A word as prose writes it: lowercase or Capitalised letters, three or more. An identifier
+# (snake_case, camelCase, dotted, a path) is not stemmed: its parts are terms already.
+_STEMMABLE: Final = re.compile(r"[A-Za-z][a-z]{2,39}")
+# The C Snowball (PyStemmer) stems a word in ~0.13 us; snowballstemmer, its pure-Python twin,
+# in ~24 us, which would be most of the cost of indexing prose. Its own cache remembers words.
+_STEMMER: Final = Stemmer.Stemmer("english")
+_stem_cache: dict[str, tuple[tuple[str, ...], bool]] = {}
+
+
+def stem(word: str) -> str:
+    """The Snowball English stem of a lowercase `word`."""
+    return str(_STEMMER.stemWord(word))
 
 
 def _camel_parts(segment: str, out: dict[str, None]) -> None:
@@ -152,9 +173,11 @@ def unspaced_pair(term: str) -> bool:
 
 def terms_changed(version: int, text: str) -> bool:
     """Whether tokenizer `version` (older than TERMS_VERSION) made other terms of `text`."""
-    if version not in (1, 2):
+    if version not in (1, 2, 3):
         raise ValueError(f"tokenizer version {version!r} is not one this one can bring up to date")
-    if text.isascii():
+    if index_tokens(text)[1]:  # a word with a stem of its own: no version before 4 made that
+        return True
+    if version == 3 or text.isascii():
         return False
     return not unicodedata.is_normalized("NFC", text) or (version == 1 and _NEW_IN_2.search(text) is not None)
 
@@ -216,6 +239,50 @@ def tokenize(text: str) -> list[str]:
                 cache[raw] = terms
         extend(terms)
     return out
+
+
+def index_tokens(text: str) -> tuple[list[str], int]:
+    """`tokenize(text)` with each word of prose whose Snowball stem differs from it followed by
+    its stem term (STEM_MARK + stem), and how many of the terms are stem terms (a field's
+    length counts the words alone, so lengths and scores of exact terms stay as they were)."""
+    cache = _stem_cache
+    out: list[str] = []
+    extend = out.extend
+    stems = 0
+    for raw in compounds(text):
+        found = cache.get(raw)
+        if found is None:
+            terms = _cache.get(raw) or _expand(raw)
+            stemmed = False
+            word = raw.lower()
+            if _STEMMABLE.fullmatch(raw) and word not in QUERY_STOPWORDS:
+                root = stem(word)
+                if root != word:
+                    terms, stemmed = (*terms, STEM_MARK + root), True
+            found = (terms, stemmed)
+            if len(raw) <= _CACHE_KEY_MAX:
+                if len(cache) >= _CACHE_MAX:
+                    cache.clear()
+                cache[raw] = found
+        extend(found[0])
+        stems += found[1]
+    return out, stems
+
+
+def query_stems(text: str) -> list[tuple[str, list[str]]]:
+    """For each distinct word of prose in a query that is not a stop word: (the word, the terms
+    that find its other forms): its stem term, and the stem itself when that is another word
+    ("pools": "^pool" for "pooling" or "pooled", and "pool")."""
+    out: dict[str, list[str]] = {}
+    for raw in compounds(text):
+        if not _STEMMABLE.fullmatch(raw):
+            continue
+        word = raw.lower()
+        if word in out or word in QUERY_STOPWORDS:
+            continue
+        root = stem(word)
+        out[word] = [STEM_MARK + root] if root == word or len(root) < _MIN_LEN else [STEM_MARK + root, root]
+    return list(out.items())
 
 
 def _query_tokens(text: str) -> list[str]:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
-from .analyze import TERMS_VERSION, query_terms, query_words, tokenize
+from .analyze import STEM_MARK, TERMS_VERSION, index_tokens, query_stems, query_terms, query_words
 from .mapped import unmapped
 from .postings import _DocTerms, _enc, _in_place, _in_place_starts, _Postings, _raw, _unb64
 from .topk import (
@@ -90,7 +90,7 @@ _DENSE_MIN_POSTINGS: Final = 1_000
 # 4: the vocabulary as flat arrays).
 _STATE_FORMAT: Final = 4
 # Tokenizer versions whose saved index a load takes (see analyze.terms_changed).
-_KNOWN_TERMS: Final = (1, 2, TERMS_VERSION)
+_KNOWN_TERMS: Final = (1, 2, 3, TERMS_VERSION)
 _DOC_LIMIT: Final = 1 << (32 - _TF_BITS)
 _DEAD: Final = -1.0
 
@@ -174,9 +174,9 @@ class BM25Index:
     def add(self, doc_id: str, content: str, summary: str | None = None, tags: Sequence[str] = ()) -> None:
         if doc_id in self._ids:
             raise ValueError(f"document {doc_id!r} is already indexed")
-        body = tokenize(content)
-        in_summary = tokenize(summary) if summary else []
-        in_tags = [t for tag in tags for t in tokenize(tag)]
+        body, n_body = _field(content)
+        in_summary, n_summary = _field(summary) if summary else ([], 0)
+        in_tags, n_tags = _tag_field(tags)
         if len(self._ext) >= _DOC_LIMIT:
             self._renumber()
             if len(self._ext) >= _DOC_LIMIT:
@@ -195,14 +195,14 @@ class BM25Index:
             df[tid] += 1
             tids.append(tid)
         tids.sort()
-        for field, tokens in ((self._summary, in_summary), (self._tags, in_tags)):
-            field.lens.append(len(tokens))
-            field.total += len(tokens)
+        for field, n in ((self._summary, n_summary), (self._tags, n_tags)):
+            field.lens.append(n)
+            field.total += n
         self._ids[doc_id] = d
         self._ext.append(doc_id)
         self._doc_terms.append(array("I", tids))
-        self._dl.append(float(len(body)))
-        self._total_len += len(body)
+        self._dl.append(float(n_body))
+        self._total_len += n_body
         self._last = (doc_id, terms.keys())
         self._settle_if_due()
 
@@ -228,19 +228,19 @@ class BM25Index:
         parsed: list[tuple[int, int, int, Counter[str], Counter[str] | None, Counter[str] | None]] = []
         wanted: dict[str, Any] = {}
         for _, content, summary, tags in docs:
-            body = tokenize(content)
-            in_summary = tokenize(summary) if summary else []
-            in_tags = [t for tag in tags for t in tokenize(tag)]
+            body, n_body = _field(content)
+            in_summary, n_summary = _field(summary) if summary else ([], 0)
+            in_tags, n_tags = _tag_field(tags)
             counts = Counter(body)
             if in_summary or in_tags:
                 s_counts, t_counts = Counter(in_summary), Counter(in_tags)
                 wanted.update(counts)
                 wanted.update(s_counts)
                 wanted.update(t_counts)
-                parsed.append((len(body), len(in_summary), len(in_tags), counts, s_counts, t_counts))
+                parsed.append((n_body, n_summary, n_tags, counts, s_counts, t_counts))
             else:
                 wanted.update(counts)
-                parsed.append((len(body), 0, 0, counts, None, None))
+                parsed.append((n_body, 0, 0, counts, None, None))
         # New terms get ids in order of first appearance, as one `add` after another gives them.
         names = list(wanted)
         tid_of = dict(zip(names, self._vocab.lookup(names), strict=True))
@@ -414,8 +414,9 @@ class BM25Index:
         compaction's indexing cost."""
         d = self._ids[doc_id]
         self._last = None
-        old = Counter(t for tag in old_tags for t in tokenize(tag))
-        new = Counter(t for tag in tags for t in tokenize(tag))
+        old_terms, n_old = _tag_field(old_tags)
+        new_terms, n_new = _tag_field(tags)
+        old, new = Counter(old_terms), Counter(new_terms)
         if old == new:
             return
         doc_terms = self._doc_terms.writable(d)
@@ -445,7 +446,6 @@ class BM25Index:
                 p.insert(i, d << _TF_BITS | self._code(tid, d, 0, 0, t_tf))
                 doc_terms.insert(bisect_left(doc_terms, tid), tid)
                 df[tid] += 1
-        n_old, n_new = sum(old.values()), sum(new.values())
         self._tags.lens[d] = n_new
         self._tags.total += n_new - n_old
 
@@ -590,9 +590,42 @@ class BM25Index:
                 f = df[tid]
                 w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (weights.k1 + 1.0)
                 weighted.append((w if k < len(terms) else w * weights.other_word, tid))
+        if weights.stem > 0:
+            self._weigh_stems(query, set(terms).union(other), tid_of, found, weighted, weights)
         # Rarest first; a stable sort keeps query order among equal weights (determinism).
         weighted.sort(key=itemgetter(0), reverse=True)
         return found, weighted
+
+    def _weigh_stems(
+        self,
+        query: str,
+        have: set[str],
+        tid_of: dict[str, int],
+        found: list[tuple[str, int]],
+        weighted: list[tuple[float, int]],
+        weights: Weights,
+    ) -> None:
+        """Add the terms that find the other forms of the query's words of prose (`query_stems`)
+        to `found` and `weighted`: each at `weights.stem` of the weight of its own idf or of the
+        word's, whichever is lower, so a document holding a word's other form never gains more
+        from it than one holding the word itself."""
+        n, df = len(self._ids), self._df
+        pairs = [(word, v) for word, variants in query_stems(query) for v in variants if v not in have]
+        if not pairs:
+            return
+        seen: set[int] = set()
+        for (word, term), tid in zip(pairs, self._vocab.lookup([v for _, v in pairs]), strict=True):
+            if tid < 0 or not df[tid] or tid in seen:
+                continue
+            seen.add(tid)
+            f = df[tid]
+            exact = tid_of.get(word, -1)
+            if exact >= 0 and df[exact]:
+                f = max(f, df[exact])  # the rarer of the two weighs less than the word would
+            w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (weights.k1 + 1.0) * weights.stem
+            if not term.startswith(STEM_MARK):  # a stem term stands for forms the document may not show
+                found.append((term, tid))
+            weighted.append((w, tid))
 
     def _held(self, tid: int, ok: _Acceptance) -> bool:
         """Whether a document `ok` accepts holds term `tid`: another project's notes, or items a
@@ -609,11 +642,11 @@ class BM25Index:
     def _matched(self, d: int, found: list[tuple[str, int]]) -> tuple[str, ...]:
         tids = self._doc_terms[d]
         assert tids is not None
-        out: list[str] = []
+        out: dict[str, None] = {}
         for term, tid in found:
             i = bisect_left(tids, tid)
             if i < len(tids) and tids[i] == tid:
-                out.append(term)
+                out[term] = None
         return tuple(out)
 
     # --- persistence -----------------------------------------------------------------------
@@ -708,6 +741,22 @@ class BM25Index:
     def holds_all(self, doc_ids: Iterable[str]) -> bool:
         """Whether every one of `doc_ids` is indexed."""
         return all(map(self._ids.__contains__, doc_ids))
+
+
+def _field(text: str) -> tuple[list[str], int]:
+    """A field's terms (stem terms among them) and its length in words (`index_tokens`)."""
+    terms, stems = index_tokens(text)
+    return terms, len(terms) - stems
+
+
+def _tag_field(tags: Sequence[str]) -> tuple[list[str], int]:
+    terms: list[str] = []
+    length = 0
+    for tag in tags:
+        some, n = _field(tag)
+        terms.extend(some)
+        length += n
+    return terms, length
 
 
 def _other_words(query: str, terms: Collection[str], held: Callable[[str], bool]) -> list[str]:

@@ -34,6 +34,9 @@ TAG_B: Final = 0.0
 # A query word no document holds is also searched as its other words (wordforms), each at this
 # share of a term of its rarity: below 1 since a document may hold two of them (evals/KNOBS.md).
 OTHER_WORD_WEIGHT: Final = 0.75
+# A stem match (a query word's other form: "pooling" for "pools") scores this share of what the
+# word itself would: below an exact match always. Tuned on evals.questions' tuning half.
+STEM_WEIGHT: Final = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ class Weights:
     summary_b: float = SUMMARY_B
     tags_b: float = TAG_B
     other_word: float = OTHER_WORD_WEIGHT
+    stem: float = STEM_WEIGHT
 
 
 WEIGHTS: Final = Weights()

@@ -75,6 +75,7 @@ _ALIASES = {
     "SUMMARY_B": "bm25.summary_b",
     "TAG_B": "bm25.tags_b",
     "OTHER_WORD_WEIGHT": "bm25.other_word",
+    "STEM_WEIGHT": "bm25.stem",
     "RETENTION_WEIGHT": "rank.retention_weight",
     "PIN_BOOST": "rank.pin_boost",
     "ARCHIVED_RANK_FACTOR": "rank.archived_factor",

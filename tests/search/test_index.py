@@ -1,5 +1,6 @@
 import base64
 import contextlib
+import dataclasses
 import math
 import random
 from array import array
@@ -19,7 +20,7 @@ from compactor.search import postings as postings_module
 from compactor.search import topk as topk_module
 from compactor.search.analyze import query_terms, tokenize
 from compactor.search.index import BM25Index, IndexHit
-from compactor.search.topk import BM25_B, BM25_K1, SUMMARY_B, SUMMARY_WEIGHT, TAG_B, TAG_WEIGHT
+from compactor.search.topk import BM25_B, BM25_K1, SUMMARY_B, SUMMARY_WEIGHT, TAG_B, TAG_WEIGHT, WEIGHTS
 
 # --- reference ---------------------------------------------------------------------------
 # Real agent text kept in the repository (tests/data/README.md: provenance, MIT license), so
@@ -68,6 +69,8 @@ def _queries(df, lo, hi, n, *, seed, extra=()):
     return [" ".join([*rng.sample(words, rng.randint(2, 4)), *extra]) for _ in range(n)]
 
 
+NO_STEMS = dataclasses.replace(WEIGHTS, stem=0.0)
+
 # numpy: every query is scored over a dense array, its top k bounded by the maxima of blocks
 # of 16 documents (numpy-all: from every nonzero score); python: term at a time (with
 # pruning). All must give the full evaluation's top k, scores bit for bit.
@@ -82,7 +85,8 @@ def _path(mode: str) -> contextlib.ExitStack:
 
 
 def _assert_same_top(index, ref, query):
-    got = index.search(query, 10)
+    # rank_bm25 knows no stem terms; `test_stem_terms_keep_the_top_k_of_a_full_evaluation` has them.
+    got = index.search(query, 10, weights=NO_STEMS)
     want = _reference_top(ref, query, 10)
     assert [h.doc_id for h in got] == [doc for doc, _ in want], query
     for hit, (_, score) in zip(got, want, strict=True):
@@ -282,6 +286,23 @@ def test_accept_filters_candidates_only():
     assert [h.doc_id for h in hits] == [d for d, _ in full if int(d[1:]) % 3 == 0][:5]
     assert set(asked) <= {d for d, _ in full}
     assert len(asked) == len(set(asked))
+
+
+@_DENSE
+def test_stem_terms_keep_the_top_k_of_a_full_evaluation(real, scoring_path):
+    """With stem terms in the query, pruning and the dense path still give the top 10 of
+    scoring every document."""
+    index, _, df = real
+    words = sorted(w for w, c in df.items() if 3 <= c <= 200 and w.isalpha() and len(w) > 4)
+    rng = random.Random(11)
+    with patch.object(index_module, "_DENSE_MIN_POSTINGS", 10**9 if scoring_path == "python" else 0):
+        for _ in range(30):
+            query = " ".join(w + rng.choice(["", "s", "ing", "ed"]) for w in rng.sample(words, 3))
+            full = sorted(index.search_scores(query).items(), key=lambda kv: (-kv[1][0], -int(kv[0])))[:10]
+            got = index.search(query, 10)
+            assert [h.doc_id for h in got] == [doc for doc, _ in full], query
+            for hit, (_, (score, _)) in zip(got, full, strict=True):
+                assert hit.score == pytest.approx(score, rel=1e-9)
 
 
 def test_empty_index_unknown_terms_and_zero_limit_give_nothing():

@@ -420,14 +420,14 @@ def refuse_marked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Indexing a text holding REFUSE raises, as analysing a pathological input can."""
     from compactor.search import index
 
-    real = index.tokenize
+    real = index.index_tokens
 
-    def tokenize(text: str) -> list[str]:
+    def index_tokens(text: str) -> tuple[list[str], int]:
         if "REFUSE" in text:
             raise _Refused(text[:20])
         return real(text)
 
-    monkeypatch.setattr(index, "tokenize", tokenize)
+    monkeypatch.setattr(index, "index_tokens", index_tokens)
 
 
 def _as_it_was(store: Store, contents: set[str]) -> None:

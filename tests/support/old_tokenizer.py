@@ -1,7 +1,7 @@
 """Older tokenizer versions, for tests of what a start does with an index it saved. Version 1:
 words were runs of \\w (a combining mark split them), a CJK or Thai run was one term, and a
 saved index did not record its version. Version 2: text was tokenized as it was typed, not in
-its composed form (NFC)."""
+its composed form (NFC). Version 3: words were not indexed by their stems."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from compactor.search.index import BM25Index
 
 @contextlib.contextmanager
 def tokenizer_version(version: int) -> Iterator[None]:
-    """Terms and saved indexes as `version` (1 or 2) made them, inside the block (this process only)."""
+    """Terms and saved indexes as `version` (1, 2 or 3) made them, inside the block (this process only)."""
     made_now = BM25Index.to_state
 
     def saved_as_older(index: BM25Index, *, binary: bool = False) -> dict[str, Any]:
@@ -28,9 +28,12 @@ def tokenizer_version(version: int) -> Iterator[None]:
         return saved
 
     analyze._cache.clear()  # it holds this version's expansions
+    analyze._stem_cache.clear()
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(patch.object(analyze, "composed", lambda text: text))
+            stack.enter_context(patch.object(analyze, "stem", lambda word: word))  # no stem terms
+            if version < 3:
+                stack.enter_context(patch.object(analyze, "composed", lambda text: text))
             stack.enter_context(patch.object(BM25Index, "to_state", saved_as_older))
             if version == 1:
                 stack.enter_context(patch.object(analyze, "_unspaced", lambda raw: False))
@@ -39,3 +42,4 @@ def tokenizer_version(version: int) -> Iterator[None]:
             yield
     finally:
         analyze._cache.clear()
+        analyze._stem_cache.clear()

@@ -1,0 +1,251 @@
+"""Natural-language questions about earlier notes (ISSUE 40): does a question asked in plain
+English, in other words than the note it is after, find that note?
+
+For each trajectory of the half, a Store (in process, as `evals.replay --fast`) holds its events,
+stored as evals.replay stores them, and is asked at the end, as an agent asks about what it did
+many turns before. Two kinds of question, each in prose only (code spans, paths, dotted names and
+identifiers taken out: an agent asking in its own words names the matter, not the symbol):
+
+- "refers back": the agent's own thought right after a command's result is its reading of that
+  result ("the test still fails because the alias is reused"). Up to PER_TRAJ such thoughts
+  (evenly spaced, at least MIN_WORDS content words in their first sentences) are left out of the
+  store and asked; the answer is the result before them (an `observation` or `error`).
+- "reworded": a note the agent stored (a thought: a decision or a finding; or an error) asked
+  about in other words: a question frame of English function words ("what did we find about"),
+  then REWORDED_WORDS of its first sentences' content words (evenly spread), each of five letters or more swapped for
+  the corpus's most frequent other word sharing all but its last three letters (at least four):
+  "failing" for "failed", "configuration" for "configured". The forms come from what agents
+  wrote, not from a stemmer's rules.
+
+An item with the same content as the answer counts as the answer. Scores: recall@5 and MRR over
+the first QUERY_LIMIT results, per kind and overall.
+
+    python -m evals.questions [--half tuning|test|all] [--limit-trajs N] [--set NAME=VALUE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from compactor.search.analyze import QUERY_STOPWORDS
+from compactor.store import Store
+from evals.halves import half_of
+from evals.replay import GENEROUS_BUDGET, QUERY_LIMIT, RECALL_AT, _store_arguments
+from evals.revisits import Event, default_corpus, group_trajectories, load_events
+
+KINDS = ("refers back", "reworded")
+PER_TRAJ = 8
+MIN_WORDS = 5
+# Words of a question at most: the first sentences of a thought, not its whole plan.
+MAX_WORDS = 24
+# Content words of a reworded question: a question names a few of the note's words, not all.
+REWORDED_WORDS = 5
+_FRAMES = {
+    "thought": ("what did we find about", "what did we decide on", "why did we say that"),
+    "error": ("why did we get the error where", "what went wrong when", "what was the failure about"),
+}
+_FENCED = re.compile(r"```.*?(```|$)", re.S)
+_SPAN = re.compile(r"`[^`\n]*`")
+_SENTENCE_END = re.compile(r"(?<=[.!?:])\s")
+# A word in prose: letters, an apostrophe inside; anything else (paths, calls, snake_case,
+# dotted names, numbers, camelCase) is a symbol, left out.
+_PROSE_WORD = re.compile(r"[A-Za-z][a-z]*(?:'[a-z]+)?")
+_WORD = re.compile(r"[a-z]+")
+_ERROR_LINE = re.compile(r"(Error|Exception|FAILED|error)\b:?")
+# The agent harness's own complaints, kept as errors in the corpus: not the agent's matter.
+_HARNESS = ("Please always provide", "The last command", "Your last command")
+
+
+@dataclass(frozen=True)
+class Question:
+    kind: str
+    text: str
+    asked_seq: int  # the thought left out of the store ("refers back"), else -1
+    answer_seq: int
+
+
+def prose(text: str) -> list[str]:
+    """The words of `text`'s prose, lowercase, in order: its first sentences, code and symbols
+    taken out, at most MAX_WORDS."""
+    text = _SPAN.sub(" ", _FENCED.sub(" ", text))
+    out: list[str] = []
+    for sentence in _SENTENCE_END.split(text):
+        for raw in sentence.split():
+            token = raw.strip(",.;:!?()\"'[]")
+            if _PROSE_WORD.fullmatch(token):
+                out.append(token.lower())
+        if len(out) >= MAX_WORDS // 2:
+            break
+    return out[:MAX_WORDS]
+
+
+def content_words(words: Sequence[str]) -> list[str]:
+    return [w for w in words if w not in QUERY_STOPWORDS and len(w) > 2]
+
+
+def other_form(word: str, frequency: Counter[str], avoid: set[str]) -> str:
+    """The corpus's most frequent other word sharing `word`'s letters but its last three (at
+    least four), within four letters of its length; `word` itself when there is none."""
+    prefix = word[: max(4, len(word) - 3)]
+    best = max(
+        (
+            (n, w)
+            for w, n in frequency.items()
+            if w != word and w.startswith(prefix) and abs(len(w) - len(word)) <= 4 and w not in avoid
+        ),
+        default=None,
+    )
+    return best[1] if best is not None else word
+
+
+def _spread(items: Sequence[Event], n: int) -> list[Event]:
+    if len(items) <= n:
+        return list(items)
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
+
+
+def _frame(kind: str, seq: int) -> str:
+    frames = _FRAMES[kind]
+    return frames[hashlib.sha256(str(seq).encode()).digest()[0] % len(frames)]
+
+
+def make_questions(events: Sequence[Event], forms: Callable[[str, set[str]], str]) -> list[Question]:
+    """The questions of one trajectory (see the module doc); `forms(word, avoid)` gives a word's
+    other form."""
+    out: list[Question] = []
+    before: Event | None = None
+    back: list[tuple[Event, Event]] = []
+    for ev in events:
+        if (
+            ev.kind == "thought"
+            and before is not None
+            and before.kind in ("observation", "error")
+            and before.step == ev.step - 1 > 0
+            and len(content_words(prose(ev.content))) >= MIN_WORDS
+        ):
+            back.append((ev, before))
+        before = ev
+    for thought, result in _spread_pairs(back, PER_TRAJ):
+        out.append(Question("refers back", " ".join(prose(thought.content)), thought.seq, result.seq))
+    notes = [ev for ev in events if len(content_words(prose(_note_text(ev)))) >= MIN_WORDS]
+    asked = {q.asked_seq for q in out}
+    for note in _spread([n for n in notes if n.seq not in asked], PER_TRAJ):
+        words = _spread_words(list(dict.fromkeys(content_words(prose(_note_text(note))))), REWORDED_WORDS)
+        held = set(_WORD.findall(note.content.lower()))
+        changed = [forms(w, held) if len(w) >= 5 else w for w in words]
+        out.append(Question("reworded", f"{_frame(note.kind, note.seq)} {' '.join(changed)}", -1, note.seq))
+    return out
+
+
+def _spread_words(words: list[str], n: int) -> list[str]:
+    if len(words) <= n:
+        return words
+    return [words[round(i * (len(words) - 1) / (n - 1))] for i in range(n)]
+
+
+def _note_text(ev: Event) -> str:
+    """What a note says: a thought's prose, an error's last error line (a traceback's frames
+    are not prose); nothing for other kinds or for the harness's complaints."""
+    if ev.kind == "thought":
+        return ev.content
+    if ev.kind != "error" or ev.content.startswith(_HARNESS):
+        return ""
+    lines = [line for line in ev.content.splitlines() if _ERROR_LINE.search(line)]
+    return lines[-1] if lines else ""
+
+
+def _spread_pairs(pairs: Sequence[tuple[Event, Event]], n: int) -> list[tuple[Event, Event]]:
+    if len(pairs) <= n:
+        return list(pairs)
+    return [pairs[round(i * (len(pairs) - 1) / (n - 1))] for i in range(n)]
+
+
+def ask(events: Sequence[Event], questions: Sequence[Question]) -> list[tuple[str, int | None]]:
+    """(kind, rank from 1 or None) of each question, asked of a Store holding `events` but the
+    thoughts the questions are."""
+    store = Store(budget=GENEROUS_BUDGET)
+    left_out = {q.asked_seq for q in questions}
+    content_of: dict[str, str] = {}
+    answer_text = {ev.seq: ev.content for ev in events}
+    for ev in events:
+        if ev.seq in left_out:
+            continue
+        args = _store_arguments(ev)
+        stored = store.store(args["content"], summary=args["summary"], tags=args["tags"], importance=args["importance"])
+        content_of[stored.item.id] = ev.content
+    out: list[tuple[str, int | None]] = []
+    for q in questions:
+        want = answer_text[q.answer_seq]
+        hits = store.query(query=q.text, limit=QUERY_LIMIT)
+        rank = next((i + 1 for i, h in enumerate(hits) if content_of.get(h.item.id) == want), None)
+        out.append((q.kind, rank))
+    return out
+
+
+def score(ranks: Sequence[int | None]) -> tuple[float, float]:
+    """(recall@RECALL_AT, MRR over QUERY_LIMIT)."""
+    if not ranks:
+        return 0.0, 0.0
+    recall = sum(r is not None and r <= RECALL_AT for r in ranks) / len(ranks)
+    mrr = sum(1.0 / r for r in ranks if r is not None and r <= QUERY_LIMIT) / len(ranks)
+    return recall, mrr
+
+
+def run(events: Sequence[Event], half: str, limit_trajs: int | None = None) -> dict[str, tuple[float, float, int]]:
+    """Scores by kind and "overall" for the trajectories of `half` ("all" for every one)."""
+    frequency = Counter(w for ev in events for w in _WORD.findall(ev.content.lower()) if len(w) >= 4)
+    memo: dict[tuple[str, frozenset[str]], str] = {}
+
+    def forms(word: str, avoid: set[str]) -> str:
+        key = (word, frozenset(avoid & {w for w in frequency if w.startswith(word[:4])}))
+        if key not in memo:
+            memo[key] = other_form(word, frequency, avoid)
+        return memo[key]
+
+    groups = [(t, e) for t, e in sorted(group_trajectories(events).items()) if half in ("all", half_of(t))]
+    ranks: dict[str, list[int | None]] = {k: [] for k in (*KINDS, "overall")}
+    for _traj, evs in groups[:limit_trajs]:
+        for kind, rank in ask(evs, make_questions(evs, forms)):
+            ranks[kind].append(rank)
+            ranks["overall"].append(rank)
+    return {k: (*score(v), len(v)) for k, v in ranks.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--half", default="tuning", choices=["tuning", "test", "all"])
+    p.add_argument("--limit-trajs", type=int, default=None)
+    p.add_argument("--corpus", default=None)
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a search knob")
+    a = p.parse_args(argv)
+    _override(a.set)
+    started = time.perf_counter()
+    events = load_events(a.corpus or default_corpus())
+    result = run(events, a.half, a.limit_trajs)
+    cells = "  ".join(f"{k} recall@5 {r:.3f} MRR@10 {m:.3f} ({n})" for k, (r, m, n) in result.items())
+    print(f"{a.half}: {cells}  ({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+def _override(assignments: Sequence[str]) -> None:
+    """NAME=VALUE: a tuning knob of compactor.constants or of a compactor.search module
+    (`module.NAME`), for trying a lever on the tuning half."""
+    import importlib
+
+    from compactor import constants as C
+
+    for assignment in assignments:
+        name, _, value = assignment.partition("=")
+        module, _, attr = name.rpartition(".")
+        target = importlib.import_module(f"compactor.search.{module}") if module else C
+        setattr(target, attr, type(getattr(target, attr))(float(value)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
