@@ -4,6 +4,7 @@
     ├── InvalidArgumentError       the caller's arguments are wrong; nothing changed
     ├── NotFoundError              no item with that id
     ├── PersistenceError           the state dir or database could not be written; nothing changed
+    │   └── WriteConflictError     another server wrote first (retry: the next try catches up)
     ├── StateCorruptError          a state file or row cannot be read; startup stops
     └── OutputRefusedError         an export would follow a symlink or replace a file
 
@@ -43,6 +44,11 @@ class NotFoundError(CompactorError, KeyError):
 
 class PersistenceError(CompactorError):
     """Writing to the state dir failed (disk full, read-only, ...). The store is unchanged."""
+
+
+class WriteConflictError(PersistenceError):
+    """Another server appended between this one's catch-up and its write. Nothing was stored,
+    memory is sound: the call is worth running again, which catches up first."""
 
 
 class StateCorruptError(CompactorError):

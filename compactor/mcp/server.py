@@ -25,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 
 from .. import constants as C
-from ..errors import CompactorError
+from ..errors import CompactorError, WriteConflictError
 from ..runtime import PROCESS, settle_heap
 from ..scope import scope_from_root_uri
 from ..store import Store
@@ -51,6 +51,10 @@ loses anything: `get(id)` always returns the original.
    items it lists.
 5. `pin` what must never fade; `forget` only what must go for good.
 """
+
+# A conflict needs another server to append between our catch-up and our write, all under the
+# writers' lock: a second one in a row means something else is wrong, so it is said, not hidden.
+WRITE_CONFLICT_TRIES = 3
 
 # The order of tools/list: the order a model meets them in, the workflow of INSTRUCTIONS.
 TOOL_ORDER = (
@@ -150,6 +154,11 @@ def build_server(
         if client is not None:
             store.scope = seen_clients.get(client) or CONNECTION_SCOPE.get() or base_scope
         try:
+            for _ in range(WRITE_CONFLICT_TRIES - 1):
+                try:
+                    return fn()
+                except WriteConflictError:
+                    log.info("another server wrote first; running the call again, caught up")
             return fn()
         except CompactorError as exc:
             raise ToolError(str(exc)) from exc

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .. import constants as C
-from ..errors import PersistenceError, StateCorruptError
+from ..errors import PersistenceError, StateCorruptError, WriteConflictError
 from ..models import Item, Op
 from .base import Loaded, ReentrantLock
 from .codec import ITEMS_LINE, SnapshotItems, snapshot_chunks
@@ -312,8 +312,14 @@ class PgBackend(ReentrantLock):
         self._head = None
         deferred, self._deferred = self._deferred, []
         try:
-            with conn.pipeline():
-                sent = conn.execute(APPEND_ASYNC_SQL, self._append_params(deferred)) if deferred else None
+            with conn.pipeline() as pipe:
+                sent = None
+                if deferred:
+                    sent = conn.execute(APPEND_ASYNC_SQL, self._append_params(deferred))
+                    # A Sync ends the insert's transaction before the unlock runs: in one implicit
+                    # transaction the lock went first, and another server could take it and
+                    # read a head without this entry, then have its own append refused.
+                    pipe.sync()
                 conn.execute("SELECT pg_advisory_unlock(%s)", (C.PG_WRITE_LOCK,))
             self._appended(sent.fetchone() if sent is not None else None, deferred)
         except psycopg.Error as exc:
@@ -493,7 +499,7 @@ class PgBackend(ReentrantLock):
         if row is None:
             # Someone wrote without the lock, or a rewrite slipped past: catch up, then retry.
             self._missed = True
-            raise PersistenceError(
+            raise WriteConflictError(
                 f"Database {self.where} has entries this server had not read yet; this call was not "
                 "applied. Retry it: the next call catches up first."
             )

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
-from ..errors import PersistenceError
+from ..errors import PersistenceError, WriteConflictError
 from ..models import Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.codec import ItemRecords
@@ -396,6 +396,8 @@ class _Journaled(_StateOps):
             return
         try:
             sd.append(ops, sync=sync)
+        except WriteConflictError:
+            raise  # not a failing disk: the caller runs the call again, caught up
         except PersistenceError as exc:
             if self._degraded is None:
                 log.error("persistence failed; memory is read-only until the disk recovers: %s", exc)
