@@ -436,6 +436,11 @@ PG_CHANNEL: Final = "compactor_journal"
 # A start against an unreachable database fails after this long with a message instead of
 # hanging: long enough for a container's PostgreSQL still starting on a LAN, short for a typo.
 PG_CONNECT_TIMEOUT_S: Final = 10
+# How long a write waits for the writers' lock before it says so (`--lock-wait`): a call
+# holds it for milliseconds, so seconds of waiting mean a stalled or stopped server.
+LOCK_WAIT_S: Final = 5.0
+LOCK_WAIT_MIN_S: Final = 0.1
+LOCK_WAIT_MAX_S: Final = 600.0
 
 # --- streamable HTTP (compactor.mcp.http_server) -------------------------------------------------
 # Where the MCP endpoint lives: the SDK's default, and what clients' docs show.

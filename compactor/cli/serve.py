@@ -78,6 +78,16 @@ def _interval(text: str) -> float:
     return value
 
 
+def _lock_wait(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not C.LOCK_WAIT_MIN_S <= value <= C.LOCK_WAIT_MAX_S:
+        raise argparse.ArgumentTypeError(f"must be from {C.LOCK_WAIT_MIN_S:g} to {C.LOCK_WAIT_MAX_S:g} seconds")
+    return value
+
+
 def _scope_name(text: str) -> str:
     if not text.strip() or not text.isprintable():
         raise argparse.ArgumentTypeError("expected a project name on one line, got an empty or multi-line one")
@@ -128,6 +138,14 @@ def serve_parser() -> argparse.ArgumentParser:
         type=_interval,
         default=C.SNAPSHOT_INTERVAL_S,
         help=f"seconds between background snapshots (default {C.SNAPSHOT_INTERVAL_S:g})",
+    )
+    p.add_argument(
+        "--lock-wait",
+        type=_lock_wait,
+        default=C.LOCK_WAIT_S,
+        metavar="SECONDS",
+        help="how long a write waits for the writers' lock (held by another call or server) before it fails "
+        f"with a message (default {C.LOCK_WAIT_S:g})",
     )
     p.add_argument("--max-items", type=int, help="active items kept before the oldest low-value ones are archived")
     p.add_argument(
@@ -319,6 +337,7 @@ def _load_store(args: argparse.Namespace, *, state_dir: Any, database: str | Non
                 scope=scope,
                 redact_secrets=not args.no_redact,
             )
+        store.lock_wait_s = args.lock_wait
         if args.max_items is not None or args.max_archive_tokens is not None:
             store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
     except CompactorError as exc:

@@ -131,7 +131,8 @@ def build_server(
         seen_clients.set(client, None)
         session = ctx.session
         params = session.client_params
-        store.adopt_client_budget(params.client_info.name if params is not None else None)
+        name = params.client_info.name if params is not None else None
+        await anyio.to_thread.run_sync(store.adopt_client_budget, name)
         if scope_fixed or params is None or params.capabilities.roots is None:
             return
         try:
@@ -151,15 +152,21 @@ def build_server(
         store.touch()
         client = client_of(ctx)
         await prepare(ctx, client)
-        if client is not None:
-            store.scope = seen_clients.get(client) or CONNECTION_SCOPE.get() or base_scope
+        scope = (seen_clients.get(client) or CONNECTION_SCOPE.get() or base_scope) if client is not None else None
+
+        def call() -> CallToolResult:
+            with store.serving(scope):
+                for _ in range(WRITE_CONFLICT_TRIES - 1):
+                    try:
+                        return fn()
+                    except WriteConflictError:
+                        log.info("another server wrote first; running the call again, caught up")
+                return fn()
+
         try:
-            for _ in range(WRITE_CONFLICT_TRIES - 1):
-                try:
-                    return fn()
-                except WriteConflictError:
-                    log.info("another server wrote first; running the call again, caught up")
-            return fn()
+            # On a worker thread: a call waiting for the database (or the writers' lock) leaves
+            # the event loop to the other sessions.
+            return await anyio.to_thread.run_sync(call)
         except CompactorError as exc:
             raise ToolError(str(exc)) from exc
         except (Exception, KeyboardInterrupt, SystemExit):
@@ -224,7 +231,7 @@ async def snapshots(store: Store, interval: float) -> None:
             # On the event loop, like the final snapshot: a call arriving meanwhile waits
             # (~0.2 s at 10k items), which is why this waits for a quiet spell.
             try:
-                store.snapshot()
+                await anyio.to_thread.run_sync(store.snapshot)
             except Exception:
                 index_failed = True
                 log.exception("saving the search index failed; the next start may rebuild it")
