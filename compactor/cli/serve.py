@@ -127,6 +127,20 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to serve HTTP on (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=C.HTTP_PORT_DEFAULT, help=f"HTTP port (default {C.HTTP_PORT_DEFAULT})")
     p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host header to accept besides this machine's own names (repeatable): the name clients reach a "
+        "reverse proxy by, which it forwards (e.g. memory.example.com, or NAME:PORT)",
+    )
+    p.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the URL clients reach this server by through a proxy (e.g. https://memory.example.com/mcp): its "
+        "host is accepted as with --allowed-host",
+    )
+    p.add_argument(
         "--token-file",
         type=Path,
         metavar="FILE",
@@ -256,6 +270,13 @@ def run_server(argv: Sequence[str]) -> int:
     if args.transport == "streamable-http":
         from ..mcp.http_server import is_loopback, load_token
 
+        # "[::1]", as a URL spells it, is the address ::1.
+        args.host = args.host.strip("[]") if args.host.startswith("[") else args.host
+        problem = _proxy_problem(args.allowed_host, args.public_url)
+        if problem:
+            print(f"compactor: cannot start: {problem}", file=sys.stderr)
+            return 2
+
         try:
             token = load_token(args.token_file)
         except CompactorError as exc:
@@ -292,11 +313,27 @@ def run_server(argv: Sequence[str]) -> int:
                 token=token,
                 snapshot_interval=args.snapshot_interval,
                 scope_fixed=bool(args.scope),
+                allowed_hosts=args.allowed_host,
+                public_url=args.public_url,
             )
         )
         return 0
     anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval, scope_fixed=bool(args.scope)))
     return 0
+
+
+def _proxy_problem(allowed_hosts: list[str], public_url: str | None) -> str | None:
+    """Why --allowed-host or --public-url cannot be used, said in one sentence; None when fine."""
+    from urllib.parse import urlsplit
+
+    for name in allowed_hosts:
+        if not name or "/" in name or not name.isprintable() or " " in name:
+            return f"--allowed-host {name!r} is not a host name; pass the name alone, e.g. memory.example.com."
+    if public_url is not None:
+        parts = urlsplit(public_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return f"--public-url {public_url!r} is not an http(s) URL; pass e.g. https://memory.example.com/mcp."
+    return None
 
 
 def _serve_shared(args: argparse.Namespace) -> int | None:
