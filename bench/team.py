@@ -52,7 +52,9 @@ def _free_port() -> int:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    # BENCH_COMPACTOR_ROOT: run the servers from another checkout (a "before" measurement).
+    root = os.environ.get("BENCH_COMPACTOR_ROOT") or str(ROOT)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("COMPACTOR_DATABASE_URL", None)
     return env
 
@@ -195,7 +197,109 @@ async def run_team(database: str | None, http: bool, sizes: list[int], seed: int
                         async with stdio_session(cmd, errlog) as srv, stdio_session(floor_stdio, errlog) as floor:
                             rows[label] = await measure(srv, floor, items, size, queries, calls)
             results["sizes"][size] = rows
+        if database and http:
+            results["scaling"] = await run_scaling(database, errlog, seed)
     return results
+
+
+SCALING_CLIENTS = (1, 4, 16, 64)
+SCALING_CALLS = 24  # per client: half stores, half queries, alternating
+
+
+@asynccontextmanager
+async def http_servers(command: list[str], count: int, errlog: Any) -> AsyncIterator[tuple[list[str], str]]:
+    """`count` HTTP server processes on one database; yields their /mcp URLs and the token."""
+    token = secrets.token_hex(32)
+    procs: list[subprocess.Popen[bytes]] = []
+    urls: list[str] = []
+    try:
+        for _ in range(count):
+            port = _free_port()
+            env = {**_env(), "COMPACTOR_TOKEN": token}
+            procs.append(subprocess.Popen([*command, "--port", str(port)], env=env, stdout=errlog, stderr=errlog))
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or procs[-1].poll() is not None:
+                        raise RuntimeError(f"HTTP server did not listen: {shlex.join(command)}") from None
+                    await anyio.sleep(0.1)
+            urls.append(f"http://127.0.0.1:{port}/mcp")
+        yield urls, token
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def scaling_run(urls: list[str], token: str, clients: int, items: list[corpus.Item]) -> dict[str, Any]:
+    """`clients` sessions spread over the servers, all at once, each alternating store and
+    query: calls per second over the whole run, and the latency of every call."""
+    latencies: list[float] = []
+    errors = 0
+    ready = anyio.Event()
+    connected = 0
+
+    async def one(k: int) -> None:
+        nonlocal errors, connected
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+            Client(streamable_http_client(urls[k % len(urls)], http_client=http), mode="legacy") as c,
+        ):
+            connected += 1
+            if connected == clients:
+                ready.set()
+            await ready.wait()
+            for n in range(SCALING_CALLS):
+                item = items[(k * SCALING_CALLS + n) % len(items)]
+                tool, args = (
+                    ("store", item.store_args()) if n % 2 == 0 else ("query", {"query": item.content[:60], "limit": 5})
+                )
+                started = time.perf_counter()
+                res = await c.call_tool(tool, args)
+                latencies.append((time.perf_counter() - started) * 1000)
+                errors += bool(res.is_error)
+
+    began = 0.0
+    async with anyio.create_task_group() as tg:
+        for k in range(clients):
+            tg.start_soon(one, k)
+        await ready.wait()
+        began = time.perf_counter()
+    elapsed = time.perf_counter() - began
+    stats = summarize(latencies)
+    return {"calls_per_s": len(latencies) / elapsed, "p50": stats["p50"], "p99": stats["p99"], "errors": errors}
+
+
+async def run_scaling(database: str, errlog: Any, seed: int) -> dict[str, Any]:
+    """The team run: 1, 4, 16 and 64 clients on one and on two HTTP servers sharing a database."""
+    items = corpus.generate(seed, max(SCALING_CLIENTS) * SCALING_CALLS)
+    rows: dict[str, Any] = {}
+    for servers in (1, 2):
+        for clients in SCALING_CLIENTS:
+            with fresh_database(database, f"compactor_bench_{os.getpid()}_scale") as url:
+                cmd = [sys.executable, "-m", "compactor", "--database", url, "--transport", "streamable-http"]
+                async with http_servers(cmd, servers, errlog) as (urls, token):
+                    rows[f"{servers}x{clients}"] = await scaling_run(urls, token, clients, items)
+    return rows
+
+
+def render_scaling(rows: dict[str, Any]) -> str:
+    out = ["\nTeam run: HTTP + PostgreSQL, clients alternating store and query (calls/s; ms)"]
+    out.append(f"{'servers':>7} {'clients':>7} {'calls/s':>8} {'p50':>8} {'p99':>8} {'errors':>6}")
+    for key, r in rows.items():
+        servers, clients = key.split("x")
+        out.append(
+            f"{servers:>7} {clients:>7} {r['calls_per_s']:>8.1f} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['errors']:>6}"
+        )
+    return "\n".join(out) + "\n"
 
 
 def render_team(results: dict[str, Any]) -> str:
@@ -215,4 +319,7 @@ def render_team(results: dict[str, Any]) -> str:
         if base and http:
             ratio = http["query"]["p50"] / base["query"]["p50"]
             out.append(f"query p50, HTTP + PostgreSQL / stdio + state dir: {ratio:.2f}x (goal <= 2x)")
-    return "\n".join(out) + "\n"
+    text = "\n".join(out) + "\n"
+    if "scaling" in results:
+        text += render_scaling(results["scaling"])
+    return text

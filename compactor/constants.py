@@ -84,6 +84,11 @@ MAX_ARCHIVE_TOKENS_DEFAULT: Final = 50_000_000
 
 # --- persistence --------------------------------------------------------------------------
 SNAPSHOT_INTERVAL_S: Final = 30.0
+# How long a write waits for the writers' lock before it says so (`--lock-wait`): a call
+# holds it for milliseconds, so seconds of waiting mean a stalled or stopped server.
+LOCK_WAIT_S: Final = 5.0
+LOCK_WAIT_MIN_S: Final = 0.1
+LOCK_WAIT_MAX_S: Final = 600.0
 
 # --- streamable HTTP (compactor.mcp.http_server) -------------------------------------------------
 # Where the MCP endpoint lives: the SDK's default, and what clients' docs show.

@@ -4,6 +4,8 @@
     ├── InvalidArgumentError       the caller's arguments are wrong; nothing changed
     ├── NotFoundError              no item with that id
     ├── PersistenceError           the state dir or database could not be written; nothing changed
+    │   ├── WriteConflictError     another server wrote first (retry: the next try catches up)
+    │   └── WriteLockTimeoutError  the writers' lock was not free within the wait a write allows
     ├── StateCorruptError          a state file or row cannot be read; startup stops
     └── OutputRefusedError         an export would follow a symlink or replace a file
 
@@ -43,6 +45,16 @@ class NotFoundError(CompactorError, KeyError):
 
 class PersistenceError(CompactorError):
     """Writing to the state dir failed (disk full, read-only, ...). The store is unchanged."""
+
+
+class WriteConflictError(PersistenceError):
+    """Another server appended between this one's catch-up and its write. Nothing was stored,
+    memory is sound: the call is worth running again, which catches up first."""
+
+
+class WriteLockTimeoutError(PersistenceError):
+    """Another call or server held the writers' lock longer than a write may wait. Nothing was
+    stored and memory is sound: a busy or stalled writer, not a failing disk."""
 
 
 class StateCorruptError(CompactorError):

@@ -78,6 +78,16 @@ def _interval(text: str) -> float:
     return value
 
 
+def _lock_wait(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not C.LOCK_WAIT_MIN_S <= value <= C.LOCK_WAIT_MAX_S:
+        raise argparse.ArgumentTypeError(f"must be from {C.LOCK_WAIT_MIN_S:g} to {C.LOCK_WAIT_MAX_S:g} seconds")
+    return value
+
+
 def _scope_name(text: str) -> str:
     if not text.strip() or not text.isprintable():
         raise argparse.ArgumentTypeError("expected a project name on one line, got an empty or multi-line one")
@@ -117,6 +127,20 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to serve HTTP on (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=C.HTTP_PORT_DEFAULT, help=f"HTTP port (default {C.HTTP_PORT_DEFAULT})")
     p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host header to accept besides this machine's own names (repeatable): the name clients reach a "
+        "reverse proxy by, which it forwards (e.g. memory.example.com, or NAME:PORT)",
+    )
+    p.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the URL clients reach this server by through a proxy (e.g. https://memory.example.com/mcp): its "
+        "host is accepted as with --allowed-host",
+    )
+    p.add_argument(
         "--token-file",
         type=Path,
         metavar="FILE",
@@ -128,6 +152,14 @@ def serve_parser() -> argparse.ArgumentParser:
         type=_interval,
         default=C.SNAPSHOT_INTERVAL_S,
         help=f"seconds between background snapshots (default {C.SNAPSHOT_INTERVAL_S:g})",
+    )
+    p.add_argument(
+        "--lock-wait",
+        type=_lock_wait,
+        default=C.LOCK_WAIT_S,
+        metavar="SECONDS",
+        help="how long a write waits for the writers' lock (held by another call or server) before it fails "
+        f"with a message (default {C.LOCK_WAIT_S:g})",
     )
     p.add_argument("--max-items", type=int, help="active items kept before the oldest low-value ones are archived")
     p.add_argument(
@@ -238,6 +270,13 @@ def run_server(argv: Sequence[str]) -> int:
     if args.transport == "streamable-http":
         from ..mcp.http_server import is_loopback, load_token
 
+        # "[::1]", as a URL spells it, is the address ::1.
+        args.host = args.host.strip("[]") if args.host.startswith("[") else args.host
+        problem = _proxy_problem(args.allowed_host, args.public_url)
+        if problem:
+            print(f"compactor: cannot start: {problem}", file=sys.stderr)
+            return 2
+
         try:
             token = load_token(args.token_file)
         except CompactorError as exc:
@@ -274,11 +313,27 @@ def run_server(argv: Sequence[str]) -> int:
                 token=token,
                 snapshot_interval=args.snapshot_interval,
                 scope_fixed=bool(args.scope),
+                allowed_hosts=args.allowed_host,
+                public_url=args.public_url,
             )
         )
         return 0
     anyio.run(lambda: serve(store, snapshot_interval=args.snapshot_interval, scope_fixed=bool(args.scope)))
     return 0
+
+
+def _proxy_problem(allowed_hosts: list[str], public_url: str | None) -> str | None:
+    """Why --allowed-host or --public-url cannot be used, said in one sentence; None when fine."""
+    from urllib.parse import urlsplit
+
+    for name in allowed_hosts:
+        if not name or "/" in name or not name.isprintable() or " " in name:
+            return f"--allowed-host {name!r} is not a host name; pass the name alone, e.g. memory.example.com."
+    if public_url is not None:
+        parts = urlsplit(public_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return f"--public-url {public_url!r} is not an http(s) URL; pass e.g. https://memory.example.com/mcp."
+    return None
 
 
 def _serve_shared(args: argparse.Namespace) -> int | None:
@@ -319,6 +374,7 @@ def _load_store(args: argparse.Namespace, *, state_dir: Any, database: str | Non
                 scope=scope,
                 redact_secrets=not args.no_redact,
             )
+        store.lock_wait_s = args.lock_wait
         if args.max_items is not None or args.max_archive_tokens is not None:
             store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)
     except CompactorError as exc:

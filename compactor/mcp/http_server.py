@@ -12,13 +12,18 @@ import hmac
 import ipaddress
 import os
 import signal
+import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
+import orjson
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 from pydantic import AnyHttpUrl
 
 from .. import constants as C
@@ -26,6 +31,10 @@ from ..errors import InvalidArgumentError
 from ..runtime import PROCESS
 from ..store import Store
 from .server import build_server, snapshots
+
+# The largest request body HTTP takes (stdio has no limit): the SDK's default, published in
+# docs/team.md; a larger one gets a JSON-RPC error naming it.
+MAX_BODY_BYTES = DEFAULT_MAX_REQUEST_BODY_SIZE
 
 
 def is_loopback(host: str) -> bool:
@@ -84,7 +93,90 @@ class StaticTokenVerifier:
         return "StaticTokenVerifier(token=***)"
 
 
-def http_app(store: Store, *, host: str, port: int, token: str | None, scope_fixed: bool = False) -> Any:
+def url_host(host: str) -> str:
+    """`host` as a URL or a Host header spells it: an IPv6 address in brackets."""
+    bare = host.strip("[]")
+    try:
+        return f"[{bare}]" if ipaddress.ip_address(bare).version == 6 else bare
+    except ValueError:
+        return host
+
+
+def transport_security(
+    host: str, port: int, allowed_hosts: Sequence[str] = (), public_url: str | None = None
+) -> TransportSecuritySettings | None:
+    """The Host and Origin headers a request may carry (DNS rebinding protection): this
+    machine's names on a loopback bind (every loopback address, not only the SDK's three), plus
+    each `allowed_hosts` name (a proxy forwards the Host its client sent) and `public_url`'s.
+    None, no check, on a non-loopback bind with neither: a token guards it, and its clients may
+    name it anything."""
+    names = [*allowed_hosts]
+    if public_url:
+        names.append(urlsplit(public_url).netloc)
+    if not is_loopback(host) and not names:
+        return None
+    hosts: list[str] = []
+    origins: list[str] = []
+    for name in ["127.0.0.1", "localhost", "[::1]", url_host(host), *names] if is_loopback(host) else names:
+        if name.endswith("]") or ":" not in name:  # no port given: any port, or the scheme's own
+            hosts += [name, f"{name}:*"]
+            origins += [f"{scheme}://{name}{port}" for scheme in ("http", "https") for port in ("", ":*")]
+        else:
+            hosts.append(name)
+            origins += [f"http://{name}", f"https://{name}"]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+class BodyLimit:
+    """The HTTP transport's body limit (the SDK's, `MAX_BODY_BYTES`) answered with a JSON-RPC
+    error that names it, which the SDK client shows the model, instead of a bare 413."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            length = dict(scope.get("headers") or []).get(b"content-length", b"")
+            if length.isdigit() and int(length) > MAX_BODY_BYTES:
+                body = orjson.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": None,
+                        "error": {
+                            "code": -32600,
+                            "message": (
+                                f"The request is {int(length) / 2**20:.1f} MiB, over the {MAX_BODY_BYTES // 2**20} "
+                                "MiB limit of compactor's HTTP transport; nothing was stored. Send less per call "
+                                "(split a bulk_store into several)."
+                            ),
+                        },
+                    }
+                )
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 413,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    scope_fixed: bool = False,
+    allowed_hosts: Sequence[str] = (),
+    public_url: str | None = None,
+) -> Any:
     """The Starlette app serving MCP at /mcp; with a token every request must carry it.
     Raises InvalidArgumentError for a non-loopback `host` without a token."""
     if token is None and not is_loopback(host):
@@ -97,11 +189,19 @@ def http_app(store: Store, *, host: str, port: int, token: str | None, scope_fix
     if token is not None:
         options["token_verifier"] = StaticTokenVerifier(token)
         # No OAuth server and no protected-resource metadata: a static token is the whole story.
-        options["auth"] = AuthSettings(issuer_url=AnyHttpUrl(f"http://{host}:{port}"), resource_server_url=None)
+        issuer = public_url or f"http://{url_host(host)}:{port}"
+        options["auth"] = AuthSettings(issuer_url=AnyHttpUrl(issuer), resource_server_url=None)
     mcp = build_server(store, scope_fixed=scope_fixed, **options)
     # JSON replies to POSTs rather than a one-event SSE stream each: the SDK's floor is ~2 ms a
     # call instead of ~8.5 (bench/team.py). Requests to the client (roots) use the GET stream.
-    return mcp.streamable_http_app(streamable_http_path=C.HTTP_PATH, host=host, json_response=True)
+    app = mcp.streamable_http_app(
+        streamable_http_path=C.HTTP_PATH,
+        host=host,
+        json_response=True,
+        max_request_body_size=MAX_BODY_BYTES,
+        transport_security=transport_security(host, port, allowed_hosts, public_url),
+    )
+    return BodyLimit(app)
 
 
 async def serve_http(
@@ -112,13 +212,40 @@ async def serve_http(
     token: str | None,
     snapshot_interval: float = C.SNAPSHOT_INTERVAL_S,
     scope_fixed: bool = False,
+    allowed_hosts: Sequence[str] = (),
+    public_url: str | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn handles them), snapshotting in the background and
-    once more on the way out."""
+    once more on the way out. Says on stderr where it listens, what memory it serves and
+    whether a token is required."""
     import uvicorn
 
-    app = http_app(store, host=host, port=port, token=token, scope_fixed=scope_fixed)
+    app = http_app(
+        store,
+        host=host,
+        port=port,
+        token=token,
+        scope_fixed=scope_fixed,
+        allowed_hosts=allowed_hosts,
+        public_url=public_url,
+    )
     PROCESS.start_done()
+    kept = store.status().persistence
+    where = (
+        f"database {kept['database']}"  # display_url: the password is never shown
+        if kept.get("database")
+        else f"state dir {kept['state_dir']}"
+        if kept.get("state_dir")
+        else "memory only (nothing is saved)"
+    )
+    print(
+        f"compactor: serving MCP at http://{url_host(host)}:{port}{C.HTTP_PATH}"
+        + (f" (public URL {public_url})" if public_url else "")
+        + f"; memory: {where}; "
+        + ("a bearer token is required" if token is not None else "no token required (loopback only)"),
+        file=sys.stderr,
+        flush=True,
+    )
     # No access log: request lines are noise here, and nothing about a request is worth keeping.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)

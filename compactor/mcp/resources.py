@@ -30,8 +30,9 @@ def register(mcp: MCPServer, store: Store) -> None:
     )
     def status() -> str:
         try:
-            status = store.status()
-            shape = store.dag_shape()
+            with store.serving():
+                status = store.status()
+                shape = store.dag_shape()
         except CompactorError as exc:
             raise ResourceError(str(exc)) from exc
         return "\n".join(status_report(status, shape, None))
@@ -45,8 +46,9 @@ def register(mcp: MCPServer, store: Store) -> None:
     )
     def item(id: str) -> str:
         try:
-            it = store.get(id)
-            return "\n".join(item_report(store, it))
+            with store.serving():
+                it = store.get(id)
+                return "\n".join(item_report(store, it))
         except NotFoundError as exc:
             raise ResourceNotFoundError(str(exc)) from exc
         except CompactorError as exc:
@@ -60,6 +62,7 @@ def register(mcp: MCPServer, store: Store) -> None:
     def recall(
         query: Annotated[str | None, Field(description="What you are about to work on (ranks by relevance).")] = None,
     ) -> str:
-        text = store.recall(limit=20, query=query or None).text
+        with store.serving():
+            text = store.recall(limit=20, query=query or None).text
         head = RECALL_PROMPT + (f"\nThe task: {query}\n" if query else "")
         return f"{head}\n{text}"

@@ -25,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 
 from .. import constants as C
-from ..errors import CompactorError
+from ..errors import CompactorError, WriteConflictError
 from ..runtime import PROCESS, settle_heap
 from ..scope import scope_from_root_uri
 from ..store import Store
@@ -54,6 +54,10 @@ loses anything: `get(id)` always returns the original.
    items it lists.
 5. `pin` what must never fade; `forget` only what must go for good.
 """
+
+# A conflict needs another server to append between our catch-up and our write, all under the
+# writers' lock: a second one in a row means something else is wrong, so it is said, not hidden.
+WRITE_CONFLICT_TRIES = 3
 
 # The order of tools/list: the order a model meets them in, the workflow of INSTRUCTIONS.
 TOOL_ORDER = (
@@ -130,7 +134,8 @@ def build_server(
         seen_clients.set(client, None)
         session = ctx.session
         params = session.client_params
-        store.adopt_client_budget(params.client_info.name if params is not None else None)
+        name = params.client_info.name if params is not None else None
+        await anyio.to_thread.run_sync(store.adopt_client_budget, name)
         if scope_fixed or params is None or params.capabilities.roots is None:
             return
         try:
@@ -150,10 +155,21 @@ def build_server(
         store.touch()
         client = client_of(ctx)
         await prepare(ctx, client)
-        if client is not None:
-            store.scope = seen_clients.get(client) or CONNECTION_SCOPE.get() or base_scope
+        scope = (seen_clients.get(client) or CONNECTION_SCOPE.get() or base_scope) if client is not None else None
+
+        def call() -> CallToolResult:
+            with store.serving(scope):
+                for _ in range(WRITE_CONFLICT_TRIES - 1):
+                    try:
+                        return fn()
+                    except WriteConflictError:
+                        log.info("another server wrote first; running the call again, caught up")
+                return fn()
+
         try:
-            return fn()
+            # On a worker thread: a call waiting for the database (or the writers' lock) leaves
+            # the event loop to the other sessions.
+            return await anyio.to_thread.run_sync(call)
         except CompactorError as exc:
             raise ToolError(str(exc)) from exc
         except (Exception, KeyboardInterrupt, SystemExit):
@@ -218,7 +234,7 @@ async def snapshots(store: Store, interval: float) -> None:
             # On the event loop, like the final snapshot: a call arriving meanwhile waits
             # (~0.2 s at 10k items), which is why this waits for a quiet spell.
             try:
-                store.snapshot()
+                await anyio.to_thread.run_sync(store.snapshot)
             except Exception:
                 index_failed = True
                 log.exception("saving the search index failed; the next start may rebuild it")

@@ -37,6 +37,9 @@ class ReentrantLock:
     takes it (`_acquire`) and gives it back (`_release`)."""
 
     _lock_depth: int = 0
+    # How long taking the lock may wait, where the backend can bound it (PostgreSQL); the
+    # Store sets it before each hold.
+    lock_wait_s: float | None = None
 
     def _acquire(self, exclusive: bool) -> None:
         raise NotImplementedError
@@ -72,6 +75,8 @@ class Persistence(Protocol):
     offset: int
     last_snapshot_at: float | None
     last_snapshot_seconds: float | None
+    # How long the next `locked()` may wait for another writer, where the backend can bound it.
+    lock_wait_s: float | None
 
     @property
     def is_open(self) -> bool: ...

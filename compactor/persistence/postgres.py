@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import orjson
 
-from ..errors import PersistenceError, StateCorruptError
+from ..errors import PersistenceError, StateCorruptError, WriteConflictError, WriteLockTimeoutError
 from ..models import Item, Op
 from . import indexfile
 from .base import Loaded, ReentrantLock
@@ -295,6 +295,7 @@ class PgBackend(ReentrantLock):
         self._bg_lock = threading.Lock()
         self._pid = 0  # our main connection's backend pid: marks our pending snapshots
         self._lock_conn: psycopg.Connection[Any] | None = None  # the connection that holds the lock
+        self._locker: psycopg.Connection[Any] | None = None  # the one the lock is taken on
         self._head: tuple[int, int, int] | None = None  # (gen, trimmed, last seq) at lock time
         self._heard_seq = 0  # the highest sequence number another writer announced
         self._heard_gen = 0
@@ -388,10 +389,10 @@ class PgBackend(ReentrantLock):
 
     def close(self) -> None:
         self._index = None
-        for conn in (self._conn, self._bg):
+        for conn in (self._conn, self._bg, self._locker):
             if conn is not None:
                 conn.close()
-        self._conn = self._bg = None
+        self._conn = self._bg = self._locker = None
 
     def __del__(self) -> None:
         # A Store dropped without close() (as a state dir's file descriptor would be): close
@@ -401,14 +402,26 @@ class PgBackend(ReentrantLock):
 
     # --- the writers' lock ----------------------------------------------------------------
     def _acquire(self, exclusive: bool) -> None:
-        """pg_advisory_lock (`ReentrantLock`); the head is read in the same round trip."""
+        """pg_advisory_lock (`ReentrantLock`), waiting at most `lock_wait_s`; the head is read
+        in the same round trip. The lock is waited for on a connection of its own, so that the
+        main one stays free for reads meanwhile."""
         psycopg = _import_psycopg()
+        conn = self._locker
         try:
-            conn = self._live()
+            if conn is None or conn.closed or conn.broken:
+                conn = self._locker = self._new_connection()
+            wait_ms = max(1, round((self.lock_wait_s or 0) * 1000)) if self.lock_wait_s else 0
             with conn.pipeline():
+                conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(wait_ms),))
                 conn.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
                 cur = conn.execute(HEAD_SQL)
             row = cur.fetchone()
+        except psycopg.errors.LockNotAvailable as exc:
+            raise WriteLockTimeoutError(
+                f"Another compactor server has held the writers' lock of {self.where} for more than "
+                f"{self.lock_wait_s or 0:g} s (busy, stopped or stuck); this call was not applied. Retry it "
+                "in a moment."
+            ) from exc
         except psycopg.Error as exc:
             raise self._fail("take the writers' lock", exc) from exc
         assert row is not None
@@ -422,8 +435,14 @@ class PgBackend(ReentrantLock):
         self._head = None
         deferred, self._deferred = self._deferred, []
         try:
-            with conn.pipeline():
-                sent = conn.execute(APPEND_ASYNC_SQL, self._append_params(deferred)) if deferred else None
+            with conn.pipeline() as pipe:
+                sent = None
+                if deferred:
+                    sent = conn.execute(APPEND_ASYNC_SQL, self._append_params(deferred))
+                    # A Sync ends the insert's transaction before the unlock runs: in one implicit
+                    # transaction the lock went first, and another server could take it and
+                    # read a head without this entry, then have its own append refused.
+                    pipe.sync()
                 conn.execute("SELECT pg_advisory_unlock(%s)", (PG_WRITE_LOCK,))
             self._appended(sent.fetchone() if sent is not None else None, deferred)
         except psycopg.Error as exc:
@@ -627,7 +646,7 @@ class PgBackend(ReentrantLock):
         if row is None:
             # Someone wrote without the lock, or a rewrite slipped past: catch up, then retry.
             self._missed = True
-            raise PersistenceError(
+            raise WriteConflictError(
                 f"Database {self.where} has entries this server had not read yet; this call was not "
                 "applied. Retry it: the next call catches up first."
             )

@@ -10,8 +10,11 @@ made of, one module each.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -20,7 +23,7 @@ from .. import bounds
 from .. import constants as C
 from ..content.tags import merge_tags, parse_tags
 from ..content.tokens import TokenCounter, default_counter
-from ..errors import InvalidArgumentError, PersistenceError
+from ..errors import InvalidArgumentError, PersistenceError, WriteLockTimeoutError
 from ..models import CompactReport, Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.statedir import StateDir
@@ -28,7 +31,7 @@ from ..runtime import PROCESS, Runtime
 from ..summaries.condense import unfamiliar_terms, with_footer
 from .compact import _Compaction, _item_bytes
 from .inputs import StoreInput, _check_importance, _utf8_size, file_view_fields
-from .journaled import SavedIndex, _Txn
+from .journaled import CallLock, SavedIndex, _Txn
 from .ledger import _Ledger
 from .recall import _Recall
 from .records import BulkStored, Hit, ImportedRecords, Pruned, Status, Stored, Updated
@@ -43,6 +46,12 @@ def _without_source(item: Item, source: str) -> dict[str, Any]:
     gone = {tag for tag, src in item.tags_from if src == source} - still
     return {"tags": [t for t in item.tags if t not in gone], "tags_from": kept}
 
+
+log = logging.getLogger(__name__)
+
+# How long a query waits to record its accesses: a writer holds the lock for milliseconds, so
+# longer means a stalled one, and the answer matters more than an access count.
+ACCESS_LOCK_WAIT_S = 0.5
 
 # What brings an archived item back to the active tier (restore, and pin): a merged duplicate
 # stands alone again.
@@ -79,7 +88,10 @@ class Store(_Recall, _Compaction, _Ledger):
         self._redacted: dict[str, int] = {}
         # Items are stored in this scope unless told otherwise; reads cover it plus "global",
         # or every scope when `default_read_scope` is "all" (the CLI's --scope all).
-        self.scope = scope
+        self._scope = scope
+        self._call_scope = threading.local()  # a call's own scope, set by `serving`
+        self._calls = CallLock()
+        self._writer_gate = threading.Lock()
         self.default_read_scope: str | None = None
         self.counter = counter or default_counter()
         self.settings = Settings(token_budget=C.BUDGET_DEFAULT)
@@ -121,6 +133,30 @@ class Store(_Recall, _Compaction, _Ledger):
         # over a budget the agent or person set with `configure` and that was saved.
         if budget is not None and self.settings.budget_source in ("default", "client", "cli"):
             self._commit([{"op": "config", "set": {"token_budget": budget, "budget_source": "cli"}}])
+
+    @property
+    def scope(self) -> str:
+        """The project scope items are stored in: the calling session's (`serving`), else the
+        store's."""
+        scope: str | None = getattr(self._call_scope, "scope", None)
+        return scope or self._scope
+
+    @scope.setter
+    def scope(self, value: str) -> None:
+        self._scope = value
+
+    @contextlib.contextmanager
+    def serving(self, scope: str | None = None) -> Iterator[None]:
+        """Hold memory for one call of a session whose project scope is `scope` (None: the
+        store's): calls of several sessions run on worker threads, one at a time in memory,
+        except while a write waits for the writers' lock (see `_locked`)."""
+        previous = getattr(self._call_scope, "scope", None)
+        self._call_scope.scope = scope
+        try:
+            with self._calls:
+                yield
+        finally:
+            self._call_scope.scope = previous
 
     def touch(self) -> None:
         """A server is handling a call now (see `last_used`)."""
@@ -582,11 +618,19 @@ class Store(_Recall, _Compaction, _Ledger):
         text = (query or "").strip()
         if not text and not tag_list:
             raise InvalidArgumentError("Give a query, tags, or both.")
-        with self._locked():
-            self._sync()
+        with self._read():
             hits = self._search(text, tag_list, limit, include_archived, self._scopes(scope))
-            self._touch([h.item.id for h in hits])
-            return [Hit(self._s.items[h.item.id], h.score, h.matched) for h in hits]
+        # The access is recorded after the search, under the writers' lock, waiting briefly:
+        # a query answers even while a stalled writer holds that lock (its access then goes
+        # unrecorded, on every server alike).
+        try:
+            with self._locked(wait_s=min(self.lock_wait_s, ACCESS_LOCK_WAIT_S)):
+                self._sync()
+                self._touch([h.item.id for h in hits if h.item.id in self._s.items])
+        except WriteLockTimeoutError as exc:
+            log.info("access times not recorded: %s", exc)
+        items = self._s.items
+        return [Hit(items.get(h.item.id, h.item), h.score, h.matched) for h in hits]
 
     def status(self) -> Status:
         with self._read():

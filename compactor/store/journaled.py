@@ -9,7 +9,8 @@ import contextlib
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
@@ -17,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
-from ..errors import PersistenceError
+from ..errors import PersistenceError, WriteConflictError, WriteLockTimeoutError
 from ..models import Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.codec import SCHEMA_VERSION, ItemRecords
@@ -153,12 +154,47 @@ class _Txn:
         self.ops.clear()
 
 
-class _NullLock:
+class CallLock:
+    """The lock every call into memory holds (calls run on worker threads, so sessions
+    overlap): re-entrant in its thread, and `suspended` while a write waits for the writers'
+    lock, so that reads go on meanwhile."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+        self._depth = 0
+
     def __enter__(self) -> None:
-        return None
+        me = threading.get_ident()
+        if self._owner == me:
+            self._depth += 1
+            return
+        self._lock.acquire()
+        self._owner, self._depth = me, 1
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self._depth -= 1
+        if not self._depth:
+            self._owner = None
+            self._lock.release()
+
+    @property
+    def held(self) -> bool:
+        return self._owner == threading.get_ident()
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Let other threads in for the block (no-op if this thread does not hold it)."""
+        if not self.held:
+            yield
+            return
+        depth, self._depth, self._owner = self._depth, 0, None
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
+            self._owner, self._depth = threading.get_ident(), depth
 
 
 class _ReadGuard:
@@ -169,16 +205,24 @@ class _ReadGuard:
         self._cm: Any = None
 
     def __enter__(self) -> None:
+        self._store._calls.__enter__()
         sd = self._store._backend
         if sd is None or not sd.is_open:  # closed: memory as it was last seen
             return
-        self._cm = sd.reading()
-        self._cm.__enter__()
-        self._store._sync()
+        try:
+            self._cm = sd.reading()
+            self._cm.__enter__()
+            self._store._sync()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
 
     def __exit__(self, *exc: object) -> None:
-        if self._cm is not None:
-            self._cm.__exit__(*exc)
+        try:
+            if self._cm is not None:
+                self._cm.__exit__(*exc)
+        finally:
+            self._store._calls.__exit__()
 
 
 class _Journaled(_StateOps):
@@ -193,6 +237,12 @@ class _Journaled(_StateOps):
     load_warnings: list[str]
     # Process-wide policy (gc pauses, GIL switch interval) is asked of it, never set here.
     runtime: Runtime
+    # Calls run on worker threads (sessions overlap): each holds `_calls` while it uses
+    # memory; one thread at a time holds the writers' lock (`_writer_gate`, then the backend's).
+    _calls: CallLock
+    _writer_gate: threading.Lock
+    _writer: int | None = None  # the thread that holds the writers' lock
+    lock_wait_s: float = C.LOCK_WAIT_S  # how long a write waits for the writers' lock
 
     def _reload(self) -> None:
         """(Re)build memory from the persistence. Call under the lock."""
@@ -404,6 +454,8 @@ class _Journaled(_StateOps):
             return
         try:
             sd.append(ops, sync=sync)
+        except WriteConflictError:
+            raise  # not a failing disk: the caller runs the call again, caught up
         except PersistenceError as exc:
             if self._degraded is None:
                 log.error("persistence failed; memory is read-only until the disk recovers: %s", exc)
@@ -422,10 +474,54 @@ class _Journaled(_StateOps):
         """Why memory is not being saved, or None when all is saved."""
         return self._degraded
 
-    def _locked(self) -> Any:
-        if self._backend is None:
-            return _NullLock()
-        return self._backend.locked()
+    @contextlib.contextmanager
+    def _locked(self, wait_s: float | None = None) -> Iterator[None]:
+        """Memory to change: the call lock, and the writers' lock when memory is persisted.
+        While waiting for the writers' lock (another thread of this server, or another server,
+        holds it) the call lock is let go, so reads answer meanwhile; the wait is bounded by
+        `lock_wait_s`, then WriteLockTimeoutError."""
+        with self._calls:
+            backend = self._backend
+            if backend is None:
+                yield
+                return
+            if self._writer == threading.get_ident():  # nested in this thread's own hold
+                with backend.locked():
+                    yield
+                return
+            held = contextlib.ExitStack()
+            wait = self.lock_wait_s if wait_s is None else wait_s
+            with self._calls.suspended():
+                deadline = time.monotonic() + wait
+                if not self._writer_gate.acquire(timeout=wait):
+                    raise WriteLockTimeoutError(
+                        f"Another call of this server held the writers' lock for more than {wait:g} s; "
+                        "this call was not applied. Retry it in a moment."
+                    )
+                held.callback(self._writer_gate.release)
+                try:
+                    backend.lock_wait_s = max(deadline - time.monotonic(), 0.001)
+                    held.enter_context(backend.locked())
+                except BaseException:
+                    held.close()
+                    raise
+            # Memory may have moved on while the call lock was let go: the caller catches up
+            # (`_sync`) under the lock, as always.
+            self._writer = threading.get_ident()
+            held.callback(setattr, self, "_writer", None)
+            with held:
+                yield
+
+    @contextlib.asynccontextmanager
+    async def _locked_off_loop(self) -> AsyncIterator[None]:
+        """`_locked` for a coroutine: waiting for the locks, and releasing them (a database
+        round trip), happen on a worker thread, so the event loop serves other calls."""
+        cm = self._locked()
+        await anyio.to_thread.run_sync(cm.__enter__)
+        try:
+            yield
+        finally:
+            await anyio.to_thread.run_sync(cm.__exit__, None, None, None)
 
     def _read(self) -> Any:
         """Context for a read: catch up with other processes first."""
@@ -538,7 +634,7 @@ class _Journaled(_StateOps):
         if self._backend is None:
             return
         sd = self._backend
-        with self._locked():
+        async with self._locked_off_loop():
             self._sync()
             items = list(self._s.items.values())
             gen, offset = sd.gen, sd.offset
@@ -550,7 +646,7 @@ class _Journaled(_StateOps):
         if not tmp_ok:
             self._dirty = True
             return
-        with self._locked():
+        async with self._locked_off_loop():
             # Catch up first: only that reveals a rotation by another process (it reloads and
             # moves sd.gen). Checking before it let a stale snapshot replace a newer one and
             # cut the new journal at our old offset, mid-line.

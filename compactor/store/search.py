@@ -8,7 +8,7 @@ import heapq
 import logging
 from typing import Final
 
-from ..errors import PersistenceError
+from ..errors import PersistenceError, WriteConflictError
 from ..models import Item, Op
 from ..search import scoring
 from ..search.views import covers, overlaps, parse_query
@@ -180,6 +180,8 @@ class _Search(_Journaled):
             )
         try:
             self._commit(ops, sync=False)
+        except WriteConflictError:
+            raise  # the query runs again, caught up: its counts then build on the other server's
         except PersistenceError as exc:
             log.warning("access times not saved: %s", exc)
             for op in ops:

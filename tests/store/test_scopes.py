@@ -92,7 +92,9 @@ def test_scope_from_client_roots(tmp_path: Path):
                 assert st.structured_content["scope"] == str(proj)
 
     anyio.run(main)
-    assert store.scope == str(proj)
+    assert store.get(store.ids()[0]).scope == str(proj)
+    # The session's scope is its own: the store's, which other sessions start from, is unchanged.
+    assert store.scope == "/somewhere/else"
 
 
 @pytest.mark.slow

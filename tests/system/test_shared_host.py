@@ -381,7 +381,8 @@ async def test_the_host_in_process_ignores_a_stray_connection_and_stops_with_its
         )
         reply = await line(conn, buf)
         assert not reply["result"].get("isError"), reply
-        assert store.scope == "/projects/one"  # the call ran in the scope this client sent
+        stored = reply["result"]["structuredContent"]["id"]
+        assert store.get(stored).scope == "/projects/one"  # the call ran in the scope this client sent
         await conn.send_eof()
         events.append("client left")
         with pytest.raises(anyio.EndOfStream):
