@@ -170,9 +170,15 @@ class DirBackend(StateDir):
         indexfile.remove_others(self.path, name)
 
     def describe(self) -> dict[str, Any]:
+        try:
+            # The snapshot on disk, whoever wrote it (last_snapshot_at is this process's own).
+            snapshot_at: float | None = self.snapshot_path.stat().st_mtime
+        except OSError:
+            snapshot_at = None
         return {
             "state_dir": str(self.path),
             "journal_bytes": self.journal_size(),
+            "snapshot_at": snapshot_at,
             "generation": self.gen,
             "last_snapshot_at": self.last_snapshot_at,
             "last_snapshot_seconds": self.last_snapshot_seconds,

@@ -433,3 +433,34 @@ def test_a_memory_file_that_is_not_utf8_is_refused_in_one_sentence_and_nothing_i
         assert f"{folder / 'latin.md'} is not UTF-8 text (byte 0xe9 at offset 3)" in err
         assert "Nothing was imported." in err
     assert not state.exists() or Store(state_dir=state).ids() == []
+
+
+def test_export_force_replaces_regular_files_only(capsys, tmp_path):
+    """Issue 38 point 15: `export -o PATH --force` as root replaced a device node with a file
+    holding the whole memory. A pipe, a socket and (as root) a device node stay as they are."""
+    import socket
+
+    src = tmp_path / "src"
+    s = Store(state_dir=src)
+    s.store("the deploy key lives in vault path secret/deploy")
+    s.close()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    sock_path = tmp_path / "sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    nodes = [fifo, sock_path]
+    if os.geteuid() == 0:  # only root may make a device node; the issue's case
+        device = tmp_path / "null"
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        nodes.append(device)
+    try:
+        for node in nodes:
+            kind = stat.S_IFMT(node.lstat().st_mode)
+            for extra in ((), ("--force",)):
+                code, _, err = run(capsys, "export", "--state-dir", str(src), "-o", str(node), *extra)
+                assert code == 1 and "not a regular file" in err, (node, err)
+                assert err.count("\n") == 1
+                assert stat.S_IFMT(node.lstat().st_mode) == kind
+    finally:
+        sock.close()

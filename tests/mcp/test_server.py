@@ -503,3 +503,22 @@ async def test_a_page_header_says_which_items_it_shows_and_when_an_offset_is_pas
         assert (await header("expand", id=node.id, offset=99_999)).endswith(
             f"no children from offset 99,999: there are {total}"
         )
+
+
+async def test_status_names_the_snapshot_on_disk_that_an_earlier_run_wrote(tmp_path: Any) -> None:
+    """Issue 38 point 11: a snapshot another process (or a previous run) wrote is not "never"."""
+    first = Store(state_dir=tmp_path / "state")
+    first.store("kept across runs")
+    first.close_with_snapshot()  # as a clean stop of a server does
+    assert (tmp_path / "state" / "snapshot.json").exists()
+    store = Store(state_dir=tmp_path / "state")
+    try:
+        async with connect(store) as c:
+            res = await c.call_tool("status", {})
+            text = res.content[0].text  # type: ignore[union-attr]
+            assert res.structured_content is not None
+        assert "last snapshot never" not in text
+        assert re.search(r"last snapshot \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text), text
+        assert res.structured_content["persistence"]["snapshot_at"]
+    finally:
+        store.close()
