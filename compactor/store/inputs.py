@@ -165,6 +165,15 @@ class _Inputs(_StateOps):
                 self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         return content, summary
 
+    def _redact_text(self, text: str | None) -> str | None:
+        """Any other free text of an item (an imported `quality`), redacted as content is."""
+        if text is None or not self.redact_secrets:
+            return text
+        text, found = redact(text)
+        for r in found:
+            self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+        return text
+
     def _redact_tags(self, tags: str | Sequence[str] | None) -> str | Sequence[str] | None:
         """Tags without the ones holding a credential: such a tag is dropped, not rewritten, as
         `[redacted:github_token]` would tag nothing. Checked before parse_tags lowercases them
@@ -233,7 +242,12 @@ class _Inputs(_StateOps):
         if ctype not in CONTENT_TYPES:
             ctype = str(detect_type(content))
         try:
-            tags = parse_tags(rec["tags"]) if "tags" in rec else merge_tags([], auto_tags(content, ctype))
+            # A tag holding a credential is dropped, as the store tool drops it.
+            tags = (
+                parse_tags(self._redact_tags(rec["tags"]))
+                if "tags" in rec
+                else merge_tags([], auto_tags(content, ctype))
+            )
         except (ValueError, TypeError) as exc:
             raise InvalidArgumentError(str(exc)) from exc
         if len(tags) > C.MAX_TAGS:
@@ -242,7 +256,8 @@ class _Inputs(_StateOps):
         def pick(key: str, ok: Callable[[Any], bool], default: Any) -> Any:
             value = rec.get(key, default)
             if not ok(value):
-                raise InvalidArgumentError(f"{key} has an invalid value: {value!r}.")
+                shown = redact(repr(value))[0] if self.redact_secrets else repr(value)  # never echo a credential
+                raise InvalidArgumentError(f"{key} has an invalid value: {shown}.")
             return value
 
         def is_time(v: Any) -> bool:
@@ -286,10 +301,10 @@ class _Inputs(_StateOps):
             depth=depth,
             children=children,
             parents=tuple(pick("parents", is_ids, ())),
-            quality=pick("quality", lambda v: v is None or isinstance(v, str), None),
+            quality=self._redact_text(pick("quality", lambda v: v is None or isinstance(v, str), None)),
             gone_children=tuple(pick("gone_children", is_ids, ())),
             children_tier=pick("children_tier", lambda v: v in ("active", "archived"), "archived"),
-            scope=scope if scope == "" else self._check_scope(scope),
+            scope=scope if scope == "" else self._check_stored_scope(scope),
             **(file_view_fields(content, summary) if not depth else {}),
         )
 

@@ -464,3 +464,57 @@ def test_export_force_replaces_regular_files_only(capsys, tmp_path):
                 assert stat.S_IFMT(node.lstat().st_mode) == kind
     finally:
         sock.close()
+
+
+def _secret_shape(name: str) -> str:
+    from bench.secret_shapes import SHAPES
+
+    return next(shape.secret for shape in SHAPES if shape.name == name)
+
+
+def test_import_redacts_every_text_field_the_store_tool_does(capsys, tmp_path):
+    """Issue 38 point 3: content and summary were redacted on import, but not quality, tags
+    or scope; a scope holding a credential is refused, as the store tool refuses it."""
+    github = _secret_shape("github classic pat ghp_")
+    stripe = _secret_shape("stripe secret sk_live_")
+    dst = tmp_path / "dst"
+    record = {
+        "id": "imp-one",
+        "content": "billing worker notes",
+        "quality": f"extractive password=Hunter2-{stripe[-8:]}",
+        "tags": ["billing", github],
+        "scope": "/p/one",
+    }
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps({"items": [record]}))
+    code, out, err = run(capsys, "import", str(path), "--state-dir", str(dst))
+    assert code == 0, err
+    s = Store(state_dir=dst, scope="/p/one")
+    item = s.get("imp-one")
+    s.close()
+    assert item.tags == ("billing",)
+    assert item.quality == "extractive password=[REDACTED:password]"
+    for f in dst.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert github.encode() not in data and stripe[-8:].encode() not in data, f
+
+    for scope in (f"proj token={github}", f"proj {github}"):
+        bad = dict(record, id="imp-two", scope=scope)
+        path.write_text(json.dumps({"items": [bad]}))
+        code, out, err = run(capsys, "import", str(path), "--state-dir", str(dst))
+        assert code == 1 and "items[0]" in err and "credential" in err, err
+        assert github not in out + err
+        assert err.count("\n") == 1
+    s = Store(state_dir=dst, scope="/p/one")
+    assert [it.id for it in s.iter_items()] == ["imp-one"]
+    s.close()
+
+
+def test_an_invalid_imported_field_is_named_without_echoing_a_credential(capsys, tmp_path):
+    github = _secret_shape("github classic pat ghp_")
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps({"items": [{"id": "imp-x", "content": "x", "tier": f"token {github}"}]}))
+    code, out, err = run(capsys, "import", str(path), "--state-dir", str(tmp_path / "dst"))
+    assert code == 1 and "tier has an invalid value" in err
+    assert github not in out + err
