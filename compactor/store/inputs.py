@@ -236,6 +236,8 @@ class _Inputs(_StateOps):
         item_id = rec.get("id")
         if not isinstance(item_id, str) or not _VALID_ID.fullmatch(item_id):
             raise InvalidArgumentError(f"id must be {_ID_RULE}.")
+        if "content_offset" in rec:  # a page of the export tool: `compactor import` joins them
+            raise InvalidArgumentError("content is one part of a larger item; join its parts before importing.")
         summary = self._check_summary(rec.get("summary"))
         content, summary = self._redact(content, summary)
         ctype = rec.get("content_type")
