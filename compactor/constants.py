@@ -134,6 +134,8 @@ MIN_BEARER_TOKEN: Final = 16  # OAuth/JWT bearer tokens are 20+ chars; shorter "
 MIN_PASSPHRASE_WORDS: Final = 2  # a quoted password with spaces: 2-5 words is a passphrase ...
 MAX_PASSPHRASE_WORDS: Final = 5  # ... more reads as a message ("Please enter the new password")
 MIN_RANDOM_LETTERS: Final = 20  # letters-only secrets (client_secret=AbXq...) are long; names shorter
+MIN_SESSION_COOKIE: Final = 16  # session ids are 26+ characters (PHPSESSID); shorter values are flags
+MIN_KNOWN_SECRET: Final = 8  # a literal secret shorter than this would match ordinary text
 MAX_PASSES: Final = 4  # text with secrets settles after one pass (a second one confirms); see `redact`
 
 # --- output bounds ------------------------------------------------------------------------

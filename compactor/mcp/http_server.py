@@ -96,6 +96,9 @@ def http_app(store: Store, *, host: str, port: int, token: str | None, scope_fix
     options: dict[str, Any] = {}
     if token is not None:
         options["token_verifier"] = StaticTokenVerifier(token)
+        # A client that writes the token into what it stores (a config file it read, a curl line)
+        # must not leave it in memory, where every other client reads it.
+        store.add_known_secret(token)
         # No OAuth server and no protected-resource metadata: a static token is the whole story.
         options["auth"] = AuthSettings(issuer_url=AnyHttpUrl(f"http://{host}:{port}"), resource_server_url=None)
     mcp = build_server(store, scope_fixed=scope_fixed, **options)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,12 +28,12 @@ _ID_RULE = f"{C.ID_MIN_CHARS}-{C.ID_MAX_CHARS} characters of a-z, 0-9, '-' or '_
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read aloud and retyped
 
 
-def redact(text: str) -> tuple[str, list[Redaction]]:
+def redact(text: str, known: Collection[str] = ()) -> tuple[str, list[Redaction]]:
     """compactor.content.redact's, imported at the first write: its ~100 patterns take ~15 ms to compile,
     which a start that only answers queries need not pay."""
     from ..content.redact import redact as scan
 
-    return scan(text)
+    return scan(text, known)
 
 
 def _new_id() -> str:
@@ -91,6 +91,12 @@ class _Inputs(_StateOps):
     redact_secrets: bool
     _redacted: dict[str, int]  # kind -> count, for the current call
     scope: str
+    # Literal secrets redacted wherever they occur (the HTTP server's own bearer token).
+    known_secrets: frozenset[str] = frozenset()
+
+    def add_known_secret(self, secret: str) -> None:
+        """Redact `secret` from everything stored from now on, whatever it looks like."""
+        self.known_secrets = self.known_secrets | {secret}
 
     def _build(self, inp: StoreInput, seq: int, now: float) -> Item:
         """A new item from a store input, its token counts left 0 for `_count_tokens`."""
@@ -156,11 +162,11 @@ class _Inputs(_StateOps):
         """Credentials become [REDACTED:<kind>] before anything is indexed or written."""
         if not self.redact_secrets:
             return content, summary
-        content, found = redact(content)
+        content, found = redact(content, self.known_secrets)
         for r in found:
             self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         if summary is not None:
-            summary, found = redact(summary)
+            summary, found = redact(summary, self.known_secrets)
             for r in found:
                 self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         return content, summary
@@ -169,7 +175,7 @@ class _Inputs(_StateOps):
         """Any other free text of an item (an imported `quality`), redacted as content is."""
         if text is None or not self.redact_secrets:
             return text
-        text, found = redact(text)
+        text, found = redact(text, self.known_secrets)
         for r in found:
             self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         return text
@@ -183,7 +189,9 @@ class _Inputs(_StateOps):
         raw: list[Any] = tags.strip().split(",") if isinstance(tags, str) else list(tags)
         kept: list[Any] = []
         for tag in raw:
-            found = redact(tag)[1] if isinstance(tag, str) else []  # parse_tags reports a non-string
+            found = (
+                redact(tag, self.known_secrets)[1] if isinstance(tag, str) else []
+            )  # parse_tags reports a non-string
             for r in found:
                 self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
             if not found:
@@ -194,7 +202,7 @@ class _Inputs(_StateOps):
         """A scope names a project; one that holds a credential is refused rather than stored
         (rewriting it would file the item under a different project)."""
         scope = self._check_scope(scope)
-        found = redact(scope)[1] if self.redact_secrets else []
+        found = redact(scope, self.known_secrets)[1] if self.redact_secrets else []
         if found:
             kinds = ", ".join(r.kind for r in found)
             raise InvalidArgumentError(f"scope holds what looks like a credential ({kinds}); name the project instead.")
@@ -258,7 +266,9 @@ class _Inputs(_StateOps):
         def pick(key: str, ok: Callable[[Any], bool], default: Any) -> Any:
             value = rec.get(key, default)
             if not ok(value):
-                shown = redact(repr(value))[0] if self.redact_secrets else repr(value)  # never echo a credential
+                shown = (
+                    redact(repr(value), self.known_secrets)[0] if self.redact_secrets else repr(value)
+                )  # never echo a credential
                 raise InvalidArgumentError(f"{key} has an invalid value: {shown}.")
             return value
 
