@@ -72,7 +72,10 @@ def all_items(store: Store, tier: str, progress: Callable[[int, int], None] | No
     done = 0
     while True:
         page = store.export(tier=cast(TierFilter, tier), cursor=cursor)
-        yield from page.items
+        for item in page.items:
+            # An item larger than a page comes on several pages: it is yielded whole, once.
+            if page.part is None or page.part[0] != item.id or page.part[1] == 0:
+                yield item
         done += len(page.items)
         if progress is not None:
             progress(done, page.total)

@@ -518,3 +518,17 @@ def test_an_invalid_imported_field_is_named_without_echoing_a_credential(capsys,
     code, out, err = run(capsys, "import", str(path), "--state-dir", str(tmp_path / "dst"))
     assert code == 1 and "tier has an invalid value" in err
     assert github not in out + err
+
+
+def test_cli_export_writes_an_item_larger_than_a_page_once_and_whole(capsys, tmp_path):
+    """The export pages give such an item in parts (issue 38 point 8); the CLI file holds it once."""
+    src = tmp_path / "src"
+    s = Store(state_dir=src)
+    big = s.store("\n".join(f"line {n} of a long log" for n in range(20_000))).item.id
+    s.store("a small note after it")
+    s.close()
+    out = tmp_path / "e.json"
+    assert run(capsys, "export", "--state-dir", str(src), "-o", str(out))[0] == 0
+    records = json.loads(out.read_text())["items"]
+    assert [r["id"] for r in records].count(big) == 1
+    assert next(r for r in records if r["id"] == big)["content"].endswith("line 19999 of a long log")
