@@ -99,7 +99,7 @@ def register(kit: ToolKit) -> None:
     @kit.tool(
         name="get",
         annotations=READ_ONLY,
-        description="Read an item in full, whatever compaction did to it, a page at a time (next_offset reads on).",
+        description="Read an item, whatever compaction did to it; next_offset pages long content.",
     )
     async def get(
         ctx: Context, id: IdArg, offset: Annotated[int | None, Field(ge=0)] = None
