@@ -25,15 +25,22 @@ def exists_not_link(path: Path) -> bool:
 
 
 def write_private(path: Path, text: str, *, overwrite: bool = False) -> None:
-    """Write `text` to `path` as a 0600 file. An existing file is replaced (atomically, by a new
-    file: a link at `path` is replaced, never followed) only with `overwrite`."""
+    """Write `text` to `path` as a 0600 file. An existing regular file is replaced (atomically, by
+    a new file: a link at `path` is refused, never followed) only with `overwrite`; anything else
+    at `path` (a directory, a device node, a pipe, a socket) never is."""
     data = text.encode("utf-8")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     if exists_not_link(path):
+        mode = os.lstat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise OutputRefusedError(f"{path} is a directory; give a file name.")
+        if not stat.S_ISREG(mode):
+            # A device node, a pipe or a socket: replacing it would break whatever uses it.
+            raise OutputRefusedError(
+                f"{path} is not a regular file (a device, pipe or socket); --force replaces regular files only."
+            )
         if not overwrite:
             raise OutputRefusedError(f"{path} already exists; pass --force to replace it.")
-        if path.is_dir():
-            raise OutputRefusedError(f"{path} is a directory; give a file name.")
     target = path.with_name(f".{path.name}.{os.getpid()}.tmp") if overwrite else path
     try:
         fd = os.open(target, flags, 0o600)

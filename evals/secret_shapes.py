@@ -191,8 +191,122 @@ def _shapes() -> list[Shape]:
         ("x-api-key header", "password", "-H 'X-Api-Key: {s}'", _body(32)),
         ("signing key high-entropy", "password", "JWT_SIGNING_KEY={s}", _body(48, _ALNUM + "+/")),
         ("authorization token scheme", "bearer_token", "Authorization: token {s}", _body(40, _LOWER_HEX)),
+        # Issue 38: families built from each format's documentation (Discord, Slack, Telegram,
+        # Twilio, Azure SAS, kubeconfig, the tools' man pages, Vault, DigitalOcean, Mapbox, PuTTY, age).
+        (
+            "discord webhook url",
+            "chat_webhook",
+            "DISCORD_WEBHOOK=https://discord.com/api/webhooks/" + _body(18, string.digits) + "/{s}",
+            _body(68, _ALNUM + "_-"),
+        ),
+        (
+            "slack incoming webhook url",
+            "chat_webhook",
+            "curl -X POST -d @msg.json https://hooks.slack.com/services/T"
+            + _body(8, _UPPER_DIGITS)
+            + "/B"
+            + _body(10, _UPPER_DIGITS)
+            + "/{s}",
+            _body(24),
+        ),
+        ("telegram bot token", "telegram_token", "bot = telebot.TeleBot('{s}')", _telegram()),
+        ("discord bot token", "discord_token", "client.run('{s}')", _discord()),
+        (
+            "twilio auth token as positional argument",
+            "twilio_key",
+            "client = Client('AC" + _body(32, _LOWER_HEX) + "', '{s}')",
+            _body(32, _LOWER_HEX),
+        ),
+        (
+            "azure sas sig=",
+            "azure_key",
+            "https://acct.blob.core.windows.net/c/f.txt?sv=2022-11-02&ss=b&srt=o&sp=r"
+            "&se=2026-01-01T00:00:00Z&spr=https&sig={s}",
+            _body(43, _ALNUM + "+/").replace("+", "%2B").replace("/", "%2F") + "%3D",
+        ),
+        (
+            "kubeconfig client-key-data",
+            "private_key",
+            "users:\n- name: admin\n  user:\n    client-certificate-data: "
+            + base64.b64encode(b"-----BEGIN CERTIFICATE-----\n" + _body(60).encode()).decode()
+            + "\n    client-key-data: {s}\n",
+            base64.b64encode(("-----BEGIN RSA " + "PRIVATE KEY-----\n" + _body(90)).encode()).decode(),
+        ),
+        ("kubeconfig user token:", "password", "users:\n- name: ci\n  user:\n    token: {s}\n", _body(40, _LOWER_HEX)),
+        (
+            "kubeadm join --token",
+            "cli_password",
+            "kubeadm join 10.0.0.1:6443 --token {s} --discovery-token-ca-cert-hash sha256:" + _body(64, _LOWER_HEX),
+            _body(6, _LOWER36) + "." + _body(16, _LOWER36),
+        ),
+        ("docker login -p", "cli_password", "docker login -u ci -p {s} registry.example.com", _body(20)),
+        ("sqlcmd -P", "cli_password", "sqlcmd -S db01 -U sa -P {s} -Q 'SELECT 1'", _body(14)),
+        (
+            "openssl -passout pass:",
+            "cli_password",
+            "openssl genrsa -aes256 -passout pass:{s} -out key.pem 4096",
+            _body(16),
+        ),
+        (
+            "ldapsearch -w",
+            "cli_password",
+            "ldapsearch -x -H ldap://ldap -D cn=admin,dc=ex,dc=org -w {s} -b dc=ex,dc=org",
+            _body(12),
+        ),
+        (
+            "az login -p",
+            "cli_password",
+            "az login --service-principal -u http://ci-app -p {s} --tenant contoso.onmicrosoft.com",
+            _body(34, _ALNUM + "~_.-"),
+        ),
+        ("rabbitmqctl add_user", "cli_password", "rabbitmqctl add_user deploy {s}", _body(16)),
+        ("session cookie curl -b", "session_cookie", "curl -b 'sessionid={s}' https://app/api/me", _body(32, _LOWER36)),
+        ("vault hvs. token", "vault_token", "vault login {s}", "hvs." + _body(90, _ALNUM + "_-")),
+        ("digitalocean dop_v1_", "digitalocean_token", "doctl auth init -t {s}", "dop_v1_" + _body(64, _LOWER_HEX)),
+        ("mapbox secret sk.", "mapbox_token", "the mapbox uploads key is {s}", _mapbox()),
+        (
+            "putty private key",
+            "private_key",
+            "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: ci\nPublic-Lines: 2\n"
+            + _body(64, _ALNUM + "+/")
+            + "\n"
+            + _body(4, _ALNUM)
+            + "\nPrivate-Lines: 1\n{s}\nPrivate-MAC: "
+            + _body(64, _LOWER_HEX)
+            + "\n",
+            _body(44, _ALNUM + "+/"),
+        ),
+        (
+            "age secret key",
+            "private_key",
+            "# created: 2021-01-02T15:30:45+01:00\n# public key: age1" + _body(58, _BECH32) + "\n{s}\n",
+            "AGE-SECRET-KEY-1" + _body(58, _BECH32.upper()),
+        ),
+        ("FERNET_KEY= line", "password", "FERNET_KEY={s}", _body(43, _ALNUM + "_-") + "="),
+        ("JWT_KEY= line", "password", "JWT_KEY={s}", _body(48, _ALNUM)),
     ]
     return [Shape(name, kind, template.format(s=secret), secret) for name, kind, template, secret in rows]
+
+
+_UPPER_DIGITS = string.ascii_uppercase + string.digits
+_LOWER36 = string.ascii_lowercase + string.digits
+_BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"  # the bech32 alphabet (age keys)
+
+
+def _telegram() -> str:
+    """A Telegram bot token as BotFather gives it: the bot id, a colon, 35 characters from AA."""
+    return _body(10, string.digits) + ":AA" + _body(33, _ALNUM + "_-")
+
+
+def _discord() -> str:
+    """A Discord bot token: the base64 of the bot's numeric id, a timestamp, an HMAC."""
+    bot_id = "1" + _body(18, string.digits)
+    return _b64url(bot_id) + "." + _body(6, _ALNUM + "_-") + "." + _body(38, _ALNUM + "_-")
+
+
+def _mapbox() -> str:
+    """A Mapbox secret token: sk., a base64url JSON payload, a signature."""
+    return "sk." + _b64url('{"u":"mapper","a":"' + _body(25, _LOWER36) + '"}') + "." + _body(22, _ALNUM + "_-")
 
 
 SHAPES: list[Shape] = _shapes()
@@ -239,4 +353,23 @@ NEAR_MISSES: list[str] = [
     "AccountKey=<your-key>",
     "secret_key = settings.SECRET_KEY",
     "SECRET_KEY = 'django-insecure-change-me'",
+    # Issue 38: what the new detectors must leave alone.
+    "POST https://discord.com/api/webhooks/{webhook.id}/{webhook.token}",
+    "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    "docker login -u me --password-stdin registry.example.com",
+    "openssl genrsa -aes256 -passout env:KEY_PASS -out key.pem",
+    "openssl enc -d -pass file:/run/secrets/pw -in a.enc",
+    "ldapsearch -x -W -D cn=admin,dc=ex,dc=org",
+    "rabbitmqctl list_users",
+    'rabbitmqctl add_user "$RABBIT_USER" "$RABBIT_PASS"',
+    "kubeadm token list",
+    "client-key-data: DATA+OMITTED",
+    "    token: REDACTED",
+    "session_id = request.cookies.get('sessionid')",
+    "Cookie: theme=dark; lang=en-GB",
+    "age1lvyvwawkr0mcnnnncaghunadrqkmuf9e6507x9y920xxpp866cnql7dp2z is the recipient",
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host",
+    "the thumbnail is at https://cdn.example.com/a.png?w=200&sig=3fa9c1",
+    "sqlcmd -S db01 -E -Q 'SELECT 1'",
+    "pytest -p no:cacheprovider -k test_login",
 ]

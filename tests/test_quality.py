@@ -27,3 +27,14 @@ def test_ruff_format_is_clean():
 def test_mypy_strict_is_clean():
     proc = run(sys.executable, "-m", "mypy", "--strict", "compactor")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_license_is_an_spdx_expression_that_the_required_setuptools_reads():
+    """A TOML table `license = { text = ... }` is deprecated by setuptools (removal dated February
+    2027); the SPDX string form needs setuptools 77 (PEP 639), so the build requires it."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["license"] == "MIT"
+    assert "setuptools>=77" in project["build-system"]["requires"]
+    assert not any(c.startswith("License ::") for c in project["project"].get("classifiers", []))

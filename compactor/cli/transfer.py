@@ -72,7 +72,10 @@ def all_items(store: Store, tier: str, progress: Callable[[int, int], None] | No
     done = 0
     while True:
         page = store.export(tier=cast(TierFilter, tier), cursor=cursor)
-        yield from page.items
+        for item in page.items:
+            # An item larger than a page comes on several pages: it is yielded whole, once.
+            if page.part is None or page.part[0] != item.id or page.part[1] == 0:
+                yield item
         done += len(page.items)
         if progress is not None:
             progress(done, page.total)
@@ -165,7 +168,38 @@ def _records(doc: Any) -> list[dict[str, Any]]:
             raise CliError(f"items[{i}] has no content{hint}")
         if not isinstance(rec["content"], str):
             raise CliError(f"items[{i}].content is {type(rec['content']).__name__}; it must be a string")
-    return records
+    return _joined(records)
+
+
+def _joined(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with an item that the MCP `export` tool gave in parts (one larger than a
+    page: `content_offset`, `content_chars`) joined back into one. A part missing is refused,
+    never imported as the whole."""
+    out: list[dict[str, Any]] = []
+    open_part: dict[str, Any] | None = None
+    for i, rec in enumerate(records):
+        if "content_offset" not in rec and "content_chars" not in rec:
+            out.append(rec)
+            continue
+        offset, total = rec.get("content_offset"), rec.get("content_chars")
+        if not (isinstance(offset, int) and isinstance(total, int)):
+            raise CliError(f"items[{i}] has content_offset and content_chars that are not both whole numbers")
+        if offset == 0:
+            open_part = {k: v for k, v in rec.items() if k not in ("content_offset", "content_chars")}
+            open_part["content_chars"] = total
+            out.append(open_part)
+        elif open_part is None or open_part["id"] != rec.get("id") or len(open_part["content"]) != offset:
+            raise CliError(f"items[{i}] continues an item from character {offset:,} but the part before it is missing")
+        else:
+            open_part["content"] += rec["content"]
+    for rec in out:
+        total = rec.pop("content_chars", None)
+        if total is not None and len(rec["content"]) != total:
+            raise CliError(
+                f"item {rec.get('id')} holds {len(rec['content']):,} of its {total:,} characters: "
+                "import every page of the export"
+            )
+    return out
 
 
 # A section heading of our own markdown export (CLI or MCP tool): `## <id> · <type> · importance N · <tier>`.

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,8 +39,11 @@ MIN_PASSPHRASE_WORDS: Final = 2  # a quoted password with spaces: 2-5 words is a
 MAX_PASSPHRASE_WORDS: Final = 5  # ... more reads as a message ("Please enter the new password")
 MIN_RANDOM_LETTERS: Final = 20  # letters-only secrets (client_secret=AbXq...) are long; names shorter
 MAX_PASSES: Final = 4  # text with secrets settles after one pass (a second one confirms); see `redact`
+MIN_SESSION_COOKIE: Final = 16  # session ids are 26+ characters (PHPSESSID); shorter values are flags
+MIN_KNOWN_SECRET: Final = 8  # a literal secret shorter than this would match ordinary text
 
 REDACTION_KINDS: tuple[str, ...] = (
+    "known_secret",
     "private_key",
     "anthropic_key",
     "openai_key",
@@ -58,11 +61,18 @@ REDACTION_KINDS: tuple[str, ...] = (
     "twilio_key",
     "docker_token",
     "pypi_token",
+    "chat_webhook",
+    "discord_token",
+    "telegram_token",
+    "vault_token",
+    "digitalocean_token",
+    "mapbox_token",
     "azure_key",
     "connection_string",
     "basic_auth",
     "bearer_token",
     "cli_password",
+    "session_cookie",
     "password",
 )
 
@@ -98,8 +108,17 @@ _PLACEHOLDER_RE = re.compile(
 )
 
 
+# Keys their vendor publishes in client code: Mapbox public tokens, Stripe publishable keys.
+_PUBLIC_KEY_RE = re.compile(r"pk\.eyJ|pk_(?:live|test)_")
+
+
 def _is_placeholder(value: str) -> bool:
-    return not value or value.lower() in _DUMMIES or _PLACEHOLDER_RE.match(value) is not None
+    return (
+        not value
+        or value.lower() in _DUMMIES
+        or _PLACEHOLDER_RE.match(value) is not None
+        or _PUBLIC_KEY_RE.match(value) is not None
+    )
 
 
 def _looks_generated(value: str, min_length: int = MIN_MACHINE_SECRET) -> bool:
@@ -180,6 +199,39 @@ _NPM_RE = re.compile(r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])"
 _TWILIO_RE = re.compile(r"SK(?<![A-Za-z0-9_]SK)[0-9a-f]{32}(?![A-Za-z0-9_])")
 _DOCKER_RE = re.compile(r"dckr_(?:pat|oat)_(?<![A-Za-z0-9_]dckr_pat_)(?<![A-Za-z0-9_]dckr_oat_)[A-Za-z0-9_-]{27,}")
 _PYPI_RE = re.compile(r"pypi-AgEIcHlwaS5vcmc(?<![A-Za-z0-9_-]pypi-AgEIcHlwaS5vcmc)[A-Za-z0-9_-]{50,}")
+# Private keys that are not PEM: age identities (age-keygen(1)), the private half of a PuTTY .ppk
+# file (its "Private-Lines: N" block; the public half and header stay), and a kubeconfig's
+# base64 `client-key-data`.
+_AGE_RE = re.compile(r"AGE-SECRET-KEY-(?<![A-Za-z0-9-]AGE-SECRET-KEY-)(?:PQ-)?1[0-9A-Z]{50,}")
+_PUTTY_RE = re.compile(r"Private-Lines:[ \t]*\d+\r?\n(?P<value>[A-Za-z0-9+/=]+(?:\r?\n[A-Za-z0-9+/=]+)*)")
+_CLIENT_KEY_DATA_RE = re.compile(r"client-key-data[\"']?[ \t]*:[ \t]*[\"']?(?P<value>[A-Za-z0-9+/]{40,}={0,2})")
+# Chat webhooks: the URL's last part is the secret (Discord: /api/webhooks/<id>/<token>; Slack:
+# hooks.slack.com/services/T.../B.../<secret>).
+_DISCORD_WEBHOOK_RE = re.compile(
+    r"discord(?:app)?\.com/api/(?:v\d+/)?webhooks/\d{15,21}/(?P<value>[A-Za-z0-9_-]{40,})(?![A-Za-z0-9_-])"
+)
+_SLACK_WEBHOOK_RE = re.compile(
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/(?:[A-Za-z0-9]+/){2,3}(?P<value>[A-Za-z0-9]{20,})(?![A-Za-z0-9])"
+)
+# A Discord bot token: base64 of the bot's numeric id, a 6-character timestamp, an HMAC.
+_DISCORD_TOKEN_RE = re.compile(
+    r"(?<![A-Za-z0-9_.-])(?P<id>[MNO][A-Za-z0-9_-]{22,26})\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_.-])"
+)
+# A Telegram bot token from BotFather: the bot id, ":", 35 characters (they start with "AA").
+_TELEGRAM_RE = re.compile(r"(?:(?<=/bot)|(?<![A-Za-z0-9_:]))\d{8,10}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])")
+# HashiCorp Vault: service, batch and recovery tokens (hvs., hvb., hvr.).
+_VAULT_RE = re.compile(r"hv(?<![A-Za-z0-9_.-]hv)[sbr]\.[A-Za-z0-9_-]{24,}(?![A-Za-z0-9_-])")
+# DigitalOcean: personal access (dop_), OAuth access (doo_) and refresh (dor_) tokens.
+_DIGITALOCEAN_RE = re.compile(r"do(?<![A-Za-z0-9_]do)[por]_v1_[a-f0-9]{64}(?![A-Za-z0-9])")
+# Mapbox secret tokens (sk.<base64url JSON>.<signature>); public ones (pk.) are meant to be shown.
+_MAPBOX_RE = re.compile(r"sk\.eyJ(?<![A-Za-z0-9_.]sk\.eyJ)[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}")
+# Twilio's client takes the auth token as the argument after the Account SID (AC + 32 hex).
+_TWILIO_POSITIONAL_RE = re.compile(
+    r"AC(?<![A-Za-z0-9_]AC)[0-9a-f]{32}[\"']?[ \t]*,[ \t]*[\"']?(?P<value>[0-9a-f]{32})(?![A-Za-z0-9])"
+)
+# An Azure shared access signature: `sig=` among the SAS parameters (sv, sr, se, sp, skn).
+_SAS_SIG_RE = re.compile(r"sig=(?<![A-Za-z0-9_]sig=)(?P<value>[A-Za-z0-9%+/=]{20,})")
+_SAS_PARAM_RE = re.compile(r"(?:^|[?&;\s])(?:sv|sr|se|sp|skn)=")
 # Passwords on a command line. `-p` is case-sensitive (`mysql -P3306` is a port), so these run on
 # the original text; the command name must be on the same line, at most _CLI_SPAN characters before.
 _CLI_SPAN = r"[^\n]{0,300}?[ \t]"
@@ -201,7 +253,44 @@ _CLI_RES = (
     ),
     re.compile(r"sshpass[ \t]+-p[ \t]*" + _Q + r"(?P<value>[^\s'\"]+)"),
     re.compile(r"redis-cli(?=[ \t])" + _CLI_SPAN + r"-a[ \t]+" + _Q + r"(?P<value>[^\s'\"]+)"),
-    re.compile(r"--pass(?:word|wd)?[ \t]+" + _Q + r"(?P<value>[^\s'\"-][^\s'\"]*)"),
+    re.compile(r"--pass(?:word|wd|phrase)?[ \t]+" + _Q + r"(?P<value>[^\s'\"-][^\s'\"]*)"),
+    # A registry or cloud login: `docker login -u me -p PASSWORD`, `az login -u ID -p SECRET`.
+    *(
+        re.compile(
+            rf"{command}(?<![\w.-]{command})[ \t]+login(?=[ \t])"
+            + _CLI_SPAN
+            + r"(?:-p|--password)(?:[ \t]+|=)"
+            + _Q
+            + r"(?P<value>[^\s'\"]+)"
+        )
+        for command in ("docker", "podman", "nerdctl", "buildah", "skopeo", "oras", "az")
+    ),
+    # SQL Server's tools take the password as -P (sqlcmd(1), bcp).
+    *(
+        re.compile(rf"{command}(?<![\w.-]{command})(?=[ \t])" + _CLI_SPAN + r"-P[ \t]*" + _Q + r"(?P<value>[^\s'\"]+)")
+        for command in ("sqlcmd", "bcp")
+    ),
+    # OpenSSL's pass phrase arguments: `-passout pass:SECRET` (env:, file:, fd: name a place, not a secret).
+    re.compile(r"-pass(?:in|out)?[ \t]+" + _Q + r"pass:(?P<value>[^\s'\"]+)"),
+    # OpenLDAP's clients take the bind password as -w (-W prompts for it).
+    re.compile(
+        r"ldap(?:search|modify|add|delete|passwd|whoami|compare|modrdn|exop|url)?(?=[ \t])"
+        + _CLI_SPAN
+        + r"-w[ \t]*"
+        + _Q
+        + r"(?P<value>[^\s'\"]+)"
+    ),
+    # rabbitmqctl add_user NAME PASSWORD, change_password NAME PASSWORD.
+    re.compile(
+        r"rabbitmqctl(?=[ \t])[^\n]{0,200}?[ \t](?:add_user|change_password)[ \t]+(?:'[^'\n]*'|\"[^\"\n]*\"|\S+)[ \t]+"
+        + _Q
+        + r"(?P<value>[^\s'\"]+)"
+    ),
+)
+# A token given to a flag with a space (`kubeadm join --token T`, `--access-token T`): `--token=T`
+# is an assignment, which the keyed detectors read. Judged as a machine secret.
+_TOKEN_FLAG_RE = re.compile(
+    r"--(?:[a-z]+-)*(?:token|secret|api-key|apikey)[ \t]+" + _Q + r"(?P<value>[^\s'\"-][^\s'\"]*)"
 )
 _METAVAR_RE = re.compile(r"[A-Z][A-Z_]*")
 # A .pgpass line (host:port:database:user:password) and a .netrc entry.
@@ -212,6 +301,36 @@ _NETRC_RES = tuple(
     re.compile(rf"{word}(?<![\w-]{word}){host}[ \t\r\n]+login[ \t\r\n]+\S+[ \t\r\n]+password[ \t]+(?P<value>\S+)")
     for word, host in (("machine", r"[ \t]+\S+"), ("default", ""))
 )
+
+
+def _value_ok(m: re.Match[str]) -> bool:
+    return not _is_placeholder(m["value"]) and _has_digit_and_letter(m["value"])
+
+
+def _discord_token_ok(m: re.Match[str]) -> bool:
+    """The first part decodes to a Discord id (a snowflake: 17 to 20 digits)."""
+    part = m["id"]
+    try:
+        decoded = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)).decode("ascii")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return decoded.isdigit() and 17 <= len(decoded) <= 20
+
+
+def _sas_ok(m: re.Match[str]) -> bool:
+    """`sig=` inside a run (no spaces or quotes) that also holds another SAS parameter."""
+    text = m.string
+    start = m.start()
+    while start > 0 and not text[start - 1].isspace() and text[start - 1] not in "'\"<>":
+        start -= 1
+    end = m.end()
+    while end < len(text) and not text[end].isspace() and text[end] not in "'\"<>":
+        end += 1
+    return _SAS_PARAM_RE.search(text, start, end) is not None and _has_digit_and_letter(m["value"])
+
+
+def _token_flag_ok(m: re.Match[str]) -> bool:
+    return _cli_ok(m) and _looks_generated(m["value"].rstrip(m["q"] or "\0"))
 
 
 def _huggingface_ok(m: re.Match[str]) -> bool:
@@ -255,6 +374,15 @@ def _head(pattern: re.Pattern[str]) -> tuple[str]:
 # `check` has `group` (0: all of it) replaced.
 _FORMATS: tuple[tuple[str, tuple[str, ...], re.Pattern[str], _Check, int | str], ...] = (
     ("private_key", ("PRIVATE KEY",), _PRIVATE_KEY_RE, None, 0),
+    ("private_key", ("AGE-SECRET-KEY-",), _AGE_RE, None, 0),
+    ("private_key", ("Private-Lines:",), _PUTTY_RE, None, "value"),
+    ("private_key", ("client-key-data",), _CLIENT_KEY_DATA_RE, _value_ok, "value"),
+    ("chat_webhook", ("/webhooks/",), _DISCORD_WEBHOOK_RE, _value_ok, "value"),
+    ("chat_webhook", ("hooks.slack.com",), _SLACK_WEBHOOK_RE, _value_ok, "value"),
+    ("telegram_token", (":AA",), _TELEGRAM_RE, None, 0),
+    ("vault_token", ("hvs.", "hvb.", "hvr."), _VAULT_RE, _token_ok, 0),
+    ("digitalocean_token", ("_v1_",), _DIGITALOCEAN_RE, None, 0),
+    ("mapbox_token", ("sk.eyJ",), _MAPBOX_RE, None, 0),
     ("anthropic_key", ("sk-ant-",), _ANTHROPIC_RE, _anthropic_ok, 0),
     ("openai_key", ("sk-",), _OPENAI_RE, _openai_ok, 0),
     ("github_token", ("gh", "github_pat_"), _GITHUB_RE, None, 0),
@@ -262,6 +390,7 @@ _FORMATS: tuple[tuple[str, tuple[str, ...], re.Pattern[str], _Check, int | str],
     ("aws_access_key", ("AKIA", "ASIA"), _AWS_ACCESS_RE, _aws_access_ok, 0),
     *(("stripe_key", _head(p), p, _token_ok, 0) for p in _STRIPE_RES),
     ("jwt", ("eyJ",), _JWT_RE, None, 0),
+    ("discord_token", ("M", "N", "O"), _DISCORD_TOKEN_RE, _discord_token_ok, 0),
     *(
         ("google_api_key", (needle,), p, None, 0)
         for needle, p in zip(("AIza", "GOCSPX-", "ya29."), _GOOGLE_RES, strict=True)
@@ -271,10 +400,13 @@ _FORMATS: tuple[tuple[str, tuple[str, ...], re.Pattern[str], _Check, int | str],
     ("sendgrid_key", ("SG.",), _SENDGRID_RE, None, 0),
     ("npm_token", ("npm_",), _NPM_RE, _token_ok, 0),
     ("twilio_key", ("SK",), _TWILIO_RE, _token_ok, 0),
+    ("twilio_key", ("AC",), _TWILIO_POSITIONAL_RE, _value_ok, "value"),
+    ("azure_key", ("sig=",), _SAS_SIG_RE, _sas_ok, "value"),
     ("docker_token", ("dckr_",), _DOCKER_RE, None, 0),
     ("pypi_token", ("pypi-",), _PYPI_RE, None, 0),
     ("connection_string", ("://",), _CONNECTION_RE, _connection_ok, "value"),
     *(("cli_password", _head(p), p, _cli_ok, "value") for p in _CLI_RES),
+    ("cli_password", ("--",), _TOKEN_FLAG_RE, _token_flag_ok, "value"),
     ("password", (":",), _PGPASS_RE, _pgpass_ok, "value"),
     *(("password", _head(p), p, _line_value_ok, "value") for p in _NETRC_RES),
 )
@@ -332,7 +464,10 @@ _MACHINE_RES = (
         r"key(?:(?<=api_key)|(?<=api-key)|(?<=apikey)|(?<=access_key)|(?<=access-key)|(?<=accesskey)"
         r"|(?<=private_key)|(?<=private-key)|(?<=privatekey)|(?<=secret_key)|(?<=secret-key)|(?<=secretkey)"
         r"|(?<=signing_key)|(?<=signing-key)|(?<=signingkey)|(?<=encryption_key)|(?<=encryptionkey)"
-        r"|(?<=master_key)|(?<=masterkey)|(?<=client_key)|(?<=app_key))" + _ASSIGNED
+        r"|(?<=master_key)|(?<=masterkey)|(?<=client_key)|(?<=app_key)"
+        # Signing and encryption keys named for what they sign (Django/Flask settings, Airflow).
+        r"|(?<=jwt_key)|(?<=jwt-key)|(?<=jwtkey)|(?<=fernet_key)|(?<=fernetkey)|(?<=hmac_key)|(?<=hmac-key))"
+        + _ASSIGNED
     ),
 )
 # `Authorization: Basic <base64 of user:password>`; the decoding check keeps "Basic usage" out.
@@ -347,6 +482,10 @@ _AUTH_SCHEME_RE = re.compile(
     r"(?P<value>[a-z0-9._~+/-]{16,}=*)(?![a-z0-9._~+/=-])"
 )
 _IDENTIFIER_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+# A session cookie (sessionid, PHPSESSID, JSESSIONID, connect.sid, laravel_session, ...) on a
+# line that is about cookies: a Cookie/Set-Cookie header, curl's -b or --cookie, document.cookie.
+_COOKIE_RE = re.compile(r"(?:sess|sid)[a-z0-9_.-]*=(?P<value>[^\s;,'\"&]+)")
+_CURL_COOKIE_RE = re.compile(r"(?:^|[ \t])-b[ \t]+[\"']?$")
 
 Span = tuple[int, int]
 
@@ -362,6 +501,20 @@ def _aws_secret(text: str, lowered: str, m: re.Match[str]) -> Span | None:
     if start > 0 and lowered[start - 1].isalnum():
         return None
     return None if _is_placeholder(text[m.start("value") : m.end("value")]) else m.span("value")
+
+
+def _cookie(text: str, lowered: str, m: re.Match[str]) -> Span | None:
+    name_start = _key_start(lowered, m.start())
+    if name_start > 0 and lowered[name_start - 1] not in " \t;'\"=:":
+        return None
+    line_start = lowered.rfind("\n", 0, name_start) + 1
+    line_end = lowered.find("\n", m.end())
+    line = lowered[line_start : line_end if line_end >= 0 else len(lowered)]
+    if "cookie" not in line and _CURL_COOKIE_RE.search(lowered, line_start, name_start) is None:
+        return None
+    value = text[m.start("value") : m.end("value")]
+    ok = len(value) >= MIN_SESSION_COOKIE and _looks_generated(value) and not _is_placeholder(value)
+    return m.span("value") if ok else None
 
 
 def _azure(text: str, lowered: str, m: re.Match[str]) -> Span | None:
@@ -455,6 +608,7 @@ _KEYED: tuple[tuple[str, tuple[re.Pattern[str], ...], _Judge], ...] = (
     ("azure_key", (_AZURE_RE,), _azure),
     ("basic_auth", (_BASIC_RE,), _basic),
     ("bearer_token", (_BEARER_RE, _AUTH_SCHEME_RE), _bearer),
+    ("session_cookie", (_COOKIE_RE,), _cookie),
     ("password", (_HUMAN_RE,), _human),
     ("password", _MACHINE_RES, _machine),
 )
@@ -504,9 +658,16 @@ def _redact_once(text: str, counts: dict[str, int]) -> str:
     return text
 
 
-def redact(text: str) -> tuple[str, list[Redaction]]:
-    """`text` with every secret found replaced by `[REDACTED:<kind>]`, and what was replaced."""
+def redact(text: str, known: Collection[str] = ()) -> tuple[str, list[Redaction]]:
+    """`text` with every secret found replaced by `[REDACTED:<kind>]`, and what was replaced.
+    `known` are literal secrets (the server's own bearer token) redacted wherever they occur,
+    whatever they look like; shorter than MIN_KNOWN_SECRET they are ignored (they would match
+    ordinary words)."""
     counts: dict[str, int] = {}
+    for secret in sorted(known, key=len, reverse=True):
+        if len(secret) >= MIN_KNOWN_SECRET and secret in text:
+            counts["known_secret"] = counts.get("known_secret", 0) + text.count(secret)
+            text = text.replace(secret, placeholder("known_secret"))
     # A replacement can change how its neighbour reads ("x...PASSWORD=[REDACTED:password]" now
     # ends a long run at "=", which reads as a bearer token), so passes repeat until nothing
     # changes: that is what makes redact(redact(t)) == redact(t). Text without secrets takes one.

@@ -188,6 +188,9 @@ def http_app(
     options: dict[str, Any] = {}
     if token is not None:
         options["token_verifier"] = StaticTokenVerifier(token)
+        # A client that writes the token into what it stores (a config file it read, a curl line)
+        # must not leave it in memory, where every other client reads it.
+        store.add_known_secret(token)
         # No OAuth server and no protected-resource metadata: a static token is the whole story.
         issuer = public_url or f"http://{url_host(host)}:{port}"
         options["auth"] = AuthSettings(issuer_url=AnyHttpUrl(issuer), resource_server_url=None)

@@ -12,6 +12,7 @@ from pydantic import Field
 from .. import constants as C
 from ..errors import NotFoundError
 from ..render import preview
+from ..report import fmt_time
 from ..summaries.condense import depth_instruction
 from . import schemas as S
 from .kit import READ_ONLY, WRITE_IDEMPOTENT, ToolKit
@@ -37,9 +38,12 @@ def register(kit: ToolKit) -> None:
             )
             p = current.persistence
             where = f"state dir {p['state_dir']}" if "state_dir" in p else f"database {p.get('database')}"
+            # This process's last snapshot, else the one on disk (another process's, or a
+            # previous run's): "never" only when there is none.
+            snapshot_at = p.get("last_snapshot_at") or p.get("snapshot_at")
             persist = (
                 f"{where}, journal {p['journal_bytes']:,} bytes, last snapshot "
-                f"{'never' if not p.get('last_snapshot_at') else p['last_snapshot_at']}"
+                f"{fmt_time(snapshot_at) if snapshot_at else 'never'}"
                 if p.get("enabled")
                 else "in memory only (no --state-dir)"
             )

@@ -63,8 +63,9 @@ def register(kit: ToolKit) -> None:
     async def dissolve(ctx: Context, id: IdArg) -> Annotated[CallToolResult, S.DissolveResult]:
         def go() -> CallToolResult:
             kids = store.dissolve(id)
-            back = kids[0].tier if kids else "archive"
-            text = f"Dissolved {id}: {len(kids)} children back in the {back}.\n{kit.line()}"
+            back = "active memory" if kids and kids[0].tier == "active" else "the archive"
+            children = "1 child" if len(kids) == 1 else f"{len(kids):,} children"
+            text = f"Dissolved {id}: {children} back in {back}.\n{kit.line()}"
             model = S.DissolveResult(id=id, children=[S.child(k) for k in kids[:200]], budget=kit.budget())
             return result(text, model)
 

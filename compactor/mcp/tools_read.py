@@ -89,7 +89,7 @@ def register(kit: ToolKit) -> None:
     @kit.tool(
         name="get",
         annotations=READ_ONLY,
-        description="Read an item in full, whatever compaction did to it; offset pages long content.",
+        description="Read an item, whatever compaction did to it; next_offset pages long content.",
     )
     async def get(
         ctx: Context, id: IdArg, offset: Annotated[int | None, Field(ge=0)] = None
@@ -100,7 +100,10 @@ def register(kit: ToolKit) -> None:
                 raise InvalidArgumentError(
                     f"offset {offset:,} is past the end of {it.id}'s content ({len(it.content):,} characters)."
                 )
-            model = S.full(it, None if offset is None else (offset, page_end(it.content, offset, store.counter.count)))
+            # One page at most, from `offset` (0 when left out): a 1 MiB item returned whole was
+            # 2.1 million characters with its copy in structuredContent.
+            start = offset or 0
+            model = S.full(it, (start, page_end(it.content, start, store.counter.count)))
             head = (
                 f"{it.id} ({it.content_type}, importance {it.importance}, {it.tier}, view: {it.view}"
                 f"{', pinned' if it.pinned else ''}{', merged into ' + it.merged_into if it.merged_into else ''})"
@@ -112,12 +115,12 @@ def register(kit: ToolKit) -> None:
                 parts.append("summary: " + it.summary)
             if it.file_paths:
                 parts.append(describe_view(it.file_command, it.file_paths, it.file_lines))
-            if offset is None:
+            if offset is None and model.next_offset is None:
                 parts.append(it.content)
             else:
-                end = offset + len(model.content)
+                end = start + len(model.content)
                 more = f"more: get({it.id!r}, offset={end})" if model.next_offset is not None else "the end"
-                parts += [model.content, f"(characters {offset:,}-{end:,} of {len(it.content):,}; {more})"]
+                parts += [model.content, f"(characters {start:,}-{end:,} of {len(it.content):,}; {more})"]
             return result("\n".join(parts), model)
 
         return await kit.run(ctx, go)
@@ -168,21 +171,31 @@ def register(kit: ToolKit) -> None:
             records: list[dict[str, Any]] = []
             md: list[str] = []
             for it in page.items:
+                part = page.part if page.part is not None and page.part[0] == it.id else None
+                if summaries_only and part is not None and part[1] > 0:
+                    continue  # given whole on the page where it began
                 body = (it.summary or preview(it.content, 300)) if summaries_only else it.content
                 # Every field but the store-local seq, as `compactor export` writes them: the
                 # items of all pages, as a JSON list, are what `compactor import` reads back.
                 rec = it.to_record()
                 del rec["seq"]
+                note = ""
                 if summaries_only:
                     del rec["content"]
                     rec["text"] = body
+                elif part is not None:
+                    # An item larger than a page, in parts: `compactor import` joins the records.
+                    body = rec["content"] = it.content[part[1] : part[2]]
+                    rec["content_offset"] = part[1]
+                    rec["content_chars"] = len(it.content)
+                    note = f"(characters {part[1]:,}-{part[2]:,} of {len(it.content):,})\n"
                 records.append(rec)
                 md.append(
                     f"## {it.id} · {it.content_type} · importance {it.importance} · {it.tier}"
                     + (" · pinned" if it.pinned else "")
                     + (f"\n\nTags: {', '.join(it.tags)}" if it.tags else "")
                     + (f"\n\n**Summary:** {' '.join(it.summary.split())}" if it.summary and not summaries_only else "")
-                    + f"\n\n{fence(body)}\n"
+                    + f"\n\n{note}{fence(body)}\n"
                 )
             more = f"\n\n(next page: export(cursor={page.next_cursor!r}))" if page.next_cursor else ""
             if format == "markdown":

@@ -55,8 +55,10 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import threading
 import time
+import urllib.parse
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -235,16 +237,42 @@ def _name_of(label: bytes) -> object:
 
 
 def display_url(url: str) -> str:
-    """The database a URL names, without its password (status and messages show this)."""
-    from psycopg.conninfo import conninfo_to_dict
-
+    """The database a URL names, without its password (status and messages show this). Parsed
+    here, not by the driver: it names the database in the message that the driver is missing."""
     try:
-        info = conninfo_to_dict(url)
-    except Exception:
+        if "://" in url:
+            parts = urllib.parse.urlsplit(url)
+            info = {
+                "user": urllib.parse.unquote(parts.username or ""),
+                "host": parts.hostname or "",
+                "port": str(parts.port or ""),
+                "dbname": urllib.parse.unquote(parts.path.lstrip("/")),
+            }
+        else:  # libpq's key=value form
+            info = {k: v.strip("'") for k, v in _CONNINFO_PAIR.findall(url)}
+    except ValueError:
         return "(unparseable database URL)"
     user = f"{info['user']}@" if info.get("user") else ""
     port = f":{info['port']}" if info.get("port") else ""
     return f"postgresql://{user}{info.get('host') or 'localhost'}{port}/{info.get('dbname') or ''}"
+
+
+_CONNINFO_PAIR = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
+_USERINFO_PASSWORD = re.compile(r"://[^/?#@]*?:([^/?#]*)@")
+
+
+def _without_password(message: str, url: str) -> str:
+    """`message` with the URL's password taken out: the driver quotes a malformed one back
+    ('invalid percent-encoded token: "Sup3rSecretPw%zz"')."""
+    secrets = [m.group(1) for m in _USERINFO_PASSWORD.finditer(url)]
+    secrets += [v.strip("'") for k, v in _CONNINFO_PAIR.findall(url) if k == "password"]
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        message = message.replace(secret, "***")
+        with contextlib.suppress(ValueError):
+            decoded = urllib.parse.unquote(secret, errors="strict")
+            if decoded:
+                message = message.replace(decoded, "***")
+    return message
 
 
 def schema_version(url: str) -> int:
@@ -259,7 +287,9 @@ def schema_version(url: str) -> int:
             got = conn.execute("SELECT coalesce(max(version), 0) FROM compactor_schema").fetchone()
             return int(got[0]) if got else 0
     except driver.Error as exc:
-        raise PersistenceError(f"Cannot connect to database {display_url(url)}: {_one_line(exc)}.") from exc
+        raise PersistenceError(
+            f"Cannot connect to database {display_url(url)}: {_without_password(_one_line(exc), url)}."
+        ) from exc
 
 
 def _one_line(exc: BaseException) -> str:
@@ -275,7 +305,7 @@ def _import_psycopg() -> Any:
     except ImportError as exc:
         raise PersistenceError(
             "--database needs the PostgreSQL driver: install compactor with its postgres extra "
-            "(`pip install 'compactor[postgres]'`) and start again."
+            '(`pip install "compactor[postgres]"`) and start again.'
         ) from exc
     return psycopg
 
@@ -318,7 +348,8 @@ class PgBackend(ReentrantLock):
 
     # --- connections ----------------------------------------------------------------------
     def _fail(self, what: str, exc: BaseException) -> PersistenceError:
-        return PersistenceError(f"Could not {what} in database {self.where}: {str(exc).strip() or exc!r}.")
+        detail = _without_password(str(exc).strip() or repr(exc), self.url)
+        return PersistenceError(f"Could not {what} in database {self.where}: {detail}.")
 
     def _new_connection(self) -> psycopg.Connection[Any]:
         driver = _import_psycopg()
@@ -328,8 +359,8 @@ class PgBackend(ReentrantLock):
             )
         except driver.Error as exc:
             raise PersistenceError(
-                f"Cannot connect to database {self.where}: {_one_line(exc)}. Check the URL, that "
-                "PostgreSQL is running and reachable, and the user's password and rights."
+                f"Cannot connect to database {self.where}: {_without_password(_one_line(exc), self.url)}. "
+                "Check the URL, that PostgreSQL is running and reachable, and the user's password and rights."
             ) from exc
         return conn
 

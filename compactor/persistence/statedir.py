@@ -780,10 +780,16 @@ class StateDir(ReentrantLock):
         indexfile.remove_others(self.path, name)
 
     def describe(self) -> dict[str, Any]:
+        try:
+            # The snapshot on disk, whoever wrote it (last_snapshot_at is this process's own).
+            snapshot_at: float | None = self.snapshot_path.stat().st_mtime
+        except OSError:
+            snapshot_at = None
         return {
             "state_dir": str(self.path),
             "journal_bytes": self.journal_size(),
             "generation": self.gen,
             "last_snapshot_at": self.last_snapshot_at,
             "last_snapshot_seconds": self.last_snapshot_seconds,
+            "snapshot_at": snapshot_at,
         }

@@ -381,6 +381,9 @@ def _output_lines(read: _Read, output: str) -> tuple[list[str], Lines | None]:
     output numbers (nl, cat -n, grep -n on one file): its first and last numbered rows, as
     these programs number in file order."""
     rows = output.split("\n", VIEW_SCAN_LINES)[:VIEW_SCAN_LINES]
+    # The last numbered row is looked for at the output's end: read from the head only, an
+    # 8,999-line `cat -n` claimed lines 1-2000.
+    tail = output.rsplit("\n", VIEW_SCAN_LINES)[-VIEW_SCAN_LINES:]
     if read.recursive or len(read.paths) > 1:
         named: dict[str, None] = {}
         if read.command in _GREPS:
@@ -393,7 +396,7 @@ def _output_lines(read: _Read, output: str) -> tuple[list[str], Lines | None]:
     first = next((int(m.group(1)) for row in rows if (m := pattern.match(row))), None)
     if first is None:
         return [], None
-    last = next((int(m.group(1)) for row in reversed(rows) if (m := pattern.match(row))), first)
+    last = next((int(m.group(1)) for row in reversed(tail) if (m := pattern.match(row))), first)
     return [], (min(first, last), max(first, last))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,12 +28,12 @@ _ID_RULE = f"{C.ID_MIN_CHARS}-{C.ID_MAX_CHARS} characters of a-z, 0-9, '-' or '_
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read aloud and retyped
 
 
-def redact(text: str) -> tuple[str, list[Redaction]]:
+def redact(text: str, known: Collection[str] = ()) -> tuple[str, list[Redaction]]:
     """compactor.content.redact's, imported at the first write: its ~100 patterns take ~15 ms to compile,
     which a start that only answers queries need not pay."""
     from ..content.redact import redact as scan
 
-    return scan(text)
+    return scan(text, known)
 
 
 def _new_id() -> str:
@@ -91,6 +91,12 @@ class _Inputs(_StateOps):
     redact_secrets: bool
     _redacted: dict[str, int]  # kind -> count, for the current call
     scope: str
+    # Literal secrets redacted wherever they occur (the HTTP server's own bearer token).
+    known_secrets: frozenset[str] = frozenset()
+
+    def add_known_secret(self, secret: str) -> None:
+        """Redact `secret` from everything stored from now on, whatever it looks like."""
+        self.known_secrets = self.known_secrets | {secret}
 
     def _build(self, inp: StoreInput, seq: int, now: float) -> Item:
         """A new item from a store input, its token counts left 0 for `_count_tokens`."""
@@ -156,14 +162,23 @@ class _Inputs(_StateOps):
         """Credentials become [REDACTED:<kind>] before anything is indexed or written."""
         if not self.redact_secrets:
             return content, summary
-        content, found = redact(content)
+        content, found = redact(content, self.known_secrets)
         for r in found:
             self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         if summary is not None:
-            summary, found = redact(summary)
+            summary, found = redact(summary, self.known_secrets)
             for r in found:
                 self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         return content, summary
+
+    def _redact_text(self, text: str | None) -> str | None:
+        """Any other free text of an item (an imported `quality`), redacted as content is."""
+        if text is None or not self.redact_secrets:
+            return text
+        text, found = redact(text, self.known_secrets)
+        for r in found:
+            self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
+        return text
 
     def _redact_tags(self, tags: str | Sequence[str] | None) -> str | Sequence[str] | None:
         """Tags without the ones holding a credential: such a tag is dropped, not rewritten, as
@@ -174,7 +189,9 @@ class _Inputs(_StateOps):
         raw: list[Any] = tags.strip().split(",") if isinstance(tags, str) else list(tags)
         kept: list[Any] = []
         for tag in raw:
-            found = redact(tag)[1] if isinstance(tag, str) else []  # parse_tags reports a non-string
+            found = (
+                redact(tag, self.known_secrets)[1] if isinstance(tag, str) else []
+            )  # parse_tags reports a non-string
             for r in found:
                 self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
             if not found:
@@ -185,7 +202,7 @@ class _Inputs(_StateOps):
         """A scope names a project; one that holds a credential is refused rather than stored
         (rewriting it would file the item under a different project)."""
         scope = self._check_scope(scope)
-        found = redact(scope)[1] if self.redact_secrets else []
+        found = redact(scope, self.known_secrets)[1] if self.redact_secrets else []
         if found:
             kinds = ", ".join(r.kind for r in found)
             raise InvalidArgumentError(f"scope holds what looks like a credential ({kinds}); name the project instead.")
@@ -227,13 +244,20 @@ class _Inputs(_StateOps):
         item_id = rec.get("id")
         if not isinstance(item_id, str) or not _VALID_ID.fullmatch(item_id):
             raise InvalidArgumentError(f"id must be {_ID_RULE}.")
+        if "content_offset" in rec:  # a page of the export tool: `compactor import` joins them
+            raise InvalidArgumentError("content is one part of a larger item; join its parts before importing.")
         summary = self._check_summary(rec.get("summary"))
         content, summary = self._redact(content, summary)
         ctype = rec.get("content_type")
         if ctype not in CONTENT_TYPES:
             ctype = str(detect_type(content))
         try:
-            tags = parse_tags(rec["tags"]) if "tags" in rec else merge_tags([], auto_tags(content, ctype))
+            # A tag holding a credential is dropped, as the store tool drops it.
+            tags = (
+                parse_tags(self._redact_tags(rec["tags"]))
+                if "tags" in rec
+                else merge_tags([], auto_tags(content, ctype))
+            )
         except (ValueError, TypeError) as exc:
             raise InvalidArgumentError(str(exc)) from exc
         if len(tags) > C.MAX_TAGS:
@@ -242,7 +266,10 @@ class _Inputs(_StateOps):
         def pick(key: str, ok: Callable[[Any], bool], default: Any) -> Any:
             value = rec.get(key, default)
             if not ok(value):
-                raise InvalidArgumentError(f"{key} has an invalid value: {value!r}.")
+                shown = (
+                    redact(repr(value), self.known_secrets)[0] if self.redact_secrets else repr(value)
+                )  # never echo a credential
+                raise InvalidArgumentError(f"{key} has an invalid value: {shown}.")
             return value
 
         def is_time(v: Any) -> bool:
@@ -286,10 +313,10 @@ class _Inputs(_StateOps):
             depth=depth,
             children=children,
             parents=tuple(pick("parents", is_ids, ())),
-            quality=pick("quality", lambda v: v is None or isinstance(v, str), None),
+            quality=self._redact_text(pick("quality", lambda v: v is None or isinstance(v, str), None)),
             gone_children=tuple(pick("gone_children", is_ids, ())),
             children_tier=pick("children_tier", lambda v: v in ("active", "archived"), "archived"),
-            scope=scope if scope == "" else self._check_scope(scope),
+            scope=scope if scope == "" else self._check_stored_scope(scope),
             **(file_view_fields(content, summary) if not depth else {}),
         )
 

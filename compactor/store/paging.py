@@ -110,23 +110,42 @@ class _Paging(_Inputs, _Journaled):
         page_chars: int = C.EXPORT_PAGE_CHARS,
         scope: str | None = None,
     ) -> ExportPage:
-        """Oldest first, paged by a cursor that survives concurrent stores (it is a seq)."""
-        after = 0
+        """Oldest first, paged by a cursor that survives concurrent stores (it is a seq, and a
+        character offset when the page ended inside an item too large for one page)."""
+        after, resume = 0, 0
         if cursor:
             try:
-                after = int(base64.urlsafe_b64decode(cursor.encode() + b"==").decode())
+                seq_text, _, offset_text = base64.urlsafe_b64decode(cursor.encode() + b"==").decode().partition("+")
+                after, resume = int(seq_text), int(offset_text or 0)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise InvalidArgumentError("cursor is not one this server issued; omit it to start over.") from exc
         with self._read():
             seqs = self._seqs(tier, self._scopes(scope))
-            start = bisect.bisect_right(seqs, after)
+            # Resuming inside an item: that item again, from `resume` (if it is still there).
+            i = bisect.bisect_left(seqs, after) if resume else bisect.bisect_right(seqs, after)
+            if resume and (i == len(seqs) or seqs[i] != after):
+                resume = 0
+            elif resume and resume >= len(self._s.items[self._s.by_seq[after]].content):
+                i, resume = i + 1, 0  # changed since (an update): what is left of it, nothing
             out: list[Item] = []
+            part: tuple[str, int, int] | None = None
             used = 0
-            i = start
             while i < len(seqs):
                 item = self._s.items[self._s.by_seq[seqs[i]]]
-                cost = len(item.content) + len(item.summary or "") + 200
+                start = resume if not out else 0
+                extra = len(item.summary or "") + 200
+                cost = len(item.content) - start + extra
                 if out and used + cost > page_chars:
+                    break
+                if start or cost > page_chars:
+                    # Alone on its page, and only as much of its content as the page holds.
+                    end = min(len(item.content), start + max(page_chars // 4, page_chars - extra))
+                    out.append(item)
+                    part = (item.id, start, end)
+                    if end < len(item.content):
+                        more = f"{item.seq}+{end}".encode()
+                        return ExportPage(out, base64.urlsafe_b64encode(more).decode().rstrip("="), len(seqs), part)
+                    i += 1
                     break
                 out.append(item)
                 used += cost
@@ -134,7 +153,7 @@ class _Paging(_Inputs, _Journaled):
             next_cursor = None
             if i < len(seqs):
                 next_cursor = base64.urlsafe_b64encode(str(out[-1].seq).encode()).decode().rstrip("=")
-            return ExportPage(items=out, next_cursor=next_cursor, total=len(seqs))
+            return ExportPage(items=out, next_cursor=next_cursor, total=len(seqs), part=part)
 
     def iter_items(self) -> Iterator[Item]:
         return iter(list(self._s.items.values()))

@@ -89,3 +89,6 @@ class ExportPage:
     items: list[Item]
     next_cursor: str | None
     total: int
+    # (id, start, end): the one item of this page whose content is given only in part, from
+    # character `start` to `end` (an item larger than a page goes over several).
+    part: tuple[str, int, int] | None = None

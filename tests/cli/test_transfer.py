@@ -433,3 +433,102 @@ def test_a_memory_file_that_is_not_utf8_is_refused_in_one_sentence_and_nothing_i
         assert f"{folder / 'latin.md'} is not UTF-8 text (byte 0xe9 at offset 3)" in err
         assert "Nothing was imported." in err
     assert not state.exists() or Store(state_dir=state).ids() == []
+
+
+def test_export_force_replaces_regular_files_only(capsys, tmp_path):
+    """Issue 38 point 15: `export -o PATH --force` as root replaced a device node with a file
+    holding the whole memory. A pipe, a socket and (as root) a device node stay as they are."""
+    import socket
+
+    src = tmp_path / "src"
+    s = Store(state_dir=src)
+    s.store("the deploy key lives in vault path secret/deploy")
+    s.close()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    sock_path = tmp_path / "sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    nodes = [fifo, sock_path]
+    if os.geteuid() == 0:  # only root may make a device node; the issue's case
+        device = tmp_path / "null"
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        nodes.append(device)
+    try:
+        for node in nodes:
+            kind = stat.S_IFMT(node.lstat().st_mode)
+            for extra in ((), ("--force",)):
+                code, _, err = run(capsys, "export", "--state-dir", str(src), "-o", str(node), *extra)
+                assert code == 1 and "not a regular file" in err, (node, err)
+                assert err.count("\n") == 1
+                assert stat.S_IFMT(node.lstat().st_mode) == kind
+    finally:
+        sock.close()
+
+
+def _secret_shape(name: str) -> str:
+    from evals.secret_shapes import SHAPES
+
+    return next(shape.secret for shape in SHAPES if shape.name == name)
+
+
+def test_import_redacts_every_text_field_the_store_tool_does(capsys, tmp_path):
+    """Issue 38 point 3: content and summary were redacted on import, but not quality, tags
+    or scope; a scope holding a credential is refused, as the store tool refuses it."""
+    github = _secret_shape("github classic pat ghp_")
+    stripe = _secret_shape("stripe secret sk_live_")
+    dst = tmp_path / "dst"
+    record = {
+        "id": "imp-one",
+        "content": "billing worker notes",
+        "quality": f"extractive password=Hunter2-{stripe[-8:]}",
+        "tags": ["billing", github],
+        "scope": "/p/one",
+    }
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps({"items": [record]}))
+    code, out, err = run(capsys, "import", str(path), "--state-dir", str(dst))
+    assert code == 0, err
+    s = Store(state_dir=dst, scope="/p/one")
+    item = s.get("imp-one")
+    s.close()
+    assert item.tags == ("billing",)
+    assert item.quality == "extractive password=[REDACTED:password]"
+    for f in dst.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert github.encode() not in data and stripe[-8:].encode() not in data, f
+
+    for scope in (f"proj token={github}", f"proj {github}"):
+        bad = dict(record, id="imp-two", scope=scope)
+        path.write_text(json.dumps({"items": [bad]}))
+        code, out, err = run(capsys, "import", str(path), "--state-dir", str(dst))
+        assert code == 1 and "items[0]" in err and "credential" in err, err
+        assert github not in out + err
+        assert err.count("\n") == 1
+    s = Store(state_dir=dst, scope="/p/one")
+    assert [it.id for it in s.iter_items()] == ["imp-one"]
+    s.close()
+
+
+def test_an_invalid_imported_field_is_named_without_echoing_a_credential(capsys, tmp_path):
+    github = _secret_shape("github classic pat ghp_")
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps({"items": [{"id": "imp-x", "content": "x", "tier": f"token {github}"}]}))
+    code, out, err = run(capsys, "import", str(path), "--state-dir", str(tmp_path / "dst"))
+    assert code == 1 and "tier has an invalid value" in err
+    assert github not in out + err
+
+
+def test_cli_export_writes_an_item_larger_than_a_page_once_and_whole(capsys, tmp_path):
+    """The export pages give such an item in parts (issue 38 point 8); the CLI file holds it once."""
+    src = tmp_path / "src"
+    s = Store(state_dir=src)
+    big = s.store("\n".join(f"line {n} of a long log" for n in range(20_000))).item.id
+    s.store("a small note after it")
+    s.close()
+    out = tmp_path / "e.json"
+    assert run(capsys, "export", "--state-dir", str(src), "-o", str(out))[0] == 0
+    records = json.loads(out.read_text())["items"]
+    assert [r["id"] for r in records].count(big) == 1
+    assert next(r for r in records if r["id"] == big)["content"].endswith("line 19999 of a long log")

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -36,6 +38,17 @@ TEXTS = {
 SECONDS = 30
 
 
+def _read_whole(get: Callable[[int], dict[str, Any]]) -> str:
+    """An item's content, page after page as `get` returns it."""
+    parts: list[str] = []
+    offset: int | None = 0
+    while offset is not None:
+        page = get(offset)
+        parts.append(page["content"])
+        offset = page["next_offset"]
+    return "".join(parts)
+
+
 @pytest.mark.parametrize("name", TEXTS)
 def test_a_stdio_server_stores_it_and_the_session_beside_it_goes_on(tmp_path: Path, name: str) -> None:
     state = str(tmp_path / "state")
@@ -47,7 +60,7 @@ def test_a_stdio_server_stores_it_and_the_session_beside_it_goes_on(tmp_path: Pa
         assert not stored.get("isError"), stored["content"][0]["text"][:300]
         item = stored["structuredContent"]["id"]
         assert stored["structuredContent"]["tokens"] > 0
-        assert second.ok("get", id=item)["content"] == TEXTS[name]
+        assert _read_whole(lambda offset: second.ok("get", id=item, offset=offset)) == TEXTS[name]
         assert second.ok("get", id=before)["content"] == "stored by the other session"
         assert first.ok("status")["active_items"] >= 1
 
@@ -61,8 +74,14 @@ def test_the_in_memory_client_stores_them_and_finds_the_path() -> None:
                 assert not result.is_error, result.content
                 ids[name] = result.structured_content["id"]  # type: ignore[index]
             for name, text in TEXTS.items():
-                got = await c.call_tool("get", {"id": ids[name]})
-                assert got.structured_content["content"] == text  # type: ignore[index]
+                parts: list[str] = []
+                offset: int | None = 0
+                while offset is not None:  # `get` returns a page at a time
+                    got = (await c.call_tool("get", {"id": ids[name], "offset": offset})).structured_content
+                    assert got is not None
+                    parts.append(got["content"])
+                    offset = got["next_offset"]
+                assert "".join(parts) == text
             hits = await c.call_tool("query", {"query": "a/a/a/end"})
             assert ids["path"] in [h["id"] for h in hits.structured_content["items"]]  # type: ignore[index]
 

@@ -22,6 +22,7 @@ from compactor.content.redact import REDACTION_KINDS, Redaction, placeholder, re
 from evals.redaction import REVIEWED
 from evals.secret_shapes import NEAR_MISSES as SHAPE_NEAR_MISSES
 from evals.secret_shapes import SHAPES, Shape
+from tests.content.heldout_secrets import HELD_OUT
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "secrets.jsonl"
 # Windows of the real-agent corpus around credential-like words (`python -m evals.redaction
@@ -40,7 +41,10 @@ def test_corpus_size_and_coverage() -> None:
     print(f"\nsecrets corpus: {len(SECRETS)} secrets, {len(NEAR_MISSES)} near-misses", file=sys.stderr)
     assert len(SECRETS) >= 30
     assert len(NEAR_MISSES) >= 30
-    assert {row["kind"] for row in SECRETS} | {shape.kind for shape in SHAPES} == set(REDACTION_KINDS)
+    # known_secret is a literal the caller names (test_known_secrets_...), not a shape.
+    assert {row["kind"] for row in SECRETS} | {shape.kind for shape in SHAPES} == set(REDACTION_KINDS) - {
+        "known_secret"
+    }
     for row in SECRETS:
         assert row["secret"] in row["text"], row["note"]
 
@@ -283,3 +287,54 @@ def test_passphrases_and_messages_differ() -> None:
     assert redact('password = "Please enter the new password."')[1] == []
     assert redact("'password': 'This field is required.'")[1] == []
     assert redact("password: 'two words'")[1] == [Redaction("password", 1)]
+
+
+# --- issue 38: the held-out examples, literal secrets, ordinary developer text ----------------------
+
+# Written with the tuning rows but never run while the detectors were built (see the module):
+# 2 of 22 were caught before issue 38's detectors, 21 after. The miss is recorded, not hidden.
+HELD_OUT_MISSED = {"fernet key in python bytes"}
+
+
+@pytest.mark.parametrize("shape", HELD_OUT, ids=[shape.name for shape in HELD_OUT])
+def test_held_out_credentials_are_caught(shape: Shape) -> None:
+    out, found = redact(shape.text)
+    if shape.name in HELD_OUT_MISSED:
+        assert shape.secret in out  # still missed: when this fails, move it out of the set
+        return
+    assert shape.secret not in out and found
+    assert redact(out) == (out, [])
+
+
+def test_known_secrets_are_redacted_wherever_they_occur_whatever_they_look_like() -> None:
+    token = "plainwordsonly"  # no pattern would call this a credential
+    text = f"config: {token}\nagain {token}; and {token[:-1]}"
+    out, found = redact(text, known={token})
+    assert token not in out and token[:-1] in out
+    assert found == [Redaction("known_secret", 2)]
+    assert redact(text, known={"short"}) == (text, [])  # shorter than MIN_KNOWN_SECRET: ignored
+    assert redact(out, known={token}) == (out, [])
+
+
+ORDINARY = [
+    "commit 9fceb02d0ae598e95dc970b74767f19372d61af8 (HEAD -> main, origin/main)",
+    "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "uuid = 3fa85f64-5717-4562-b3fc-2c963f66afa6",
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+    'fixture = base64.b64decode("TWFueSBoYW5kcyBtYWtlIGxpZ2h0IHdvcmsu")',
+    "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7vbqajDhA deploy@ci",
+    "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE8s5DEDbHn5D1\n-----END PUBLIC KEY-----",
+    "mapboxgl.accessToken = 'pk.eyJ1IjoiZXhhbXBsZSIsImEiOiJja2x2b2JvYm8wMDAwMnBvZ3h4In0.abcdefghijklmnopqrstuv';",
+    "age -r age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p -o out.age in.txt",
+    "Public-Lines: 6",
+    "version = 1.2.3-rc.1+build.5",
+    "OTM1NTY2MjUwNTg1NzYzODgw is base64 of an id, nothing else",
+    "ERROR 2024-01-01T10:00:00Z worker-7 retry 3/5 after 1500ms",
+    "kubeadm join 10.0.0.1:6443 --discovery-token-ca-cert-hash sha256:e3b0c44298fc1c149afbf4c8996fb924",
+    "docker run -p 8080:80 -e DEBUG=1 nginx:1.25",
+]
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_developer_text_is_left_alone(text: str) -> None:
+    assert redact(text) == (text, [])

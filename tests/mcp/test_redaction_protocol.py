@@ -94,3 +94,50 @@ def test_stdio_server_never_returns_or_saves_the_secrets(state_dir: Path) -> Non
         assert scoped.get("isError") and "credential" in scoped["content"][0]["text"]
     for f in _state_files(state_dir):
         _assert_nowhere(str(f), f.read_bytes())
+
+
+# Issue 38: a few of the new families, in content, summary and tags, through both transports.
+NEW = {
+    name: _BY_NAME[name] for name in ("discord webhook url", "docker login -p", "vault hvs. token", "age secret key")
+}
+NEW_ARGS: dict[str, Any] = {
+    "content": NEW["discord webhook url"].text + "\n" + NEW["docker login -p"].text,
+    "summary": "deploy notes: " + NEW["vault hvs. token"].text,
+    "tags": ["deploy", NEW["age secret key"].secret],
+}
+
+
+def _assert_no_new_secret(where: str, data: str | bytes) -> None:
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    for name, shape in NEW.items():
+        assert shape.secret not in text and shape.secret.lower() not in text.lower(), (where, name)
+
+
+async def test_sdk_client_redacts_the_issue_38_families(state_dir: Path) -> None:
+    store = Store(state_dir=state_dir)
+    async with Client(build_server(store), mode="legacy") as client:
+        with anyio.fail_after(10):
+            stored = await client.call_tool("store", NEW_ARGS)
+        assert not stored.is_error and stored.structured_content is not None
+        redacted = {r["kind"]: r["count"] for r in stored.structured_content["redacted"]}
+        assert redacted == {"chat_webhook": 1, "cli_password": 1, "vault_token": 1, "private_key": 1}
+        with anyio.fail_after(10):
+            got = await client.call_tool("get", {"id": stored.structured_content["id"]})
+        _assert_no_new_secret("get", json.dumps([got.structured_content, [c.model_dump() for c in got.content]]))
+        assert "[REDACTED:chat_webhook]" in json.dumps(got.structured_content)
+    store.close()
+    for f in _state_files(state_dir):
+        _assert_no_new_secret(str(f), f.read_bytes())
+
+
+def test_stdio_server_redacts_the_issue_38_families(state_dir: Path) -> None:
+    with StdioServer("--state-dir", str(state_dir)) as srv:
+        result = srv.call("store", **NEW_ARGS)
+        assert not result.get("isError")
+        _assert_no_new_secret("store", json.dumps(result))
+        got = srv.call("get", id=result["structuredContent"]["id"])
+        _assert_no_new_secret("get", json.dumps(got))
+        assert "[REDACTED:cli_password]" in got["structuredContent"]["content"]
+        _assert_no_new_secret("query", json.dumps(srv.call("query", query="deploy notes")))
+    for f in _state_files(state_dir):
+        _assert_no_new_secret(str(f), f.read_bytes())

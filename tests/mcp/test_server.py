@@ -311,8 +311,12 @@ async def test_expand_dissolve_tree_and_their_errors(store: Store):
         q = await call(c, "query", query="k3x7", include_archived=True)
         hit = next(i for i in q["items"] if i["id"] == raw[3])
         assert hit["archived"] and hit["covered_by"] in t["roots"] and hit["path"][-1] == hit["covered_by"]
-        d = await call(c, "dissolve", id=root)
-        assert len(d["children"]) == e["total"]
+        with anyio.fail_after(10):
+            res = await c.call_tool("dissolve", {"id": root})
+        d = res.structured_content
+        assert d is not None and len(d["children"]) == e["total"]
+        text = res.content[0].text  # type: ignore[union-attr]
+        assert re.match(rf"Dissolved {root}: {e['total']} children back in (active memory|the archive)\.\n", text)
         assert "No item" in await error(c, "get", id=root)
         for ch in d["children"]:
             assert root not in (await call(c, "get", id=ch["id"]))["parents"]
@@ -503,3 +507,22 @@ async def test_a_page_header_says_which_items_it_shows_and_when_an_offset_is_pas
         assert (await header("expand", id=node.id, offset=99_999)).endswith(
             f"no children from offset 99,999: there are {total}"
         )
+
+
+async def test_status_names_the_snapshot_on_disk_that_an_earlier_run_wrote(tmp_path: Any) -> None:
+    """Issue 38 point 11: a snapshot another process (or a previous run) wrote is not "never"."""
+    first = Store(state_dir=tmp_path / "state")
+    first.store("kept across runs")
+    first.close_with_snapshot()  # as a clean stop of a server does
+    assert (tmp_path / "state" / "snapshot.json").exists()
+    store = Store(state_dir=tmp_path / "state")
+    try:
+        async with connect(store) as c:
+            res = await c.call_tool("status", {})
+            text = res.content[0].text  # type: ignore[union-attr]
+            assert res.structured_content is not None
+        assert "last snapshot never" not in text
+        assert re.search(r"last snapshot \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text), text
+        assert res.structured_content["persistence"]["snapshot_at"]
+    finally:
+        store.close()

@@ -359,3 +359,11 @@ def test_a_file_name_in_a_script_with_vowel_signs_over_stdio(tmp_path: Path):
         srv.ok("store", content=mention, summary=mention)
         assert srv.ok("query", query=path)["items"][0]["id"] == view
         assert srv.ok("query", query=f"see {path}:2")["items"][0]["id"] == view
+
+
+def test_a_long_numbered_output_shows_every_line_it_holds_not_the_first_2000() -> None:
+    """Issue 38: an 8,999-line `cat -n` was recorded as lines 1-2000 without saying so."""
+    view = detect(f"$ cat -n big/module.py\n{_numbered(1, 8999)}\n")
+    assert view == FileView("cat", ("big/module.py",), (1, 8999))
+    view = detect(f"$ nl -ba big/module.py | sed -n '100,5000p'\n{_numbered(100, 5000)}")
+    assert view == FileView("nl", ("big/module.py",), (100, 5000))

@@ -1,7 +1,7 @@
 """`get(id, offset=N)` reads a long item in parts. Claude Code refuses a tool reply over 25k
 tokens ("use pagination, filtering, or limit parameters") and gives the model the structured
-result, so an item past ~100 KB could not be read there at all. Without `offset`, `get` returns
-the whole item, as it always did; with it, `content` is the part from that character, at most
+result, so an item past ~100 KB could not be read there at all. `content` is the part from
+`offset` (0 when left out: one page, never the whole of a long item, issue 38), at most
 C.GET_PAGE_CHARS of it, and `next_offset` says where the next part starts. Through the SDK's
 in-memory client and a stdio server."""
 
@@ -53,9 +53,10 @@ def test_a_long_item_read_in_parts_over_the_in_memory_client_is_the_item() -> No
             item_id = (await c.call_tool("store", {"content": text})).structured_content["id"]  # type: ignore[index]
             whole = await c.call_tool("get", {"id": item_id})
             assert whole.structured_content is not None
-            assert whole.structured_content["content"] == text  # without offset: whole, as before
+            # Without offset: the first page, as offset=0 gives it.
+            assert whole.structured_content["content"] == text[: C.GET_PAGE_CHARS]
             assert whole.structured_content["content_chars"] == len(text)
-            assert whole.structured_content["next_offset"] is None
+            assert whole.structured_content["next_offset"] == C.GET_PAGE_CHARS
 
             parts: list[Any] = []
             offset: int | None = 0
@@ -96,7 +97,7 @@ def test_each_part_of_a_largest_item_stays_under_what_claude_code_takes(kind: st
 
     async def go() -> None:
         async with Client(build_server(store), mode="legacy") as c:
-            assert tokens(await c.call_tool("get", {"id": item_id})) > 100_000  # why parts exist
+            assert tokens(await c.call_tool("get", {"id": item_id})) <= C.GET_PAGE_TOKENS * 2
             read, offset = "", 0
             while True:
                 reply = await c.call_tool("get", {"id": item_id, "offset": offset})
@@ -145,6 +146,7 @@ def test_parts_over_stdio(tmp_path: Path, size: int) -> None:
         read, replies = _read_in_parts(lambda i, o: server.ok("get", id=i, offset=o), item_id)
         assert read == text
         assert len(replies) == (1 if size == C.GET_PAGE_CHARS else 2)
-        assert server.ok("get", id=item_id)["content"] == text
+        first = server.ok("get", id=item_id)
+        assert first["content"] == text[: C.GET_PAGE_CHARS] and first["content_chars"] == len(text)
         refused = server.call("get", id=item_id, offset=size + 1)
         assert refused.get("isError") and "is past the end of" in refused["content"][0]["text"]

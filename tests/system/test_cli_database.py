@@ -59,3 +59,58 @@ def test_doctor_on_a_database_compactor_never_used_creates_nothing(pg_url: str):
     with psycopg.connect(pg_url) as conn:
         row = conn.execute("SELECT to_regclass('compactor_schema')").fetchone()
     assert row == (None,)
+
+
+_NO_PSYCOPG = '''
+import sys
+
+
+class _NoPsycopg:
+    """Makes psycopg unimportable, as on an install without the postgres extra."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"psycopg", "psycopg_binary", "psycopg_c"}:
+            raise ImportError(f"No module named {name!r}")
+        return None
+
+
+sys.meta_path.insert(0, _NoPsycopg())
+'''
+
+
+@pytest.mark.parametrize("argv", [("status",), ("list",), ("export",), ()], ids=["status", "list", "export", "serve"])
+def test_database_without_the_driver_is_one_line_naming_the_extra(tmp_path: Path, argv: tuple[str, ...]):
+    """Issue 38 point 10: `display_url` imported psycopg first, so a 25-line traceback."""
+    (tmp_path / "sitecustomize.py").write_text(_NO_PSYCOPG)
+    env = server_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    done = subprocess.run(
+        server_command(*argv, "--database", "postgresql://app:pw@127.0.0.1:1/db"),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert 'pip install "compactor[postgres]"' in done.stderr
+
+
+@pytest.mark.parametrize("argv", [("status",), ("doctor",), ()], ids=["status", "doctor", "serve"])
+def test_a_malformed_database_url_never_echoes_its_password(argv: tuple[str, ...]):
+    """libpq quotes a bad percent-escape back: 'invalid percent-encoded token: "Sup3rSecretPw%zz"'."""
+    done = subprocess.run(
+        server_command(*argv, "--database", "postgresql://app:Sup3rSecretPw%zz@127.0.0.1:1/db"),
+        env=server_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "Sup3rSecretPw" not in done.stdout + done.stderr
+    assert "127.0.0.1" in done.stdout + done.stderr  # it still says which database

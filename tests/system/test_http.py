@@ -5,6 +5,7 @@ database shared by servers over HTTP and over stdio at once with no acknowledged
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
 import subprocess
@@ -390,3 +391,37 @@ def test_a_token_file_with_a_byte_order_mark_serves_the_token_without_it(tmp_pat
                 assert (await call(c, "store", content="stored over HTTP with the token"))["id"]
 
         anyio.run(go)
+
+
+@pytest.mark.parametrize("given", ["--token-file", "COMPACTOR_TOKEN"])
+def test_the_servers_own_token_written_into_memory_by_a_client_is_redacted(
+    tmp_path: Path, token_file: tuple[Path, str], given: str
+):
+    """Issue 38: a client that stored the server's bearer token (a config it read, a curl line)
+    left it in memory for every other client to read. Its text looks like no credential format."""
+    path, _ = token_file
+    token = "team-memory-" + "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(24))
+    path.write_text(token + "\n")
+    env = server_env()
+    if given == "COMPACTOR_TOKEN":
+        env["COMPACTOR_TOKEN"] = token
+    state = tmp_path / "state"
+    with http_server("--state-dir", str(state), token_file=path if given == "--token-file" else None, env=env) as url:
+
+        async def go() -> list[str]:
+            async with connect(url, token) as c:
+                stored = await call(
+                    c, "store", content=f"the server is at {url} with token {token}", summary=f"uses {token}"
+                )
+                got = await call(c, "get", id=stored["id"])
+                hits = await call(c, "query", query="server token")
+                page = await call(c, "export")
+                return [json.dumps(r) for r in (stored, got, hits, page)]
+
+        replies = anyio.run(go)
+        for reply in replies:
+            assert token not in reply
+        assert '"known_secret"' in replies[0] and "[REDACTED:known_secret]" in replies[1]
+    for f in state.rglob("*"):
+        if f.is_file():
+            assert token.encode() not in f.read_bytes(), f

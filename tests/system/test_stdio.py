@@ -263,3 +263,15 @@ def test_a_resource_read_of_a_long_id_over_stdio_says_its_length_not_the_id(tmp_
         message = reply["error"]["message"]
         assert "q" * 100 not in message and "of 5,000 characters" in message
         assert server.ok("status")["active_items"] == 0  # the server goes on
+
+
+def test_status_over_stdio_names_the_snapshot_an_earlier_run_wrote(state_dir: Path) -> None:
+    """Issue 38 point 11, through a real process: the CLI saw the snapshot, the tool said "never"."""
+    with StdioServer("--state-dir", str(state_dir)) as srv:
+        srv.ok("store", content="kept across runs")
+    assert (state_dir / "snapshot.json").exists()
+    with StdioServer("--state-dir", str(state_dir)) as srv:
+        result = srv.call("status")
+    text = result["content"][0]["text"]
+    assert "last snapshot never" not in text and "last snapshot 20" in text, text
+    assert result["structuredContent"]["persistence"]["snapshot_at"]
