@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from .. import constants as C
-from ..errors import StateCorruptError
 from ..models import Item
-from ..persistence.statedir import JOURNAL, StateDir
 from ..render import preview
 from ..report import StateFiles, ago, item_report, per_depth, status_report
 from ..store import Store
+from ..store.history import journal_entries
 from .common import (
     EXIT_OK,
     Out,
@@ -27,10 +25,6 @@ from .common import (
     state_dir_of,
     state_files,
 )
-
-# `show` lists at most this many journal entries, and skips a journal bigger than this.
-SHOW_JOURNAL_ENTRIES: Final = 30
-SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024
 
 
 def register(sub: Any) -> None:
@@ -194,46 +188,6 @@ def cmd_list(args: argparse.Namespace, out: Out) -> int:
     if note:
         out.line(out.paint(note, "dim"))
     return EXIT_OK
-
-
-def journal_entries(path: Path, item_id: str, limit: int = SHOW_JOURNAL_ENTRIES) -> list[str]:
-    """What the journal (changes since the last snapshot) records about one item; [] when the
-    journal is too big to read for a glance or cannot be read."""
-    try:
-        if (path / JOURNAL).stat().st_size > SHOW_JOURNAL_MAX_BYTES:
-            return []
-        _, batches, _, _ = StateDir(path).read_journal()
-    except (OSError, StateCorruptError):
-        return []
-    found: list[str] = []
-    for lineno, batch in enumerate(batches, start=2):  # line 1 is the journal header
-        for op in batch:
-            target = op.get("id") or (op.get("item") or {}).get("id")
-            if target == item_id:
-                found.append(f"line {lineno}: {_describe_op(op)}")
-    return found[-limit:]
-
-
-def _describe_op(op: dict[str, Any]) -> str:
-    kind = op.get("op")
-    if kind == "put":
-        return "stored (put)"
-    if kind == "del":
-        return "deleted"
-    changes = dict(op.get("set") or {})
-    if set(changes) <= {"last_accessed_at", "access_count"}:
-        return f"accessed (count {changes.get('access_count', '?')})"
-    shown: list[str] = []
-    for key, value in changes.items():
-        if key in ("content_tokens", "summary_tokens", "last_accessed_at", "access_count"):
-            continue
-        if key in ("content", "summary"):
-            shown.append(f"{key} rewritten")
-        elif isinstance(value, list):
-            shown.append(f"{key}=[{', '.join(map(str, value[:4]))}{', …' if len(value) > 4 else ''}]")
-        else:
-            shown.append(f"{key}={value}")
-    return "changed " + ", ".join(shown)
 
 
 def cmd_show(args: argparse.Namespace, out: Out) -> int:

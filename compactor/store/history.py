@@ -1,16 +1,24 @@
 """What memory looked like over time, read from the Store's public API: tokens stored per
 period with the compactions (summary nodes made) marked, the pinned share, counts per summary
-depth, and one item's story from its own fields. One pass over the items, no journal."""
+depth, and one item's story from its own fields (one pass over the items), and what a state dir's
+journal records about one item since the last snapshot (`compactor show`, the memory page)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
 
+from ..errors import StateCorruptError
 from ..models import Item
+from ..persistence.statedir import JOURNAL, StateDir
 from .facade import Store
 
 # Periods in the timeline: enough to see a trend on a phone-width chart, few enough to label.
 TIMELINE_BINS = 48
+# `show` lists at most this many journal entries, and skips a journal bigger than this.
+SHOW_JOURNAL_ENTRIES: Final = 30
+SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -97,3 +105,43 @@ def story(store: Store, item: Item) -> list[tuple[float, str]]:
     if state:
         events.append((max(t for t, _ in events), f"now {state}"))
     return sorted(events, key=lambda e: e[0])
+
+
+def journal_entries(path: Path, item_id: str, limit: int = SHOW_JOURNAL_ENTRIES) -> list[str]:
+    """What the journal (changes since the last snapshot) records about one item; [] when the
+    journal is too big to read for a glance or cannot be read."""
+    try:
+        if (path / JOURNAL).stat().st_size > SHOW_JOURNAL_MAX_BYTES:
+            return []
+        _, batches, _, _ = StateDir(path).read_journal()
+    except (OSError, StateCorruptError):
+        return []
+    found: list[str] = []
+    for lineno, batch in enumerate(batches, start=2):  # line 1 is the journal header
+        for op in batch:
+            target = op.get("id") or (op.get("item") or {}).get("id")
+            if target == item_id:
+                found.append(f"line {lineno}: {_describe_op(op)}")
+    return found[-limit:]
+
+
+def _describe_op(op: dict[str, Any]) -> str:
+    kind = op.get("op")
+    if kind == "put":
+        return "stored (put)"
+    if kind == "del":
+        return "deleted"
+    changes = dict(op.get("set") or {})
+    if set(changes) <= {"last_accessed_at", "access_count"}:
+        return f"accessed (count {changes.get('access_count', '?')})"
+    shown: list[str] = []
+    for key, value in changes.items():
+        if key in ("content_tokens", "summary_tokens", "last_accessed_at", "access_count"):
+            continue
+        if key in ("content", "summary"):
+            shown.append(f"{key} rewritten")
+        elif isinstance(value, list):
+            shown.append(f"{key}=[{', '.join(map(str, value[:4]))}{', …' if len(value) > 4 else ''}]")
+        else:
+            shown.append(f"{key}={value}")
+    return "changed " + ", ".join(shown)

@@ -28,13 +28,12 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from .. import constants as C
-from ..cli.view import journal_entries
 from ..errors import CompactorError, InvalidArgumentError, NotFoundError
 from ..mcp.http_server import is_loopback
 from ..persistence.statedir import JOURNAL
 from ..render import page_end
 from ..store import Hit, Store
-from ..store.history import Overview, overview
+from ..store.history import Overview, journal_entries, overview
 from ..store.ledger import LEDGER_MEMORY_MAX
 from . import pages as P
 from .html import Safe
