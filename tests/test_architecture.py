@@ -89,7 +89,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     SURFACE: {BASE, "store"},
     "search": {BASE},
     "content": {BASE},
-    "persistence": {BASE, "search"},
+    "persistence": {BASE},
     "summaries": {BASE, "search"},
     "store": {BASE, "search", "content", "persistence", "summaries"},
     TOP: {BASE, "search", "summaries", "store", "cli"},
