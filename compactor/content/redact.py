@@ -516,3 +516,32 @@ def redact(text: str) -> tuple[str, list[Redaction]]:
             break
         text = redacted
     return text, [Redaction(kind, counts[kind]) for kind in REDACTION_KINDS if kind in counts]
+
+
+# A known secret (a server's own bearer tokens, known by their SHA-256 only) is looked for in
+# every run of characters a token can hold, and in its parts around "=" and ":" (`TOKEN=...`).
+_TOKEN_RUN = re.compile(r"[^\s\"'`<>()\[\]{},;]{16,}")
+KNOWN_SECRET_KIND: Final = "server_token"
+
+
+def redact_known(text: str, digests: frozenset[bytes], min_chars: int = 16) -> tuple[str, int]:
+    """`text` with every run whose SHA-256 is in `digests` replaced by
+    `[REDACTED:server_token]`, and how many were. The secrets themselves need not be known."""
+    import hashlib
+
+    if not digests:
+        return text, 0
+    found: set[str] = set()
+    for match in _TOKEN_RUN.finditer(text):
+        run = match.group()
+        # The run, what follows its first "=" or ":" (a padded base64 token keeps its "="),
+        # each part between them, and each without the sentence's punctuation after it.
+        parts = {run, *re.split(r"[=:]", run), *(run.split(sep, 1)[1] for sep in "=:" if sep in run)}
+        for part in parts | {p.rstrip(".!?") for p in parts}:
+            if len(part) >= min_chars and hashlib.sha256(part.encode()).digest() in digests:
+                found.add(part)
+    count = 0
+    for secret in sorted(found, key=len, reverse=True):
+        count += text.count(secret)
+        text = text.replace(secret, f"[REDACTED:{KNOWN_SECRET_KIND}]")
+    return text, count

@@ -90,6 +90,7 @@ class _Inputs(_StateOps):
 
     redact_secrets: bool
     _redacted: dict[str, int]  # kind -> count, for the current call
+    _known_secrets: frozenset[bytes]  # SHA-256 of each secret `add_known_secret` was given
     scope: str
 
     def _build(self, inp: StoreInput, seq: int, now: float) -> Item:
@@ -138,7 +139,7 @@ class _Inputs(_StateOps):
             access_count=0,
             content_tokens=0,
             summary_tokens=0,
-            scope=self._check_stored_scope(inp.scope) if inp.scope is not None else self.scope,
+            scope=self._project(self._check_stored_scope(inp.scope) if inp.scope is not None else self.scope),
             **file_view_fields(content, summary),
         )
 
@@ -156,6 +157,8 @@ class _Inputs(_StateOps):
         """Credentials become [REDACTED:<kind>] before anything is indexed or written."""
         if not self.redact_secrets:
             return content, summary
+        content = self._redact_known(content)
+        summary = self._redact_known(summary) if summary is not None else None
         content, found = redact(content)
         for r in found:
             self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
@@ -174,12 +177,35 @@ class _Inputs(_StateOps):
         raw: list[Any] = tags.strip().split(",") if isinstance(tags, str) else list(tags)
         kept: list[Any] = []
         for tag in raw:
+            if isinstance(tag, str) and self._redact_known(tag) != tag:
+                continue
             found = redact(tag)[1] if isinstance(tag, str) else []  # parse_tags reports a non-string
             for r in found:
                 self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
             if not found:
                 kept.append(tag)
         return kept
+
+    def add_known_secret(self, secret: str | bytes) -> None:
+        """Redact `secret` wherever it is written into memory: a literal, or (bytes) the SHA-256
+        of one, as a tokens file names its people's tokens."""
+        import hashlib
+
+        digest = secret if isinstance(secret, bytes) else hashlib.sha256(secret.encode()).digest()
+        self._known_secrets = self._known_secrets | {digest}
+
+    def _redact_known(self, text: str) -> str:
+        from ..content.redact import KNOWN_SECRET_KIND, redact_known
+
+        text, count = redact_known(text, self._known_secrets, C.TOKEN_MIN_CHARS)
+        if count:
+            self._redacted[KNOWN_SECRET_KIND] = self._redacted.get(KNOWN_SECRET_KIND, 0) + count
+        return text
+
+    def _project(self, scope: str) -> str:
+        """`scope` if the running call's caller may store into it (AccessDeniedError if not)."""
+        caller = self._caller
+        return scope if caller is None else caller.check_project(scope)
 
     def _check_stored_scope(self, scope: str) -> str:
         """A scope names a project; one that holds a credential is refused rather than stored
