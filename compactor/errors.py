@@ -5,7 +5,8 @@
     ├── NotFoundError              no item with that id
     ├── PersistenceError           the state dir or database could not be written; nothing changed
     │   ├── WriteConflictError     another server wrote first (retry: the next try catches up)
-    │   └── WriteLockTimeoutError  the writers' lock was not free within the wait a write allows
+    │   ├── WriteLockTimeoutError  the writers' lock was not free within the wait a write allows
+    │   └── AmbiguousCommitError   the connection went while committing: applied or not, unknown
     ├── AccessDeniedError          the caller's token may not use that project, or only reads
     ├── StateCorruptError          a state file or row cannot be read; startup stops
     └── OutputRefusedError         an export would follow a symlink or replace a file
@@ -61,6 +62,11 @@ class WriteLockTimeoutError(PersistenceError):
 class AccessDeniedError(CompactorError):
     """The calling person's token does not open that project, or may only read. Nothing
     changed."""
+
+
+class AmbiguousCommitError(PersistenceError):
+    """The database connection was lost while a write committed: it may or may not have been
+    applied. Memory stays as it was before the call; the next call's catch-up shows which."""
 
 
 class StateCorruptError(CompactorError):

@@ -63,7 +63,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import orjson
 
-from ..errors import PersistenceError, StateCorruptError, WriteConflictError, WriteLockTimeoutError
+from ..errors import (
+    AmbiguousCommitError,
+    PersistenceError,
+    StateCorruptError,
+    WriteConflictError,
+    WriteLockTimeoutError,
+)
 from ..models import Item, Op
 from . import indexfile
 from .base import Loaded, ReentrantLock
@@ -370,6 +376,11 @@ class PgBackend(ReentrantLock):
                 conn.execute("INSERT INTO compactor_schema (version) VALUES (%s)", (step,))
                 log.info("database %s: created compactor schema version %d", self.where, step)
 
+    def _conn_lost(self) -> bool:
+        """Whether the main connection broke (rather than never opened)."""
+        conn = self._conn
+        return conn is not None and (conn.closed or conn.broken)
+
     def _live(self) -> psycopg.Connection[Any]:
         """The main connection, opened anew if it broke (notifications may then be missed)."""
         conn = self._conn
@@ -639,6 +650,14 @@ class PgBackend(ReentrantLock):
         try:
             row = self._live().execute(APPEND_SQL if sync else APPEND_ASYNC_SQL, params).fetchone()
         except psycopg.Error as exc:
+            if exc.sqlstate is None and self._conn_lost():
+                # The connection went while the entry was on its way or committing: whether
+                # PostgreSQL committed it is unknown (the next call's catch-up shows it).
+                raise AmbiguousCommitError(
+                    f"The connection to database {self.where} was lost while this call was being saved "
+                    f"({str(exc).strip()}): it may or may not have been applied. Retrying a store within "
+                    f"a minute returns the first one's id rather than a duplicate."
+                ) from exc
             raise PersistenceError(
                 f"Could not write to the journal in database {self.where}: {str(exc).strip()}. This call was "
                 "not applied; check that PostgreSQL is up and retry."

@@ -54,6 +54,12 @@ log = logging.getLogger(__name__)
 # longer means a stalled one, and the answer matters more than an access count.
 ACCESS_LOCK_WAIT_S = 0.5
 
+# A store of the same content, scope and tags within this many seconds returns the first id: a
+# client retries within seconds of a failed answer, and a minute apart is a deliberate repeat.
+RETRY_WINDOW_S = 60.0
+# How many of the newest items that check looks at: a store answers in bounded time.
+RETRY_SCAN_ITEMS = 256
+
 # What brings an archived item back to the active tier (restore, and pin): a merged duplicate
 # stands alone again.
 _RESTORED: Mapping[str, Any] = MappingProxyType({"tier": "active", "merged_into": None})
@@ -287,11 +293,15 @@ class Store(_Recall, _Compaction, _Ledger):
                     skipped.append(inp.item_id)
                     continue
                 try:
-                    built.append(self._build(inp, seq + len(built), now))
+                    item = self._build(inp, seq + len(built), now)
                 except InvalidArgumentError as exc:
                     if len(inputs) == 1:
                         raise
                     raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was stored.") from exc
+                twin = self._recent_twin(item, now) if len(inputs) == 1 and inp.item_id is None else None
+                if twin is not None:  # a retried store (its first try's answer was lost): the first id
+                    return BulkStored(items=[twin], compaction=None, skipped=[], redacted=self.take_redactions())
+                built.append(item)
             self._count_tokens(built)
             ops: list[Op] = [{"op": "put", "item": item.to_record()} for item in built]
             new_ids = [it.id for it in built]
@@ -302,6 +312,18 @@ class Store(_Recall, _Compaction, _Ledger):
                 skipped=skipped,
                 redacted=self.take_redactions(),
             )
+
+    def _recent_twin(self, item: Item, now: float) -> Item | None:
+        """An item stored within `RETRY_WINDOW_S` with `item`'s content, scope and tags: what
+        a client retrying a store whose answer it never got (an ambiguous commit) meant."""
+        s = self._s
+        for seq in reversed(s.order["active"][-RETRY_SCAN_ITEMS:]):
+            other = s.items[s.by_seq[seq]]
+            if other.created_at < now - RETRY_WINDOW_S:
+                break
+            if other.content == item.content and other.scope == item.scope and other.tags == item.tags:
+                return other
+        return None
 
     def prune(self, *, apply: bool = False, max_archive_tokens: int | None = None) -> Pruned:
         """What `prune_candidates` names, with its size; removed only with `apply`: from memory

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
-from ..errors import PersistenceError, WriteConflictError, WriteLockTimeoutError
+from ..errors import AmbiguousCommitError, PersistenceError, WriteConflictError, WriteLockTimeoutError
 from ..models import Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.codec import SCHEMA_VERSION, ItemRecords
@@ -474,8 +474,8 @@ class _Journaled(_StateOps):
             return
         try:
             sd.append(ops, sync=sync)
-        except WriteConflictError:
-            raise  # not a failing disk: the caller runs the call again, caught up
+        except (WriteConflictError, AmbiguousCommitError):
+            raise  # not a failing disk: run again caught up, or say that the outcome is unknown
         except PersistenceError as exc:
             if self._degraded is None:
                 log.error("persistence failed; memory is read-only until the disk recovers: %s", exc)
