@@ -5,7 +5,9 @@
     ├── NotFoundError              no item with that id
     ├── PersistenceError           the state dir or database could not be written; nothing changed
     │   ├── WriteConflictError     another server wrote first (retry: the next try catches up)
-    │   └── WriteLockTimeoutError  the writers' lock was not free within the wait a write allows
+    │   ├── WriteLockTimeoutError  the writers' lock was not free within the wait a write allows
+    │   └── AmbiguousCommitError   the connection went while committing: applied or not, unknown
+    ├── AccessDeniedError          the caller's token may not use that project, or only reads
     ├── StateCorruptError          a state file or row cannot be read; startup stops
     └── OutputRefusedError         an export would follow a symlink or replace a file
 
@@ -55,6 +57,16 @@ class WriteConflictError(PersistenceError):
 class WriteLockTimeoutError(PersistenceError):
     """Another call or server held the writers' lock longer than a write may wait. Nothing was
     stored and memory is sound: a busy or stalled writer, not a failing disk."""
+
+
+class AccessDeniedError(CompactorError):
+    """The calling person's token does not open that project, or may only read. Nothing
+    changed."""
+
+
+class AmbiguousCommitError(PersistenceError):
+    """The database connection was lost while a write committed: it may or may not have been
+    applied. Memory stays as it was before the call; the next call's catch-up shows which."""
 
 
 class StateCorruptError(CompactorError):

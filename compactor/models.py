@@ -64,6 +64,10 @@ class Item:
     file_command: str | None = None
     file_paths: tuple[str, ...] = ()
     file_lines: tuple[int, ...] = ()
+    # On a team server with a tokens file: the name of the person who stored the item, and of
+    # the last one whose call changed it (compaction included). None: no person was named.
+    stored_by: str | None = None
+    changed_by: str | None = None
 
     @property
     def view_tokens(self) -> int:

@@ -139,6 +139,10 @@ def item_report(
     lines.append(f"  created        {fmt_time(item.created_at)} ({ago(item.created_at, now)} ago)")
     lines.append(f"  last accessed  {fmt_time(item.last_accessed_at)} ({ago(item.last_accessed_at, now)} ago)")
     lines.append(f"  access count   {item.access_count:,}")
+    if item.stored_by:
+        lines.append(f"  stored by      {item.stored_by}")
+    if item.changed_by:
+        lines.append(f"  changed by     {item.changed_by} (the last change)")
     lines.append(f"  tier / view    {item.tier} / {item.view}")
     if journal:
         lines.append(f"  journal since the last snapshot ({len(journal)}):")

@@ -148,6 +148,13 @@ def serve_parser() -> argparse.ArgumentParser:
         "serve on a non-loopback address",
     )
     p.add_argument(
+        "--tokens-file",
+        type=Path,
+        metavar="FILE",
+        help="TOML file of people: each token's sha256, the projects it may use and read or write access "
+        "(docs/team.md); re-read on SIGHUP",
+    )
+    p.add_argument(
         "--snapshot-interval",
         type=_interval,
         default=C.SNAPSHOT_INTERVAL_S,
@@ -279,10 +286,14 @@ def run_server(argv: Sequence[str]) -> int:
 
         try:
             token = load_token(args.token_file)
+            if args.tokens_file is not None:
+                from ..mcp.people import load_people
+
+                load_people(args.tokens_file)  # refused now, in one sentence, rather than at the first call
         except CompactorError as exc:
             print(f"compactor: cannot start: {exc}.", file=sys.stderr)
             return 2
-        if token is None and not is_loopback(args.host):
+        if token is None and args.tokens_file is None and not is_loopback(args.host):
             print(
                 f"compactor: cannot start: refusing to serve on {args.host} without a token: anyone who can reach "
                 "it could read and change memory. Pass --token-file FILE or set COMPACTOR_TOKEN (make one with "
@@ -315,6 +326,7 @@ def run_server(argv: Sequence[str]) -> int:
                 scope_fixed=bool(args.scope),
                 allowed_hosts=args.allowed_host,
                 public_url=args.public_url,
+                tokens_file=args.tokens_file,
             )
         )
         return 0

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from ..persistence.postgres import display_url
+from ..persistence.pg_sql import display_url
 from ..store import ALL_SCOPES
 from .common import EXIT_OK, EXIT_USAGE, CliError, Out, add_state_dir, database_of, opened, state_dir_of
 

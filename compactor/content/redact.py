@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -40,10 +40,9 @@ MAX_PASSPHRASE_WORDS: Final = 5  # ... more reads as a message ("Please enter th
 MIN_RANDOM_LETTERS: Final = 20  # letters-only secrets (client_secret=AbXq...) are long; names shorter
 MAX_PASSES: Final = 4  # text with secrets settles after one pass (a second one confirms); see `redact`
 MIN_SESSION_COOKIE: Final = 16  # session ids are 26+ characters (PHPSESSID); shorter values are flags
-MIN_KNOWN_SECRET: Final = 8  # a literal secret shorter than this would match ordinary text
 
 REDACTION_KINDS: tuple[str, ...] = (
-    "known_secret",
+    "server_token",
     "private_key",
     "anthropic_key",
     "openai_key",
@@ -658,16 +657,10 @@ def _redact_once(text: str, counts: dict[str, int]) -> str:
     return text
 
 
-def redact(text: str, known: Collection[str] = ()) -> tuple[str, list[Redaction]]:
+def redact(text: str) -> tuple[str, list[Redaction]]:
     """`text` with every secret found replaced by `[REDACTED:<kind>]`, and what was replaced.
-    `known` are literal secrets (the server's own bearer token) redacted wherever they occur,
-    whatever they look like; shorter than MIN_KNOWN_SECRET they are ignored (they would match
-    ordinary words)."""
+    The server's own tokens, which may look like anything, are `redact_known`'s."""
     counts: dict[str, int] = {}
-    for secret in sorted(known, key=len, reverse=True):
-        if len(secret) >= MIN_KNOWN_SECRET and secret in text:
-            counts["known_secret"] = counts.get("known_secret", 0) + text.count(secret)
-            text = text.replace(secret, placeholder("known_secret"))
     # A replacement can change how its neighbour reads ("x...PASSWORD=[REDACTED:password]" now
     # ends a long run at "=", which reads as a bearer token), so passes repeat until nothing
     # changes: that is what makes redact(redact(t)) == redact(t). Text without secrets takes one.
@@ -677,3 +670,32 @@ def redact(text: str, known: Collection[str] = ()) -> tuple[str, list[Redaction]
             break
         text = redacted
     return text, [Redaction(kind, counts[kind]) for kind in REDACTION_KINDS if kind in counts]
+
+
+# A known secret (a server's own bearer tokens, known by their SHA-256 only) is looked for in
+# every run of characters a token can hold, and in its parts around "=" and ":" (`TOKEN=...`).
+_TOKEN_RUN = re.compile(r"[^\s\"'`<>()\[\]{},;]{16,}")
+KNOWN_SECRET_KIND: Final = "server_token"
+
+
+def redact_known(text: str, digests: frozenset[bytes], min_chars: int = 16) -> tuple[str, int]:
+    """`text` with every run whose SHA-256 is in `digests` replaced by
+    `[REDACTED:server_token]`, and how many were. The secrets themselves need not be known."""
+    import hashlib
+
+    if not digests:
+        return text, 0
+    found: set[str] = set()
+    for match in _TOKEN_RUN.finditer(text):
+        run = match.group()
+        # The run, what follows its first "=" or ":" (a padded base64 token keeps its "="),
+        # each part between them, and each without the sentence's punctuation after it.
+        parts = {run, *re.split(r"[=:]", run), *(run.split(sep, 1)[1] for sep in "=:" if sep in run)}
+        for part in parts | {p.rstrip(".!?") for p in parts}:
+            if len(part) >= min_chars and hashlib.sha256(part.encode()).digest() in digests:
+                found.add(part)
+    count = 0
+    for secret in sorted(found, key=len, reverse=True):
+        count += text.count(secret)
+        text = text.replace(secret, f"[REDACTED:{KNOWN_SECRET_KIND}]")
+    return text, count

@@ -769,7 +769,7 @@ def check_database(url: str, step: Callable[[str], None] = _no_step) -> DoctorRe
     every journal entry and the snapshot (loaded through the Store, checksums included), then
     the index and the summary DAG. Creates nothing in a database compactor never used."""
     from ..errors import PersistenceError
-    from ..persistence.postgres import display_url, schema_version
+    from ..persistence.pg_sql import display_url, schema_version
 
     where = display_url(url)
     report = DoctorReport(state_dir=where)

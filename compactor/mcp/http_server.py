@@ -1,6 +1,7 @@
 """The streamable HTTP transport: the same tools, resources and prompt as on stdio, served by the
 SDK's streamable HTTP app under uvicorn, behind a bearer token checked by the SDK's own auth hooks
-(`TokenVerifier`, which its middleware turns into 401 for a missing or wrong token).
+(`TokenVerifier`, which its middleware turns into 401 for a missing or wrong token): one shared
+token, or a tokens file's people, each with the projects they reach (people.py).
 
 TLS is not done here: put a reverse proxy in front (README, "Team memory"). The token is compared
 in constant time and never logged, nor kept in what the auth middleware records.
@@ -8,7 +9,6 @@ in constant time and never logged, nor kept in what the auth middleware records.
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import os
 import signal
@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 
 import anyio
 import orjson
-from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 from pydantic import AnyHttpUrl
@@ -30,6 +29,7 @@ from .. import constants as C
 from ..errors import InvalidArgumentError
 from ..runtime import PROCESS
 from ..store import Store
+from .people import PeopleVerifier
 from .server import build_server, snapshots
 
 # The largest request body HTTP takes (stdio has no limit): the SDK's default, published in
@@ -75,22 +75,6 @@ def load_token(token_file: Path | None) -> str | None:
             "other than printable ASCII; make one with `openssl rand -hex 32`"
         )
     return token
-
-
-class StaticTokenVerifier:
-    """The SDK's TokenVerifier for one shared secret."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token.encode()
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        if not hmac.compare_digest(token.encode(), self._token):
-            return None
-        # `token` is recorded by the auth middleware for the request: keep the secret out of it.
-        return AccessToken(token="(bearer)", client_id="compactor", scopes=[])
-
-    def __repr__(self) -> str:
-        return "StaticTokenVerifier(token=***)"
 
 
 def url_host(host: str) -> str:
@@ -176,21 +160,24 @@ def http_app(
     scope_fixed: bool = False,
     allowed_hosts: Sequence[str] = (),
     public_url: str | None = None,
+    people: PeopleVerifier | None = None,
 ) -> Any:
-    """The Starlette app serving MCP at /mcp; with a token every request must carry it.
-    Raises InvalidArgumentError for a non-loopback `host` without a token."""
-    if token is None and not is_loopback(host):
+    """The Starlette app serving MCP at /mcp; with a token (or `people`, a tokens file's) every
+    request must carry one. Raises InvalidArgumentError for a non-loopback `host` without."""
+    if people is None:
+        people = PeopleVerifier.from_options(token, None)
+    if people is None and not is_loopback(host):
         raise InvalidArgumentError(
             f"refusing to serve on {host} without a token: anyone who can reach it could read and change "
             "memory. Pass --token-file FILE or set COMPACTOR_TOKEN (make one with `openssl rand -hex 32`), "
             "or bind 127.0.0.1"
         )
     options: dict[str, Any] = {}
-    if token is not None:
-        options["token_verifier"] = StaticTokenVerifier(token)
-        # A client that writes the token into what it stores (a config file it read, a curl line)
-        # must not leave it in memory, where every other client reads it.
-        store.add_known_secret(token)
+    if people is not None:
+        options["token_verifier"] = people
+        # The people's tokens written into content are redacted like any credential.
+        for digest in people.digests:
+            store.add_known_secret(digest)
         # No OAuth server and no protected-resource metadata: a static token is the whole story.
         issuer = public_url or f"http://{url_host(host)}:{port}"
         options["auth"] = AuthSettings(issuer_url=AnyHttpUrl(issuer), resource_server_url=None)
@@ -217,12 +204,14 @@ async def serve_http(
     scope_fixed: bool = False,
     allowed_hosts: Sequence[str] = (),
     public_url: str | None = None,
+    tokens_file: Path | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn handles them), snapshotting in the background and
     once more on the way out. Says on stderr where it listens, what memory it serves and
     whether a token is required."""
     import uvicorn
 
+    people = PeopleVerifier.from_options(token, tokens_file)
     app = http_app(
         store,
         host=host,
@@ -231,6 +220,7 @@ async def serve_http(
         scope_fixed=scope_fixed,
         allowed_hosts=allowed_hosts,
         public_url=public_url,
+        people=people,
     )
     PROCESS.start_done()
     kept = store.status().persistence
@@ -245,7 +235,13 @@ async def serve_http(
         f"compactor: serving MCP at http://{url_host(host)}:{port}{C.HTTP_PATH}"
         + (f" (public URL {public_url})" if public_url else "")
         + f"; memory: {where}; "
-        + ("a bearer token is required" if token is not None else "no token required (loopback only)"),
+        + (
+            f"a bearer token is required ({len(people.digests)} people)"
+            if people is not None and tokens_file is not None
+            else "a bearer token is required"
+            if people is not None
+            else "no token required (loopback only)"
+        ),
         file=sys.stderr,
         flush=True,
     )
@@ -262,7 +258,19 @@ async def serve_http(
         async with anyio.create_task_group() as tg:
             if store.persistent:
                 tg.start_soon(snapshots, store, snapshot_interval)
+            if people is not None and tokens_file is not None:
+                tg.start_soon(reload_on_hangup, people, store)
             await server.serve()
             tg.cancel_scope.cancel()
     finally:
         store.close_with_snapshot()
+
+
+async def reload_on_hangup(people: PeopleVerifier, store: Store) -> None:
+    """Re-read the tokens file on each SIGHUP: a removed entry's token opens nothing from the
+    next request on."""
+    with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            if await anyio.to_thread.run_sync(people.reload):
+                for digest in people.digests:
+                    store.add_known_secret(digest)

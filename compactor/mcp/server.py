@@ -32,6 +32,7 @@ from ..store import Store
 from . import contract, resources, sdk, tools_budget, tools_dag, tools_memory, tools_read
 from .kit import ToolKit
 from .output_schemas import OUTPUT_SCHEMAS
+from .people import current_caller
 from .stdio_runtime import run_stdio as _run_stdio
 
 # A client that advertises roots but never answers must not stall the first tool call.
@@ -156,9 +157,15 @@ def build_server(
         client = client_of(ctx)
         await prepare(ctx, client)
         scope = (seen_clients.get(client) or CONNECTION_SCOPE.get() or base_scope) if client is not None else None
+        caller = current_caller()  # the person whose token the request carried (HTTP with tokens)
+        # A session outside its person's only project works in that project; with several
+        # projects, each call names its scope or is refused (Store._scopes).
+        only = next(iter(caller.projects)) if caller and caller.projects and len(caller.projects) == 1 else None
+        if only is not None and scope != only:
+            scope = only
 
         def call() -> CallToolResult:
-            with store.serving(scope):
+            with store.serving(scope, caller):
                 for _ in range(WRITE_CONFLICT_TRIES - 1):
                     try:
                         return fn()

@@ -55,22 +55,47 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import re
 import threading
 import time
-import urllib.parse
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import orjson
 
-from ..errors import PersistenceError, StateCorruptError, WriteConflictError, WriteLockTimeoutError
+from ..errors import (
+    AmbiguousCommitError,
+    PersistenceError,
+    StateCorruptError,
+    WriteConflictError,
+    WriteLockTimeoutError,
+)
 from ..models import Item, Op
 from . import indexfile
 from .base import Loaded, ReentrantLock
 from .codec import INDEX_REF, ITEMS_LINE, SnapshotItems, snapshot_chunks
 from .indexfile import IndexFileError
+from .pg_sql import (
+    APPEND_ASYNC_SQL,
+    APPEND_SQL,
+    COPY_INDEX_SQL,
+    DEAD_PENDING_SQL,
+    HEAD_SQL,
+    INDEX_LABEL,
+    INDEX_ROW_BYTES,
+    INDEX_ROWS_SQL,
+    MIGRATIONS,
+    PG_CHANNEL,
+    PG_CONNECT_TIMEOUT_S,
+    PG_MIGRATE_LOCK,
+    PG_SCHEMA_VERSION,
+    PG_WRITE_LOCK,
+    display_url,
+    import_psycopg,
+    one_line,
+    sync_warning,
+    without_password,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,126 +103,7 @@ if TYPE_CHECKING:
     import psycopg
 from .codec import SCHEMA_VERSION
 
-# The database schema compactor writes; a newer one is refused (upgrade compactor), an older
-# one is migrated at start under PG_MIGRATE_LOCK.
-PG_SCHEMA_VERSION: Final = 1
-# pg_advisory_lock keys: any constant that other software on the same database is unlikely to
-# pick; these spell "cmpw" (writers) and "cmpm" (migrations) in ASCII.
-PG_WRITE_LOCK: Final = 0x636D7077
-PG_MIGRATE_LOCK: Final = 0x636D706D
-# LISTEN/NOTIFY channel on which every journal write and history rewrite is announced.
-PG_CHANNEL: Final = "compactor_journal"
-# A start against an unreachable database fails after this long with a message instead of
-# hanging: long enough for a container's PostgreSQL still starting on a LAN, short for a typo.
-PG_CONNECT_TIMEOUT_S: Final = 10
-
 log = logging.getLogger(__name__)
-
-MIGRATIONS: dict[int, str] = {
-    1: """
-    CREATE TABLE compactor_head (
-        id smallint PRIMARY KEY CHECK (id = 1),
-        gen bigint NOT NULL,
-        snap_id bigint,
-        snap_seq bigint NOT NULL,
-        trimmed bigint NOT NULL
-    );
-    INSERT INTO compactor_head VALUES (1, 1, NULL, 0, 0);
-    CREATE TABLE compactor_journal (
-        seq bigserial PRIMARY KEY,
-        ops bytea NOT NULL,
-        written_at timestamptz NOT NULL DEFAULT now()
-    );
-    CREATE TABLE compactor_snapshot (
-        id bigserial PRIMARY KEY,
-        state text NOT NULL CHECK (state IN ('pending', 'current')),
-        gen bigint NOT NULL,
-        upto_seq bigint NOT NULL,
-        writer_pid integer NOT NULL,
-        bytes bigint NOT NULL DEFAULT 0,
-        written_at timestamptz NOT NULL DEFAULT now()
-    );
-    CREATE TABLE compactor_snapshot_chunk (
-        snapshot_id bigint NOT NULL REFERENCES compactor_snapshot (id) ON DELETE CASCADE,
-        n integer NOT NULL,
-        data bytea NOT NULL,
-        PRIMARY KEY (snapshot_id, n)
-    );
-    CREATE TABLE compactor_ledger (
-        n bigserial PRIMARY KEY,
-        entry bytea NOT NULL
-    );
-    """,
-}
-
-# The head and the journal's last sequence number, read right after taking the lock.
-HEAD_SQL = """
-SELECT h.gen, h.trimmed, coalesce((SELECT max(seq) FROM compactor_journal), h.snap_seq)
-FROM compactor_head h
-"""
-# Insert only if the writer is up to date: one statement, one transaction, then notify.
-APPEND_SQL = f"""
-WITH ins AS (
-    INSERT INTO compactor_journal (ops)
-    SELECT %(ops)s FROM compactor_head h
-    WHERE h.gen = %(gen)s
-      AND NOT EXISTS (SELECT 1 FROM compactor_journal j WHERE j.seq > %(seq)s)
-      AND h.snap_seq <= %(seq)s
-    RETURNING seq
-)
-SELECT seq, pg_notify('{PG_CHANNEL}', 's' || seq) FROM ins
-"""
-# Access-time entries are not worth a WAL flush (the state dir does not fsync them either).
-APPEND_ASYNC_SQL = APPEND_SQL.replace(
-    "SELECT %(ops)s FROM compactor_head h",
-    "SELECT %(ops)s FROM compactor_head h, (SELECT set_config('synchronous_commit', 'off', true)) cfg",
-)
-# A saved index's rows: its reference at INDEX_LABEL (what a later snapshot finds it by), its
-# bytes in rows of INDEX_ROW_BYTES from INDEX_LABEL - 1 down (~25 rows at 10k items).
-INDEX_LABEL: Final = -1
-INDEX_ROW_BYTES: Final = 1 << 20
-# The snapshot that holds the index a label names (the newest, if several copied it).
-_INDEX_HOLDER = f"""
-SELECT snapshot_id FROM compactor_snapshot_chunk
-WHERE n = {INDEX_LABEL} AND data = %(label)s AND snapshot_id <> %(snap)s
-ORDER BY snapshot_id DESC LIMIT 1
-"""
-# A background snapshot keeps the older index it names by copying its rows inside the server.
-COPY_INDEX_SQL = f"""
-INSERT INTO compactor_snapshot_chunk (snapshot_id, n, data)
-SELECT %(snap)s, c.n, c.data FROM compactor_snapshot_chunk c
-WHERE c.n < 0 AND c.snapshot_id = ({_INDEX_HOLDER})
-"""
-INDEX_ROWS_SQL = f"""
-SELECT data FROM compactor_snapshot_chunk
-WHERE n < {INDEX_LABEL} AND snapshot_id = ({_INDEX_HOLDER})
-ORDER BY n DESC
-"""
-DEAD_PENDING_SQL = """
-DELETE FROM compactor_snapshot s
-WHERE s.state = 'pending'
-  AND (s.gen < (SELECT gen FROM compactor_head)
-       OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = s.writer_pid))
-"""
-
-
-def sync_warning(conn: psycopg.Connection[Any], where: str) -> str | None:
-    """Why an acknowledged write could be lost on a crash of the database host (this session's
-    `synchronous_commit` or the server's `fsync` is off), with how to turn it on; None if neither.
-    `synchronous_commit = local` or `remote_*` still flushes on this host: not reported."""
-    off = []
-    for name in ("synchronous_commit", "fsync"):
-        row = conn.execute(f"SHOW {name}").fetchone()
-        if row is not None and str(row[0]).lower() == "off":
-            off.append(name)
-    if not off:
-        return None
-    return (
-        f"database {where} runs with {' and '.join(f'{name}=off' for name in off)}: a write compactor "
-        "acknowledged can be lost if the database host crashes. Turn it on: remove it from the URL's "
-        "options and the role's or database's settings (ALTER DATABASE ... RESET synchronous_commit), "
-        "and set synchronous_commit = on and fsync = on in postgresql.conf."
-    )
 
 
 def _label(ref: Mapping[str, Any]) -> bytes:
@@ -234,80 +140,6 @@ def _name_of(label: bytes) -> object:
     except ValueError:
         return None
     return got.get("name") if isinstance(got, dict) else None
-
-
-def display_url(url: str) -> str:
-    """The database a URL names, without its password (status and messages show this). Parsed
-    here, not by the driver: it names the database in the message that the driver is missing."""
-    try:
-        if "://" in url:
-            parts = urllib.parse.urlsplit(url)
-            info = {
-                "user": urllib.parse.unquote(parts.username or ""),
-                "host": parts.hostname or "",
-                "port": str(parts.port or ""),
-                "dbname": urllib.parse.unquote(parts.path.lstrip("/")),
-            }
-        else:  # libpq's key=value form
-            info = {k: v.strip("'") for k, v in _CONNINFO_PAIR.findall(url)}
-    except ValueError:
-        return "(unparseable database URL)"
-    user = f"{info['user']}@" if info.get("user") else ""
-    port = f":{info['port']}" if info.get("port") else ""
-    return f"postgresql://{user}{info.get('host') or 'localhost'}{port}/{info.get('dbname') or ''}"
-
-
-_CONNINFO_PAIR = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
-_USERINFO_PASSWORD = re.compile(r"://[^/?#@]*?:([^/?#]*)@")
-
-
-def _without_password(message: str, url: str) -> str:
-    """`message` with the URL's password taken out: the driver quotes a malformed one back
-    ('invalid percent-encoded token: "Sup3rSecretPw%zz"')."""
-    secrets = [m.group(1) for m in _USERINFO_PASSWORD.finditer(url)]
-    secrets += [v.strip("'") for k, v in _CONNINFO_PAIR.findall(url) if k == "password"]
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        message = message.replace(secret, "***")
-        with contextlib.suppress(ValueError):
-            decoded = urllib.parse.unquote(secret, errors="strict")
-            if decoded:
-                message = message.replace(decoded, "***")
-    return message
-
-
-def schema_version(url: str) -> int:
-    """The compactor schema version of the database at `url`, 0 if compactor never wrote there
-    (read only: nothing is created). Raises PersistenceError if it cannot be reached."""
-    driver = _import_psycopg()
-    try:
-        with driver.connect(url, autocommit=True, connect_timeout=PG_CONNECT_TIMEOUT_S) as conn:
-            row = conn.execute("SELECT to_regclass('compactor_schema') IS NOT NULL").fetchone()
-            if not row or not row[0]:
-                return 0
-            got = conn.execute("SELECT coalesce(max(version), 0) FROM compactor_schema").fetchone()
-            return int(got[0]) if got else 0
-    except driver.Error as exc:
-        raise PersistenceError(
-            f"Cannot connect to database {display_url(url)}: {_without_password(_one_line(exc), url)}."
-        ) from exc
-
-
-def _one_line(exc: BaseException) -> str:
-    """The driver's message as one line without its closing punctuation: libpq's spans lines
-    ("...failed: Connection refused\n\tIs the server running...?")."""
-    lines = [" ".join(line.split()).rstrip(".?!") for line in str(exc).splitlines()]
-    return "; ".join(line for line in lines if line)
-
-
-def _import_psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError as exc:
-        raise PersistenceError(
-            "--database needs the PostgreSQL driver: install compactor with its postgres extra "
-            '(`pip install "compactor[postgres]"`) and start again.'
-        ) from exc
-    return psycopg
 
 
 class PgBackend(ReentrantLock):
@@ -348,18 +180,18 @@ class PgBackend(ReentrantLock):
 
     # --- connections ----------------------------------------------------------------------
     def _fail(self, what: str, exc: BaseException) -> PersistenceError:
-        detail = _without_password(str(exc).strip() or repr(exc), self.url)
+        detail = without_password(str(exc).strip() or repr(exc), self.url)
         return PersistenceError(f"Could not {what} in database {self.where}: {detail}.")
 
     def _new_connection(self) -> psycopg.Connection[Any]:
-        driver = _import_psycopg()
+        driver = import_psycopg()
         try:
             conn: psycopg.Connection[Any] = driver.connect(
                 self.url, autocommit=True, connect_timeout=PG_CONNECT_TIMEOUT_S, application_name="compactor"
             )
         except driver.Error as exc:
             raise PersistenceError(
-                f"Cannot connect to database {self.where}: {_without_password(_one_line(exc), self.url)}. "
+                f"Cannot connect to database {self.where}: {without_password(one_line(exc), self.url)}. "
                 "Check the URL, that PostgreSQL is running and reachable, and the user's password and rights."
             ) from exc
         return conn
@@ -401,6 +233,11 @@ class PgBackend(ReentrantLock):
                 conn.execute("INSERT INTO compactor_schema (version) VALUES (%s)", (step,))
                 log.info("database %s: created compactor schema version %d", self.where, step)
 
+    def _conn_lost(self) -> bool:
+        """Whether the main connection broke (rather than never opened)."""
+        conn = self._conn
+        return conn is not None and (conn.closed or conn.broken)
+
     def _live(self) -> psycopg.Connection[Any]:
         """The main connection, opened anew if it broke (notifications may then be missed)."""
         conn = self._conn
@@ -436,7 +273,7 @@ class PgBackend(ReentrantLock):
         """pg_advisory_lock (`ReentrantLock`), waiting at most `lock_wait_s`; the head is read
         in the same round trip. The lock is waited for on a connection of its own, so that the
         main one stays free for reads meanwhile."""
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         conn = self._locker
         try:
             if conn is None or conn.closed or conn.broken:
@@ -460,7 +297,7 @@ class PgBackend(ReentrantLock):
         self._lock_conn = conn
 
     def _release(self) -> None:
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         conn, self._lock_conn = self._lock_conn, None
         assert conn is not None
         self._head = None
@@ -517,7 +354,7 @@ class PgBackend(ReentrantLock):
         return self._missed or self._heard_seq > self.offset or self._heard_gen > self.gen
 
     def read_new(self) -> list[list[Op]] | None:
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         try:
             conn = self._live()
             with conn.transaction():
@@ -552,7 +389,7 @@ class PgBackend(ReentrantLock):
         return ops
 
     def load(self) -> Loaded:
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         try:
             conn = self._live()
             self._drain_notifications()
@@ -661,7 +498,7 @@ class PgBackend(ReentrantLock):
             self.append(deferred, sync=False)
 
     def append(self, ops: list[Op], *, sync: bool = True) -> None:
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         if not sync and self._lock_depth:
             self._deferred.extend(ops)
             return
@@ -670,6 +507,14 @@ class PgBackend(ReentrantLock):
         try:
             row = self._live().execute(APPEND_SQL if sync else APPEND_ASYNC_SQL, params).fetchone()
         except psycopg.Error as exc:
+            if exc.sqlstate is None and self._conn_lost():
+                # The connection went while the entry was on its way or committing: whether
+                # PostgreSQL committed it is unknown (the next call's catch-up shows it).
+                raise AmbiguousCommitError(
+                    f"The connection to database {self.where} was lost while this call was being saved "
+                    f"({str(exc).strip()}): it may or may not have been applied. Retrying a store within "
+                    f"a minute returns the first one's id rather than a duplicate."
+                ) from exc
             raise PersistenceError(
                 f"Could not write to the journal in database {self.where}: {str(exc).strip()}. This call was "
                 "not applied; check that PostgreSQL is up and retry."
@@ -729,7 +574,7 @@ class PgBackend(ReentrantLock):
             log.info("the index snapshot %d names is no longer in %s", snap_id, self.where)
 
     def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         self._flush_deferred()
         header["prev_offset"] = self.offset
         started = time.perf_counter()
@@ -756,7 +601,7 @@ class PgBackend(ReentrantLock):
         self.last_snapshot_at = time.time()
 
     def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         started = time.perf_counter()
         with self._bg_lock:
             try:
@@ -771,7 +616,7 @@ class PgBackend(ReentrantLock):
     def install_pending_snapshot(
         self, gen: int, offset: int, keep_index: str | None = None
     ) -> Callable[[], None] | None:
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         self._flush_deferred()
         snap_id, self._pending = self._pending, None
         if snap_id is None:
@@ -853,7 +698,7 @@ class PgBackend(ReentrantLock):
 
     def _fetch_index(self, label: bytes, size: object, where: str) -> Image:
         """The index's bytes from whichever snapshot holds them (one this process did not read)."""
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         if not isinstance(size, int) or size < 0:
             raise IndexFileError(f"{where} has no valid size in the snapshot's reference")
         try:
@@ -861,7 +706,7 @@ class PgBackend(ReentrantLock):
                 rows = cur.stream(INDEX_ROWS_SQL, {"label": label, "snap": 0})
                 image = _assemble((data for (data,) in rows), size)
         except psycopg.Error as exc:
-            raise IndexFileError(f"{where} cannot be read: {_one_line(exc)}") from exc
+            raise IndexFileError(f"{where} cannot be read: {one_line(exc)}") from exc
         if image is None:
             raise IndexFileError(f"{where} is missing or cut short")
         return image
@@ -873,7 +718,7 @@ class PgBackend(ReentrantLock):
         held = self._index
         if held is not None and _name_of(held[0]) != name:
             self._index = None
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         try:
             conn = self._live()
             labels = conn.execute(
@@ -887,7 +732,7 @@ class PgBackend(ReentrantLock):
 
     # --- the forget ledger ----------------------------------------------------------------
     def append_ledger(self, entries: list[dict[str, Any]]) -> None:
-        psycopg = _import_psycopg()
+        psycopg = import_psycopg()
         try:
             with self._live().cursor() as cur:
                 rows = [(orjson.dumps(e),) for e in entries]

@@ -335,7 +335,7 @@ class _Dag(_Journaled):
         if not 1 <= max_depth <= C.TREE_DEPTH_MAX:
             raise InvalidArgumentError(bounds.must_be("max_depth", bounds.integer(1, C.TREE_DEPTH_MAX), max_depth))
         with self._read():
-            starts = [self._get(root)] if root else self.roots()
+            starts = [self._get(root)] if root else [it for it in self.roots() if self._reaches(it)]
             lines: list[str] = []
             if not starts:
                 return "No summary nodes yet: compaction creates them when items are archived."

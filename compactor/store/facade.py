@@ -29,6 +29,7 @@ from ..persistence.base import Persistence
 from ..persistence.statedir import StateDir
 from ..runtime import PROCESS, Runtime
 from ..summaries.condense import unfamiliar_terms, with_footer
+from .access import Caller
 from .compact import _Compaction, _item_bytes
 from .inputs import StoreInput, _check_importance, _utf8_size, file_view_fields
 from .journaled import CallLock, SavedIndex, _Txn
@@ -52,6 +53,12 @@ log = logging.getLogger(__name__)
 # How long a query waits to record its accesses: a writer holds the lock for milliseconds, so
 # longer means a stalled one, and the answer matters more than an access count.
 ACCESS_LOCK_WAIT_S = 0.5
+
+# A store of the same content, scope and tags within this many seconds returns the first id: a
+# client retries within seconds of a failed answer, and a minute apart is a deliberate repeat.
+RETRY_WINDOW_S = 60.0
+# How many of the newest items that check looks at: a store answers in bounded time.
+RETRY_SCAN_ITEMS = 256
 
 # What brings an archived item back to the active tier (restore, and pin): a merged duplicate
 # stands alone again.
@@ -86,6 +93,7 @@ class Store(_Recall, _Compaction, _Ledger):
         self._clock = clock
         self.redact_secrets = redact_secrets
         self._redacted: dict[str, int] = {}
+        self._known_secrets: frozenset[bytes] = frozenset()
         # Items are stored in this scope unless told otherwise; reads cover it plus "global",
         # or every scope when `default_read_scope` is "all" (the CLI's --scope all).
         self._scope = scope
@@ -146,17 +154,27 @@ class Store(_Recall, _Compaction, _Ledger):
         self._scope = value
 
     @contextlib.contextmanager
-    def serving(self, scope: str | None = None) -> Iterator[None]:
+    def serving(self, scope: str | None = None, caller: Caller | None = None) -> Iterator[None]:
         """Hold memory for one call of a session whose project scope is `scope` (None: the
-        store's): calls of several sessions run on worker threads, one at a time in memory,
-        except while a write waits for the writers' lock (see `_locked`)."""
-        previous = getattr(self._call_scope, "scope", None)
+        store's), made by `caller` (None: anyone; else it sees only its projects and
+        "global", and changes memory only with write access): calls of several sessions run
+        on worker threads, one at a time in memory, except while a write waits for the
+        writers' lock (see `_locked`)."""
+        previous = getattr(self._call_scope, "scope", None), getattr(self._call_scope, "caller", None)
         self._call_scope.scope = scope
+        self._call_scope.caller = caller
         try:
             with self._calls:
                 yield
         finally:
-            self._call_scope.scope = previous
+            self._call_scope.scope, self._call_scope.caller = previous
+
+    def _may_change(self) -> None:
+        """Refuse, before anything is read or planned, a command that changes memory when the
+        running call's caller may only read (`_Txn` checks each op again)."""
+        caller = self._caller
+        if caller is not None:
+            caller.check_write()
 
     def touch(self) -> None:
         """A server is handling a call now (see `last_used`)."""
@@ -204,6 +222,7 @@ class Store(_Recall, _Compaction, _Ledger):
         chunk one journaled transaction; `progress(done, total)` is called after each one, with
         the count of new items stored so far and of new items to store (an exception it raises
         stops the import between chunks, leaving every chunk before it stored whole)."""
+        self._may_change()
         with self._locked(), self.runtime.bulk_work():
             self._sync()
             self._redacted = {}
@@ -259,6 +278,7 @@ class Store(_Recall, _Compaction, _Ledger):
             raise InvalidArgumentError(
                 f"items has {len(inputs):,} entries; send at most {C.BULK_MAX_ITEMS:,} per call."
             )
+        self._may_change()
         with self._locked(), self.runtime.bulk_work():
             self._sync()
             self._redacted = {}
@@ -273,11 +293,15 @@ class Store(_Recall, _Compaction, _Ledger):
                     skipped.append(inp.item_id)
                     continue
                 try:
-                    built.append(self._build(inp, seq + len(built), now))
+                    item = self._build(inp, seq + len(built), now)
                 except InvalidArgumentError as exc:
                     if len(inputs) == 1:
                         raise
                     raise InvalidArgumentError(f"items[{i}]: {exc} Nothing was stored.") from exc
+                twin = self._recent_twin(item, now) if len(inputs) == 1 and inp.item_id is None else None
+                if twin is not None:  # a retried store (its first try's answer was lost): the first id
+                    return BulkStored(items=[twin], compaction=None, skipped=[], redacted=self.take_redactions())
+                built.append(item)
             self._count_tokens(built)
             ops: list[Op] = [{"op": "put", "item": item.to_record()} for item in built]
             new_ids = [it.id for it in built]
@@ -289,10 +313,23 @@ class Store(_Recall, _Compaction, _Ledger):
                 redacted=self.take_redactions(),
             )
 
+    def _recent_twin(self, item: Item, now: float) -> Item | None:
+        """An item stored within `RETRY_WINDOW_S` with `item`'s content, scope and tags: what
+        a client retrying a store whose answer it never got (an ambiguous commit) meant."""
+        s = self._s
+        for seq in reversed(s.order["active"][-RETRY_SCAN_ITEMS:]):
+            other = s.items[s.by_seq[seq]]
+            if other.created_at < now - RETRY_WINDOW_S:
+                break
+            if other.content == item.content and other.scope == item.scope and other.tags == item.tags:
+                return other
+        return None
+
     def prune(self, *, apply: bool = False, max_archive_tokens: int | None = None) -> Pruned:
         """What `prune_candidates` names, with its size; removed only with `apply`: from memory
         and disk (snapshot rewritten, journal rotated), each id in the forget ledger."""
         limit = self.settings.max_archive_tokens if max_archive_tokens is None else max_archive_tokens
+        self._may_change()
         with self._locked():
             self._sync()
             before = self._s.archived_tokens
@@ -324,6 +361,7 @@ class Store(_Recall, _Compaction, _Ledger):
         ):
             allowed = bounds.finite(C.TARGET_USAGE_MIN, C.TARGET_USAGE_MAX)
             raise InvalidArgumentError(bounds.must_be("target_usage", allowed, target_usage))
+        self._may_change()
         with self._locked():
             self._sync()
             target = int(float(target_usage) * self.settings.token_budget)
@@ -344,6 +382,7 @@ class Store(_Recall, _Compaction, _Ledger):
             raise InvalidArgumentError("Nothing to update: give at least one of summary, content, tags, importance.")
         from ..content.classify import auto_tags, detect_type  # on the first write, as in inputs.py
 
+        self._may_change()
         with self._locked():
             self._sync()
             old = self._get(item_id)
@@ -420,6 +459,7 @@ class Store(_Recall, _Compaction, _Ledger):
             return Updated(self._s.items[item_id], warnings)
 
     def _set_flag(self, item_id: str, **changes: Any) -> Item:
+        self._may_change()
         with self._locked():
             self._sync()
             self._get(item_id)
@@ -432,6 +472,7 @@ class Store(_Recall, _Compaction, _Ledger):
         `restore` brings it) and one shown by its summary goes back to its content. Pinning
         left an archived item in the archive, out of recall and of the budget it was pinned
         to stay in."""
+        self._may_change()
         with self._locked():
             self._sync()
             item = self._get(item_id)
@@ -448,6 +489,7 @@ class Store(_Recall, _Compaction, _Ledger):
 
     def restore(self, item_id: str) -> tuple[Item, CompactReport | None]:
         """Bring an archived item back; compaction may follow but never of this item."""
+        self._may_change()
         with self._locked():
             self._sync()
             item = self._get(item_id)
@@ -461,6 +503,7 @@ class Store(_Recall, _Compaction, _Ledger):
         """Delete a raw item permanently, from memory and from disk (snapshot rewritten,
         journal rotated); the summaries covering it record it as gone. On a summary node it
         dissolves the node instead: forgetting never deletes what a summary covers."""
+        self._may_change()
         with self._locked():
             self._sync()
             item = self._get(item_id)
@@ -503,6 +546,7 @@ class Store(_Recall, _Compaction, _Ledger):
 
     def dissolve(self, item_id: str) -> list[Item]:
         """Reverse one condensation: the node goes, its children return to where they were."""
+        self._may_change()
         with self._locked():
             self._sync()
             node = self._get(item_id)
@@ -575,6 +619,7 @@ class Store(_Recall, _Compaction, _Ledger):
                 allowed = bounds.integer(C.ARCHIVE_TOKENS_MIN, C.ARCHIVE_TOKENS_MAX)
                 raise _out_of_bounds("max_archive_tokens", allowed, max_archive_tokens)
             changes["max_archive_tokens"] = int(max_archive_tokens)
+        self._may_change()
         with self._locked():
             self._sync()
             report = None

@@ -121,7 +121,8 @@ def journal_entries(path: Path, item_id: str, limit: int = SHOW_JOURNAL_ENTRIES)
         for op in batch:
             target = op.get("id") or (op.get("item") or {}).get("id")
             if target == item_id:
-                found.append(f"line {lineno}: {_describe_op(op)}")
+                who = f" by {op['who']}" if isinstance(op.get("who"), str) else ""
+                found.append(f"line {lineno}: {_describe_op(op)}{who}")
     return found[-limit:]
 
 
@@ -136,7 +137,7 @@ def _describe_op(op: dict[str, Any]) -> str:
         return f"accessed (count {changes.get('access_count', '?')})"
     shown: list[str] = []
     for key, value in changes.items():
-        if key in ("content_tokens", "summary_tokens", "last_accessed_at", "access_count"):
+        if key in ("content_tokens", "summary_tokens", "last_accessed_at", "access_count", "changed_by"):
             continue
         if key in ("content", "summary"):
             shown.append(f"{key} rewritten")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,12 +28,12 @@ _ID_RULE = f"{C.ID_MIN_CHARS}-{C.ID_MAX_CHARS} characters of a-z, 0-9, '-' or '_
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o/1/l: ids get read aloud and retyped
 
 
-def redact(text: str, known: Collection[str] = ()) -> tuple[str, list[Redaction]]:
+def redact(text: str) -> tuple[str, list[Redaction]]:
     """compactor.content.redact's, imported at the first write: its ~100 patterns take ~15 ms to compile,
     which a start that only answers queries need not pay."""
     from ..content.redact import redact as scan
 
-    return scan(text, known)
+    return scan(text)
 
 
 def _new_id() -> str:
@@ -90,13 +90,8 @@ class _Inputs(_StateOps):
 
     redact_secrets: bool
     _redacted: dict[str, int]  # kind -> count, for the current call
+    _known_secrets: frozenset[bytes]  # SHA-256 of each secret `add_known_secret` was given
     scope: str
-    # Literal secrets redacted wherever they occur (the HTTP server's own bearer token).
-    known_secrets: frozenset[str] = frozenset()
-
-    def add_known_secret(self, secret: str) -> None:
-        """Redact `secret` from everything stored from now on, whatever it looks like."""
-        self.known_secrets = self.known_secrets | {secret}
 
     def _build(self, inp: StoreInput, seq: int, now: float) -> Item:
         """A new item from a store input, its token counts left 0 for `_count_tokens`."""
@@ -144,7 +139,7 @@ class _Inputs(_StateOps):
             access_count=0,
             content_tokens=0,
             summary_tokens=0,
-            scope=self._check_stored_scope(inp.scope) if inp.scope is not None else self.scope,
+            scope=self._project(self._check_stored_scope(inp.scope) if inp.scope is not None else self.scope),
             **file_view_fields(content, summary),
         )
 
@@ -162,11 +157,13 @@ class _Inputs(_StateOps):
         """Credentials become [REDACTED:<kind>] before anything is indexed or written."""
         if not self.redact_secrets:
             return content, summary
-        content, found = redact(content, self.known_secrets)
+        content = self._redact_known(content)
+        summary = self._redact_known(summary) if summary is not None else None
+        content, found = redact(content)
         for r in found:
             self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         if summary is not None:
-            summary, found = redact(summary, self.known_secrets)
+            summary, found = redact(summary)
             for r in found:
                 self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         return content, summary
@@ -175,7 +172,7 @@ class _Inputs(_StateOps):
         """Any other free text of an item (an imported `quality`), redacted as content is."""
         if text is None or not self.redact_secrets:
             return text
-        text, found = redact(text, self.known_secrets)
+        text, found = redact(self._redact_known(text))
         for r in found:
             self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
         return text
@@ -189,22 +186,45 @@ class _Inputs(_StateOps):
         raw: list[Any] = tags.strip().split(",") if isinstance(tags, str) else list(tags)
         kept: list[Any] = []
         for tag in raw:
-            found = (
-                redact(tag, self.known_secrets)[1] if isinstance(tag, str) else []
-            )  # parse_tags reports a non-string
+            if isinstance(tag, str) and self._redact_known(tag) != tag:
+                continue
+            found = redact(tag)[1] if isinstance(tag, str) else []  # parse_tags reports a non-string
             for r in found:
                 self._redacted[r.kind] = self._redacted.get(r.kind, 0) + r.count
             if not found:
                 kept.append(tag)
         return kept
 
+    def add_known_secret(self, secret: str | bytes) -> None:
+        """Redact `secret` wherever it is written into memory: a literal, or (bytes) the SHA-256
+        of one, as a tokens file names its people's tokens."""
+        import hashlib
+
+        digest = secret if isinstance(secret, bytes) else hashlib.sha256(secret.encode()).digest()
+        self._known_secrets = self._known_secrets | {digest}
+
+    def _redact_known(self, text: str) -> str:
+        from ..content.redact import KNOWN_SECRET_KIND, redact_known
+
+        text, count = redact_known(text, self._known_secrets, C.TOKEN_MIN_CHARS)
+        if count:
+            self._redacted[KNOWN_SECRET_KIND] = self._redacted.get(KNOWN_SECRET_KIND, 0) + count
+        return text
+
+    def _project(self, scope: str) -> str:
+        """`scope` if the running call's caller may store into it (AccessDeniedError if not)."""
+        caller = self._caller
+        return scope if caller is None else caller.check_project(scope)
+
     def _check_stored_scope(self, scope: str) -> str:
         """A scope names a project; one that holds a credential is refused rather than stored
         (rewriting it would file the item under a different project)."""
         scope = self._check_scope(scope)
-        found = redact(scope, self.known_secrets)[1] if self.redact_secrets else []
+        found = [r.kind for r in redact(scope)[1]] if self.redact_secrets else []
+        if self.redact_secrets and self._redact_known(scope) != scope:
+            found.append("the server's token")
         if found:
-            kinds = ", ".join(r.kind for r in found)
+            kinds = ", ".join(found)
             raise InvalidArgumentError(f"scope holds what looks like a credential ({kinds}); name the project instead.")
         return scope
 
@@ -267,7 +287,7 @@ class _Inputs(_StateOps):
             value = rec.get(key, default)
             if not ok(value):
                 shown = (
-                    redact(repr(value), self.known_secrets)[0] if self.redact_secrets else repr(value)
+                    redact(self._redact_known(repr(value)))[0] if self.redact_secrets else repr(value)
                 )  # never echo a credential
                 raise InvalidArgumentError(f"{key} has an invalid value: {shown}.")
             return value

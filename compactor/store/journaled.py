@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
-from ..errors import PersistenceError, WriteConflictError, WriteLockTimeoutError
+from ..errors import AmbiguousCommitError, PersistenceError, WriteConflictError, WriteLockTimeoutError
 from ..models import Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.codec import SCHEMA_VERSION, ItemRecords
@@ -26,6 +26,7 @@ from ..persistence.indexfile import IndexFileError
 from ..runtime import Runtime
 from ..search.analyze import TERMS_VERSION, terms_changed
 from ..search.index import saved_terms_version
+from .access import ACCESS_FIELDS, Caller
 from .state import _State, _StateOps, dedup_arrays, dedup_state, stale_limit
 
 # A transaction unmaps the index file's pages it has read every this many ops it applies, and at
@@ -80,6 +81,22 @@ def _ids_or_none(value: object) -> list[str] | None:
     return value if isinstance(value, list) and all(isinstance(i, str) for i in value) else None
 
 
+def _sign(op: Op, caller: Caller) -> None:
+    """Record who made `op` (in the journal entry, and on the item: who stored it, who last
+    changed it), or refuse a change by a read-only caller. An access a read records is no
+    change: it is signed on the entry only."""
+    kind = op["op"]
+    if kind == "patch" and op["set"].keys() <= ACCESS_FIELDS:
+        op["who"] = caller.name
+        return
+    caller.check_write()
+    op["who"] = caller.name
+    if kind == "put" and not op["item"].get("stored_by"):
+        op["item"]["stored_by"] = caller.name
+    elif kind == "patch":
+        op["set"]["changed_by"] = caller.name
+
+
 class _Txn:
     """Ops applied to memory with their undo, journaled together on commit."""
 
@@ -99,7 +116,10 @@ class _Txn:
         items = store._s.items
         run: list[Op] = []  # consecutive puts of new items, indexed together (`_put_new`)
         run_ids: set[str] = set()
+        caller = store._caller
         for op in ops:
+            if caller is not None:
+                _sign(op, caller)
             self._applied += 1
             if self._applied % INDEX_FILE_RELEASE_OPS == 0:
                 store._s.release_index_pages()
@@ -454,8 +474,8 @@ class _Journaled(_StateOps):
             return
         try:
             sd.append(ops, sync=sync)
-        except WriteConflictError:
-            raise  # not a failing disk: the caller runs the call again, caught up
+        except (WriteConflictError, AmbiguousCommitError):
+            raise  # not a failing disk: run again caught up, or say that the outcome is unknown
         except PersistenceError as exc:
             if self._degraded is None:
                 log.error("persistence failed; memory is read-only until the disk recovers: %s", exc)

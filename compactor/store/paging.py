@@ -87,9 +87,14 @@ class _Paging(_Inputs, _Journaled):
         """What a read covers: None = every scope ("all"); else the scope plus global."""
         if scope is None:
             scope = self.default_read_scope or self.scope
+        caller = self._caller
         if scope == ALL_SCOPES:
-            return None
-        return frozenset({scope_key(self._check_scope(scope)), GLOBAL_SCOPE})
+            # A caller's "all" is all of its own projects.
+            return None if caller is None or caller.projects is None else caller.projects | {GLOBAL_SCOPE}
+        key = scope_key(self._check_scope(scope))
+        if caller is not None and key != GLOBAL_SCOPE:
+            caller.check_project(key)
+        return frozenset({key, GLOBAL_SCOPE})
 
     def hidden_by_scope(self, tier: TierFilter = "all", scope: str | None = None) -> int:
         """How many items of `tier` a read in `scope` (default: the store's) leaves out."""
@@ -101,6 +106,10 @@ class _Paging(_Inputs, _Journaled):
             if any(t not in ("active", "archived") for t in tiers):
                 raise InvalidArgumentError(bounds.must_be("tier", bounds.one_of(TIERS), tier))
             seen = sum(len(self._s.scope_order.get(sc, {}).get(t, [])) for sc in scopes for t in tiers)
+            caller = self._caller
+            if caller is not None and caller.projects is not None:  # never a count of another's projects
+                reach = caller.projects | {GLOBAL_SCOPE}
+                return sum(len(self._s.scope_order.get(sc, {}).get(t, [])) for sc in reach for t in tiers) - seen
             return sum(len(self._s.order[t]) for t in tiers) - seen
 
     def export(

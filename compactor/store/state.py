@@ -10,6 +10,7 @@ import bisect
 import logging
 import re
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from ..search import mapped as memory_map
 from ..search.dedup import BUFFER_KEYS, DedupIndex, json_state
 from ..search.index import BM25Index
 from ..search.views import ViewIndex
+from .access import Caller
 from .tuning import Tuning
 
 if TYPE_CHECKING:
@@ -215,6 +217,22 @@ class _StateOps:
     # index file on disk was written: what a load re-indexes on top of that file. None once
     # more changed than re-indexing would beat a rebuild (until the next full snapshot).
     _index_stale: set[str] | None
+    # Per thread, what `Store.serving` set for the call running on it: `scope`, `caller`.
+    _call_scope: threading.local
+
+    @property
+    def _caller(self) -> Caller | None:
+        """Who makes the running call (a person of a team server's tokens file); None: anyone."""
+        caller: Caller | None = getattr(self._call_scope, "caller", None)
+        return caller
+
+    def _reaches(self, item: Item) -> bool:
+        """Whether the running call's caller may see `item`: its projects and "global"."""
+        caller = self._caller
+        if caller is None:
+            return True
+        key = scope_key(item.scope)
+        return key == GLOBAL_SCOPE or caller.opens(key)
 
     def check_derived(self) -> list[str]:
         """What the incrementally kept structures (search index, token total, tier orders,
@@ -569,6 +587,6 @@ class _StateOps:
 
     def _get(self, item_id: str) -> Item:
         item = self._s.items.get(item_id)
-        if item is None:
-            raise NotFoundError(item_id)
+        if item is None or not self._reaches(item):
+            raise NotFoundError(item_id)  # another project's item: as if it did not exist
         return item

@@ -7,6 +7,7 @@ flag the repository; the decoded strings are the real formats.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -18,7 +19,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from compactor.content.redact import REDACTION_KINDS, Redaction, placeholder, redact
+from compactor.content.redact import KNOWN_SECRET_KIND, REDACTION_KINDS, Redaction, placeholder, redact, redact_known
 from evals.redaction import REVIEWED
 from evals.secret_shapes import NEAR_MISSES as SHAPE_NEAR_MISSES
 from evals.secret_shapes import SHAPES, Shape
@@ -41,9 +42,9 @@ def test_corpus_size_and_coverage() -> None:
     print(f"\nsecrets corpus: {len(SECRETS)} secrets, {len(NEAR_MISSES)} near-misses", file=sys.stderr)
     assert len(SECRETS) >= 30
     assert len(NEAR_MISSES) >= 30
-    # known_secret is a literal the caller names (test_known_secrets_...), not a shape.
+    # server_token is a literal the server names (test_known_secrets_...), not a shape.
     assert {row["kind"] for row in SECRETS} | {shape.kind for shape in SHAPES} == set(REDACTION_KINDS) - {
-        "known_secret"
+        KNOWN_SECRET_KIND
     }
     for row in SECRETS:
         assert row["secret"] in row["text"], row["note"]
@@ -307,13 +308,14 @@ def test_held_out_credentials_are_caught(shape: Shape) -> None:
 
 
 def test_known_secrets_are_redacted_wherever_they_occur_whatever_they_look_like() -> None:
-    token = "plainwordsonly"  # no pattern would call this a credential
+    token = "plainwordsonly-but-long"  # no pattern would call this a credential
+    digests = frozenset({hashlib.sha256(token.encode()).digest()})
     text = f"config: {token}\nagain {token}; and {token[:-1]}"
-    out, found = redact(text, known={token})
-    assert token not in out and token[:-1] in out
-    assert found == [Redaction("known_secret", 2)]
-    assert redact(text, known={"short"}) == (text, [])  # shorter than MIN_KNOWN_SECRET: ignored
-    assert redact(out, known={token}) == (out, [])
+    out, count = redact_known(text, digests)
+    assert token not in out and token[:-1] in out and count == 2
+    assert f"[REDACTED:{KNOWN_SECRET_KIND}]" in out and KNOWN_SECRET_KIND in REDACTION_KINDS
+    assert redact_known(text, frozenset({hashlib.sha256(b"short").digest()})) == (text, 0)
+    assert redact_known(out, digests) == (out, 0)
 
 
 ORDINARY = [

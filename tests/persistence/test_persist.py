@@ -461,7 +461,7 @@ def test_a_snapshot_keeps_the_near_duplicate_buckets_in_the_index_file(state_dir
     s2 = Store(state_dir=state_dir)
     assert s2._s._dedup is None and isinstance(s2._s._dedup_saved["sigs"], memoryview)  # read in place, lazily
     assert s2._s.dedup.to_state() == before
-    hint = s2.store("deploy the payments service to staging after the schema migration finishes cleanly run1")
+    hint = s2.store("deploy the payments service to staging after the schema migration finishes cleanly run9")
     assert hint.item.dup_of is not None
 
 

@@ -41,7 +41,6 @@ STATE_FILES = re.compile(
 
 SITECUSTOMIZE = f"""\
 import os
-from compactor.persistence import statedir as statedir_mod
 if os.environ.get({ENV!r}):
     from tests.support.fsync_log import recorders
     for _name, _fn in recorders(os.environ[{ENV!r}]).items():

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from compactor.errors import PersistenceError, StateCorruptError
-from compactor.persistence import postgres as postgres_mod
+from compactor.persistence import pg_sql as pg_sql_mod
 from compactor.persistence.postgres import PgBackend
 from compactor.store import Store, StoreInput
 from compactor.store.journaled import _Journaled
@@ -34,7 +34,7 @@ def backend_of(store: Store) -> PgBackend:
 
 def test_first_start_creates_the_schema_and_records_its_version(pg_url: str):
     Store(database=pg_url).close()
-    assert rows(pg_url, "SELECT version FROM compactor_schema") == [(postgres_mod.PG_SCHEMA_VERSION,)]
+    assert rows(pg_url, "SELECT version FROM compactor_schema") == [(pg_sql_mod.PG_SCHEMA_VERSION,)]
     Store(database=pg_url).close()  # a second start migrates nothing
     assert rows(pg_url, "SELECT count(*) FROM compactor_schema") == [(1,)]
 
@@ -217,7 +217,6 @@ def test_a_dropped_connection_is_reopened_and_nothing_is_lost(pg_url: str):
 WRITER = """
 import sys
 from compactor.store import Store
-from compactor.persistence import postgres as postgres_mod
 s = Store(database=sys.argv[1], budget=1_000_000)
 keep = s.store("acknowledged before the kill").item.id
 print("acked", keep, flush=True)
