@@ -734,9 +734,36 @@ class StateDir(ReentrantLock):
         return self.locked(exclusive=True)
 
     def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
+        """All or nothing: a snapshot written whose journal rotation then fails is replaced by
+        the one it replaced (kept as a hard link until then), so a refused forget leaves the
+        state dir as it was. Its index file is removed then too."""
         gen, offset = self.gen, self.offset
-        self.write_snapshot(snapshot_chunks(header, items))
-        self.rotate(gen + 1, offset)
+        before = self.path / f"{SNAPSHOT}.{os.getpid()}.undo.tmp"
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(before)
+            os.link(self.snapshot_path, before)
+            linked = True
+        except OSError:  # no snapshot yet, or a file system without hard links
+            linked = False
+        try:
+            self.write_snapshot(snapshot_chunks(header, items))
+            self.rotate(gen + 1, offset)
+        except BaseException:
+            if self.gen == gen:  # not rotated: the journal still follows the old snapshot
+                with contextlib.suppress(OSError):
+                    if linked:
+                        os.replace(before, self.snapshot_path)
+                    else:
+                        os.unlink(self.snapshot_path)
+                    _fsync_dir(self.path)
+                ref = header.get("index_file")
+                if isinstance(ref, dict) and ref.get("name") == indexfile.file_name(gen + 1):
+                    indexfile.remove([self.path / indexfile.file_name(gen + 1)])
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(before)
         self.remove_temp_files()
 
     def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:

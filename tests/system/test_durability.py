@@ -13,10 +13,12 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from compactor import doctor
 from compactor.cli import main as cli_main
 from compactor.errors import PersistenceError, StateCorruptError
+from compactor.mcp import build_server
 from compactor.store import Store, StoreInput
 from tests.conftest import server_command, server_env
 from tests.support.stdio_client import StdioServer
@@ -177,6 +179,46 @@ def test_disk_full_over_stdio_is_a_tool_error_and_nothing_unsaved_is_acknowledge
     again = Store(state_dir=state)
     assert sorted(again.ids()) == sorted(acknowledged)
     assert {again.get(i).content for i in again.ids()} == {"before the disk filled", "after space returned"}
+
+
+def test_a_refused_forget_over_the_sdk_deletes_nothing(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    store = Store(state_dir=state_dir)
+    kept = [store.store(f"invoice {i} due friday").item.id for i in range(10)]
+
+    async def go() -> None:
+        async with Client(build_server(store), mode="legacy") as c:
+            _fail_writes(monkeypatch, errno.ENOSPC, state_dir)
+            refused = await c.call_tool("forget", {"id": kept[2]})
+            assert refused.is_error and "nothing was deleted" in refused.content[0].text  # type: ignore[union-attr]
+            status = await c.call_tool("status", {})
+            assert status.structured_content is not None
+            assert status.structured_content["persistence"]["state"] == "read-only"
+            got = await c.call_tool("get", {"id": kept[2]})
+            assert not got.is_error
+
+    anyio.run(go)
+    monkeypatch.undo()
+    store.close()
+    assert sorted(Store(state_dir=state_dir).ids()) == sorted(kept)
+
+
+@pytest.mark.slow
+def test_a_refused_forget_over_stdio_deletes_nothing_even_after_a_clean_stop(tmp_path: Path):
+    state = tmp_path / "state"
+    flag = tmp_path / "disk-full"
+    env = server_env()
+    env["PYTHONPATH"] = str(SHIM) + os.pathsep + env["PYTHONPATH"]
+    env["COMPACTOR_TEST_DISKFULL"] = f"{flag}{os.pathsep}{state}"
+    with StdioServer("--state-dir", str(state), "--no-share", env=env) as server:
+        ids = [server.ok("store", content=f"invoice {i} due friday")["id"] for i in range(10)]
+        flag.touch()
+        refused = server.call("forget", id=ids[4])
+        assert refused.get("isError") is True and "nothing was deleted" in refused["content"][0]["text"]
+        assert server.ok("status")["persistence"]["state"] == "read-only"
+        assert server.ok("get", id=ids[4])["content"] == "invoice 4 due friday"
+        flag.unlink()
+    # The clean stop wrote its final snapshot: with the item still in it.
+    assert sorted(Store(state_dir=state).ids()) == sorted(ids)
 
 
 # --- 4. changed, cut or missing bytes ------------------------------------------------------------
