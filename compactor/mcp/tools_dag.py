@@ -82,7 +82,7 @@ def register(kit: ToolKit) -> None:
     ) -> Annotated[CallToolResult, S.TreeResult]:
         def go() -> CallToolResult:
             text = store.tree(root=root, max_depth=max_depth)
-            shape = store.dag_shape()
+            shape = store.dag_shape(scope=None)
             model = S.TreeResult(
                 text=text,
                 roots=[r.id for r in store.roots()][:100],

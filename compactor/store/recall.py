@@ -303,7 +303,7 @@ class _Recall(_Paging, _Search, _Dag):
                         break
 
             while True:
-                rendered, needs = self._render_recall(head, groups, left_out, active_count, cap)
+                rendered, needs = self._render_recall(head, groups, left_out, active_count, cap, scope)
                 tokens = count(rendered)
                 last = next((g for g in reversed(_GROUPS) if groups[g]), None)
                 if tokens <= cap or last is None:
@@ -333,6 +333,7 @@ class _Recall(_Paging, _Search, _Dag):
         left_out: list[str],
         active_count: int,
         cap: int,
+        scope: str | None,
     ) -> tuple[str, list[str]]:
         body = [head]
         for g in _GROUPS:
@@ -357,7 +358,7 @@ class _Recall(_Paging, _Search, _Dag):
                 f"Reach {'it' if more == 1 else 'them'} with query(...), get(id), or expand(<summary id>)."
             )
         needs: list[str] = []
-        waiting = self._needs_text()
+        waiting = self._needs_text(scope)
         used = self.counter.count("\n".join(body)) if waiting else 0
         for node_id in waiting:
             block = self._needs_text_block(self._s.items[node_id], children=5)
@@ -381,6 +382,9 @@ class _Recall(_Paging, _Search, _Dag):
             lines.append(f"  - … {len(kids) - children} more: expand({node.id!r})")
         return "\n".join(lines)
 
-    def needs_text_blocks(self, limit: int = C.NEEDS_TEXT_LIMIT) -> list[tuple[Item, str]]:
+    def needs_text_blocks(self, limit: int = C.NEEDS_TEXT_LIMIT, scope: str | None = None) -> list[tuple[Item, str]]:
+        """Nodes with stand-in text in the read scope (`_scopes`), each with what its text needs."""
         with self._read():
-            return [(self._s.items[n], self._needs_text_block(self._s.items[n])) for n in self._needs_text()[:limit]]
+            return [
+                (self._s.items[n], self._needs_text_block(self._s.items[n])) for n in self._needs_text(scope)[:limit]
+            ]
