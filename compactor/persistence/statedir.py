@@ -475,7 +475,10 @@ class StateDir(ReentrantLock):
         self.gen = snap_gen
         self.offset = end
         self.remove_dead_temp_files()
-        self._write_record(durable=0)  # keeps what the record said was durable
+        record = self.read_record() if self._lock_fd is not None else None
+        if record is None or record.gen != self.gen or record.end != end:
+            # Rewritten only when it changed: a read-only command changes no file (issue 38).
+            self._write_record(durable=0)  # keeps what the record said was durable
         return Loaded(snapshot=snap, batches=batches, gen=snap_gen, offset=end, warnings=warnings)
 
     def _journal_bytes(self, start: int, end: int) -> bytes:

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 class _Search(_Journaled):
     """Query ranking and access updates."""
 
+    # Whether a query counts as an access of its hits (journaled); the CLI's reads turn it off.
+    record_access: bool = True
+
     def _search(
         self, text: str, tag_list: list[str], limit: int, include_archived: bool, scopes: frozenset[str] | None
     ) -> list[Hit]:
@@ -152,8 +155,9 @@ class _Search(_Journaled):
         return seen
 
     def _touch(self, ids: list[str]) -> None:
-        """A query is an access. Journaled without fsync: losing one on power loss is harmless."""
-        if not ids:
+        """A query is an access. Journaled without fsync: losing one on power loss is harmless.
+        Not recorded when `record_access` is off (a command that only reads)."""
+        if not ids or not self.record_access:
             return
         now = self._clock()
         ops: list[Op] = []
