@@ -151,6 +151,7 @@ class StateDir(ReentrantLock):
         self.snapshot_path = path / SNAPSHOT
         self.journal_path = path / JOURNAL
         self._lock_fd: int | None = None
+        self._dir_ino = 0  # the state dir's inode when opened: a lock file is made again only in it
         self.gen = 0
         self.offset = 0  # bytes of the journal already applied to memory
         self.last_snapshot_at: float | None = None
@@ -167,6 +168,7 @@ class StateDir(ReentrantLock):
             lock_path = self.path / LOCK
             self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
             os.fchmod(self._lock_fd, 0o600)
+            self._dir_ino = os.stat(self.path).st_ino
         except OSError as exc:
             raise PersistenceError(f"Cannot open state dir {self.path}: {exc.strerror or exc}") from exc
         self.remove_dead_temp_files()
@@ -190,9 +192,41 @@ class StateDir(ReentrantLock):
             self._lock_fd = None
 
     def _acquire(self, exclusive: bool) -> None:
-        """flock: held by one process (and, re-entrant, one thread) at a time (`ReentrantLock`)."""
+        """flock: held by one process (and, re-entrant, one thread) at a time (`ReentrantLock`).
+
+        The lock is only the lock if the file we hold is the one at the path: a lock file
+        deleted while servers run and made again by the next one to start would leave the
+        older servers locking a file nobody else sees. So once locked, the descriptor's file is
+        compared with the path's (st_dev, st_ino); when they differ, the lock is let go and the
+        file at the path opened (made again if it is missing) and locked instead, before
+        anything is written."""
         assert self._lock_fd is not None
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        fcntl.flock(self._lock_fd, mode)
+        if self._lock_is_at_path():
+            return
+        try:
+            if os.stat(self.path).st_ino != self._dir_ino:
+                return  # the state dir itself was replaced or moved: `gone` refuses writes
+            fresh = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
+        except OSError:
+            return  # the state dir is gone: `gone` refuses writes
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        os.close(self._lock_fd)
+        self._lock_fd = fresh
+        self._record = None  # the record we read was in the old file
+        log.warning("the lock file %s was replaced; locking the one now at that path", self.path / LOCK)
+        # Once: where inode numbers are not stable (some FUSE mounts) the check cannot settle it.
+        fcntl.flock(self._lock_fd, mode)
+
+    def _lock_is_at_path(self) -> bool:
+        assert self._lock_fd is not None
+        try:
+            named = os.stat(self.path / LOCK, follow_symlinks=False)
+        except OSError:
+            return False
+        held = os.fstat(self._lock_fd)
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
     def _release(self) -> None:
         assert self._lock_fd is not None
