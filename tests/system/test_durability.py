@@ -268,6 +268,70 @@ def test_a_changed_byte_in_the_snapshot_is_refused_not_served(state_dir: Path):
     assert len(ids) == 50
 
 
+def _doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = cli_main(["doctor", *argv])
+    return code, capsys.readouterr().out
+
+
+def test_repair_salvages_a_damaged_snapshots_intact_items_and_the_journal_after_it(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+):
+    ids = _amounts(state_dir)
+    s = Store(state_dir=state_dir)
+    s.snapshot()
+    after = [s.store(f"written after the snapshot {i}").item.id for i in range(3)]
+    s.close()
+    snap = state_dir / "snapshot.json"
+    raw = snap.read_bytes()
+    snap.write_bytes(raw.replace(b'"invoice 7: amount', b'"invoice 7: amount\x01"', 1))  # that line no longer parses
+    code, out = _doctor(capsys, "--state-dir", str(state_dir))
+    assert code == 1 and "snapshot" in out
+    code, out = _doctor(capsys, "--repair", "--state-dir", str(state_dir))
+    assert code == 0, out
+    assert "49 item(s) kept, 1 item(s) lost" in out and "best effort" in out
+    assert any(p.name.startswith("snapshot.json.damaged-") for p in state_dir.iterdir())
+    again = Store(state_dir=state_dir)
+    assert set(again.ids()) == (set(ids) - {ids[7]}) | set(after)
+    assert again.get(ids[8]).content == "invoice 8: amount 11556 due friday"
+    again.close()
+    assert doctor.check(state_dir).healthy
+
+
+def test_repair_counts_the_items_a_damaged_journal_loses(state_dir: Path, capsys: pytest.CaptureFixture[str]):
+    _amounts(state_dir, 10)
+    journal = state_dir / "journal.jsonl"
+    journal.write_bytes(journal.read_bytes().replace(b"amount 11535", b"amount 19535"))  # the 6th item's line
+    code, out = _doctor(capsys, "--repair", "--state-dir", str(state_dir))
+    assert code == 0, out
+    assert "5 item(s) gone, 0 item(s) without their later changes" in out  # items 5..9, not "5 lines"
+
+
+def test_a_journal_cut_short_says_what_the_repair_cannot_count(state_dir: Path, capsys: pytest.CaptureFixture[str]):
+    _amounts(state_dir, 10)
+    journal = state_dir / "journal.jsonl"
+    raw = journal.read_bytes()
+    journal.write_bytes(raw[: raw.index(b"amount 11535")])  # cut inside the 6th item's line
+    code, out = _doctor(capsys, "--repair", "--state-dir", str(state_dir))
+    assert code == 0, out
+    assert "1 item(s) gone" in out and "cannot be counted" in out
+    assert len(Store(state_dir=state_dir)) == 5
+
+
+def test_a_deleted_lock_and_journal_are_not_healthy(state_dir: Path, capsys: pytest.CaptureFixture[str]):
+    s = Store(state_dir=state_dir)
+    s.store("before the snapshot")
+    s.snapshot()
+    s.store("after the snapshot: only in the journal")
+    s.close()
+    (state_dir / "lock").unlink()
+    (state_dir / "journal.jsonl").unlink()
+    assert not doctor.check(state_dir).healthy
+    code, out = _doctor(capsys, "--state-dir", str(state_dir))
+    assert code == 1 and "no journal" in out
+    code, out = _doctor(capsys, "--repair", "--state-dir", str(state_dir))
+    assert code == 0 and doctor.check(state_dir).healthy
+
+
 def test_a_journal_cut_short_is_an_error_not_a_warning(state_dir: Path):
     _amounts(state_dir)
     journal = state_dir / "journal.jsonl"
