@@ -48,7 +48,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -610,6 +610,9 @@ class PgBackend(ReentrantLock):
             return
         with contextlib.suppress(Exception):
             self._live().execute("DELETE FROM compactor_snapshot WHERE id = %s AND state = 'pending'", (snap_id,))
+
+    def purge_kept_aside(self, needles: Sequence[bytes]) -> list[str]:
+        return []  # a repair keeps nothing aside in a database
 
     def remove_dead_temp_files(self) -> None:
         with contextlib.suppress(Exception):

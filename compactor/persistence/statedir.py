@@ -33,7 +33,7 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -695,6 +695,21 @@ class StateDir(ReentrantLock):
                 continue  # journal.jsonl.tmp: only under the lock
             with contextlib.suppress(OSError):
                 tmp.unlink()
+
+    def purge_kept_aside(self, needles: Sequence[bytes]) -> list[str]:
+        """Lines holding a forgotten item leave the files a repair kept aside (`*.damaged-*`):
+        a snapshot's hold one item each and a journal's one call each, so the rest stays."""
+        changed: list[str] = []
+        for path in sorted(self.path.glob("*.damaged-*")):
+            try:
+                lines = _read_nofollow(path).split(b"\n")
+                kept = [line for line in lines if not any(needle in line for needle in needles)]
+                if len(kept) != len(lines):
+                    self._write_atomic(path, [b"\n".join(kept)])
+                    changed.append(path.name)
+            except OSError as exc:
+                raise PersistenceError(f"Could not purge {path}: {exc.strerror or exc}") from exc
+        return changed
 
     def remove_temp_files(self) -> None:
         """Delete every temp file, ours or another process's (whose install will then fail

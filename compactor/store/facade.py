@@ -18,6 +18,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import orjson
+
 from .. import bounds
 from .. import constants as C
 from ..content.tags import merge_tags, parse_tags
@@ -37,6 +39,10 @@ from .records import BulkStored, Hit, ImportedRecords, Pruned, Status, Stored, U
 from .state import GLOBAL_SCOPE, _State
 
 log = logging.getLogger(__name__)
+
+# A deleted item's text is looked for in the files a repair kept aside only from this length:
+# shorter text ("ok", "done") would take out unrelated lines; its id finds those lines anyway.
+PURGE_TEXT_MIN_BYTES = 16
 
 
 def _without_source(item: Item, source: str) -> dict[str, Any]:
@@ -279,6 +285,7 @@ class Store(_Recall, _Compaction, _Ledger):
             now = self._clock()
             self._ledger_append([{"id": it.id, "reason": "prune", "at": now} for it in victims])
             self._purge(ops, lambda txn: self._mark_gone_many(txn, victims), "prune")
+            self._purge_kept_aside(victims)
             result.applied = True
             return result
 
@@ -446,6 +453,7 @@ class Store(_Recall, _Compaction, _Ledger):
                 if any(source == item_id for _, source in other.tags_from)
             )
             self._purge(ops, lambda txn: self._mark_gone(txn, item), f"forget {item_id}")
+            self._purge_kept_aside([item])
             self._ledger_append([{"id": item_id, "reason": "forget", "at": self._clock()}])
             return item
 
@@ -475,6 +483,26 @@ class Store(_Recall, _Compaction, _Ledger):
         if self._degraded is not None:
             log.warning("persistence recovered: saving again")
             self._degraded = None
+
+    def _purge_kept_aside(self, gone: Sequence[Item]) -> None:
+        """Deleted items leave the files a repair kept aside too: their lines name their ids
+        (a summary's, its children's) or hold their text. A failure is logged: the deletion
+        itself is done, and the next forget tries again."""
+        if self._backend is None:
+            return
+        needles: list[bytes] = []
+        for it in gone:
+            needles.append(orjson.dumps(it.id))
+            text = orjson.dumps(it.content)[1:-1]
+            if len(text) >= PURGE_TEXT_MIN_BYTES:
+                needles.append(text)
+        try:
+            changed = self._backend.purge_kept_aside(needles)
+        except PersistenceError as exc:
+            log.error("a file kept aside by doctor --repair may still hold what was deleted: %s", exc)
+            return
+        if changed:
+            log.info("deleted items taken out of %s", ", ".join(changed))
 
     def _undo_purge(self, txn: _Txn, exc: BaseException) -> None:
         """Undo a purge whose snapshot failed. The failed snapshot's frames still hold views of

@@ -332,6 +332,42 @@ def test_a_deleted_lock_and_journal_are_not_healthy(state_dir: Path, capsys: pyt
     assert code == 0 and doctor.check(state_dir).healthy
 
 
+def _repaired_with_a_secret_kept_aside(state_dir: Path) -> str:
+    s = Store(state_dir=state_dir)
+    secret = s.store("the vault phrase is quokka-sunrise-42, keep it safe").item.id
+    for i in range(5):
+        s.store(f"invoice {i}: amount {11500 + 7 * i} due friday")
+    s.close()
+    journal = state_dir / "journal.jsonl"
+    journal.write_bytes(journal.read_bytes().replace(b"amount 11514", b"amount 91514"))
+    assert cli_main(["doctor", "--repair", "--state-dir", str(state_dir)]) == 0
+    aside = [p for p in state_dir.iterdir() if ".damaged-" in p.name]
+    assert aside and b"quokka-sunrise-42" in aside[0].read_bytes()
+    return secret
+
+
+def _no_file_holds(state_dir: Path, text: bytes) -> None:
+    for path in state_dir.iterdir():
+        assert text not in path.read_bytes(), path.name
+
+
+def test_forget_after_a_repair_purges_the_file_the_repair_kept_aside(state_dir: Path):
+    secret = _repaired_with_a_secret_kept_aside(state_dir)
+    s = Store(state_dir=state_dir)
+    s.forget(secret)
+    s.close()
+    _no_file_holds(state_dir, b"quokka-sunrise-42")
+    assert any(".damaged-" in p.name for p in state_dir.iterdir())  # the rest of it is still kept
+
+
+@pytest.mark.slow
+def test_forget_over_stdio_after_a_repair_leaves_the_text_in_no_file(state_dir: Path):
+    secret = _repaired_with_a_secret_kept_aside(state_dir)
+    with StdioServer("--state-dir", str(state_dir), "--no-share") as server:
+        server.ok("forget", id=secret)
+    _no_file_holds(state_dir, b"quokka-sunrise-42")
+
+
 def test_a_journal_cut_short_is_an_error_not_a_warning(state_dir: Path):
     _amounts(state_dir)
     journal = state_dir / "journal.jsonl"
