@@ -101,6 +101,12 @@ class Persistence(Protocol):
         caller must reload."""
         ...
 
+    def read_across_rotation(self) -> list[list[Op]] | None:
+        """After `read_new` returned None: the entries that bring memory to the new history
+        without a reload (another process's checkpoint held nothing we had not seen or
+        will not read here); None if memory must be reloaded."""
+        ...
+
     def append(self, ops: list[Op], *, sync: bool = True) -> None:
         """One call's ops as one entry, durable before returning when `sync`; raises
         PersistenceError (and stores nothing) if it cannot."""

@@ -611,6 +611,9 @@ class PgBackend(ReentrantLock):
         with contextlib.suppress(Exception):
             self._live().execute("DELETE FROM compactor_snapshot WHERE id = %s AND state = 'pending'", (snap_id,))
 
+    def read_across_rotation(self) -> list[list[Op]] | None:
+        return None  # a rewritten history is reloaded
+
     def purge_kept_aside(self, needles: Sequence[bytes]) -> list[str]:
         return []  # a repair keeps nothing aside in a database
 

@@ -6,6 +6,10 @@ Layout of DIR (0700; files 0600):
                     closed by a trailer line `],"crc32":N}`: the CRC-32 of every byte before it
     journal.jsonl   first line {"journal": 2, "gen": G}; then one line per call:
                     {"crc":N,"ops":[...]}, N the CRC-32 of the ops array's bytes
+    journal.prev.G.L  journal generation G as a checkpoint snapshot replaced it, the snapshot
+                    holding its first L bytes (the rest went on into G+1): the last few are kept
+                    so that a process that had not read them all catches up from them instead of
+                    reloading everything (`read_across_rotation`); a purge deletes them all
     lock            flock(2) target; LOCK_EX around every append and every snapshot rotation.
                     Its first bytes record "generation G holds at least L acknowledged bytes":
                     rewritten after every append and rotation, read on every call under the lock
@@ -61,6 +65,10 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT = "snapshot.json"
 JOURNAL = "journal.jsonl"
+PREV_JOURNAL = "journal.prev"  # journal.prev.G.L: a generation a checkpoint replaced (see the layout)
+# Replaced generations kept: a server's background snapshot and its idle full one are two
+# rotations, so a process idle for a while is a few behind; each is a journal's worth of disk.
+KEPT_GENERATIONS = 4
 LOCK = "lock"
 # O_NOFOLLOW: a symlink planted in the state dir must not redirect our writes (or our chmod).
 NOFOLLOW = os.O_NOFOLLOW
@@ -300,8 +308,8 @@ class StateDir(ReentrantLock):
         header["items"] = SnapshotItems(fh, self._corrupt, zlib.crc32(first))
         return header
 
-    def _open_journal(self) -> BinaryIO:
-        return os.fdopen(os.open(self.journal_path, os.O_RDONLY | NOFOLLOW), "rb")
+    def _open_journal(self, path: Path | None = None) -> BinaryIO:
+        return os.fdopen(os.open(path or self.journal_path, os.O_RDONLY | NOFOLLOW), "rb")
 
     def _bad_header(self, exc: object) -> StateCorruptError:
         return StateCorruptError(
@@ -321,7 +329,7 @@ class StateDir(ReentrantLock):
         return version, gen
 
     def read_journal(
-        self, start: int | None = None, expect_gen: int | None = None
+        self, start: int | None = None, expect_gen: int | None = None, path: Path | None = None
     ) -> tuple[int, list[list[Op]], int, list[str]]:
         """Return (gen, batches from `start` (default: after the header), end offset, warnings).
 
@@ -332,7 +340,7 @@ class StateDir(ReentrantLock):
         parsing from it would land mid-line.
         """
         try:
-            with self._open_journal() as fh:
+            with self._open_journal(path) as fh:
                 first = fh.readline()
                 if not first:
                     return 0, [], 0, []
@@ -718,17 +726,86 @@ class StateDir(ReentrantLock):
             with contextlib.suppress(OSError):
                 tmp.unlink()
 
-    def rotate(self, new_gen: int, from_offset: int) -> None:
-        """Start journal generation `new_gen`, keeping what was appended after `from_offset`."""
+    def rotate(self, new_gen: int, from_offset: int, *, keep_previous: bool = False) -> None:
+        """Start journal generation `new_gen`, keeping what was appended after `from_offset`.
+        `keep_previous`: the replaced generation stays as PREV_JOURNAL for processes still
+        reading it (a checkpoint); otherwise (a purge) no copy of it is left."""
         end = os.stat(self.journal_path).st_size
         tail = self._journal_bytes(from_offset, end) if end > from_offset else b""
         try:
+            self._keep_previous(keep_previous, from_offset)
             self._write_journal(new_gen, tail)
         except OSError as exc:
             raise PersistenceError(f"Could not rotate the journal in {self.path}: {exc.strerror or exc}") from exc
         self.gen = new_gen
         self.offset = len(journal_header(new_gen)) + len(tail)
         self._write_record()
+
+    def _kept(self) -> dict[int, tuple[Path, int]]:
+        """The kept generations: gen -> (file, bytes the next snapshot holds)."""
+        kept: dict[int, tuple[Path, int]] = {}
+        for path in self.path.glob(f"{PREV_JOURNAL}.*.*"):
+            parts = path.name[len(PREV_JOURNAL) + 1 :].split(".")
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                kept[int(parts[0])] = (path, int(parts[1]))
+        return kept
+
+    def _keep_previous(self, keep: bool, upto: int) -> None:
+        """Keep the journal about to be replaced (a hard link: no copy) with the last few
+        generations before it, or (a purge) none of them."""
+        kept = self._kept()
+        for gen, (path, _) in kept.items():
+            if not keep or gen <= self.gen - KEPT_GENERATIONS:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        if keep:
+            with contextlib.suppress(OSError):  # no hard links here: readers reload instead
+                os.link(self.journal_path, self.path / f"{PREV_JOURNAL}.{self.gen}.{upto}")
+
+    def read_across_rotation(self) -> list[list[Op]] | None:
+        """After other processes' checkpoints rotated the journal we were reading: the ops we
+        had not read of each replaced generation (kept as journal.prev.G.L) up to where the
+        next snapshot took over, then the current journal's, so that memory catches up without
+        a reload. None when that is not possible (a purge, more rotations than are kept, an
+        older writer): reload. Call under the lock."""
+        kept = self._kept()
+        batches: list[list[Op]] = []
+        gen, offset = self.gen, self.offset
+        while gen in kept:
+            path, upto = kept[gen]
+            more = self._batches_between(path, gen, offset, upto)
+            if more is None:
+                return None
+            batches.extend(more)
+            gen, offset = gen + 1, journal_header_len(gen + 1)
+        new_gen, new, end, warnings = self.read_journal(start=offset, expect_gen=gen)
+        if gen == self.gen or new_gen != gen or warnings:
+            return None
+        self.check_against_record(new_gen, end, exists=True)
+        self.gen, self.offset = new_gen, end
+        record = self._record
+        if record is None or record.gen != self.gen or record.end != end:
+            self._write_record(durable=0)
+        return batches + new
+
+    def _batches_between(self, path: Path, gen: int, start: int, upto: int) -> list[list[Op]] | None:
+        """The batches of the kept generation `gen` from byte `start` to `upto` (line
+        boundaries), or None if the file does not hold them whole."""
+        if upto < start:
+            return None
+        try:
+            with self._open_journal(path) as fh:
+                version, file_gen = self._parse_header(fh.readline())
+                fh.seek(start)
+                data = fh.read(upto - start)
+        except (OSError, StateCorruptError):
+            return None
+        if file_gen != gen or len(data) != upto - start or (data and not data.endswith(b"\n")):
+            return None
+        try:
+            return [parse_line(line, version) for line in data.split(b"\n")[:-1]]
+        except ValueError:
+            return None
 
     # --- the forget ledger: append-only, one line per dropped or forgotten id (no content) --
     def append_ledger(self, entries: list[dict[str, Any]]) -> None:
@@ -800,7 +877,7 @@ class StateDir(ReentrantLock):
             linked = False
         try:
             self.write_snapshot(snapshot_chunks(header, items))
-            self.rotate(gen + 1, offset)
+            self.rotate(gen + 1, offset, keep_previous=header.get("checkpoint") is True)
         except BaseException:
             if self.gen == gen:  # not rotated: the journal still follows the old snapshot
                 with contextlib.suppress(OSError):
@@ -825,7 +902,7 @@ class StateDir(ReentrantLock):
         self, gen: int, offset: int, keep_index: str | None = None
     ) -> Callable[[], None] | None:
         old = self.install_snapshot_tmp()
-        self.rotate(gen + 1, offset)
+        self.rotate(gen + 1, offset, keep_previous=True)  # a pending snapshot is a checkpoint
         self.remove_dead_temp_files()
         # The pending snapshot names at most `keep_index`, so no other index file is needed
         # any more; listed here under the lock (a later snapshot's file has a later
