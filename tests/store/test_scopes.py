@@ -350,3 +350,26 @@ def test_another_projects_summaries_are_not_in_the_replies_over_stdio_or_the_cli
         timeout=60,
     )
     assert cli.returncode == 0 and "alphasecret" not in cli.stdout and "No summary nodes" in cli.stdout
+
+
+@pytest.mark.slow
+def test_two_git_repositories_through_the_shared_host_do_not_see_each_others_summaries(tmp_path: Path):
+    state = tmp_path / "state"
+    repos = []
+    for name in ("alpha", "beta"):
+        repo = tmp_path / name
+        repo.mkdir()
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        repos.append(repo)
+    with (
+        StdioServer("--state-dir", str(state), cwd=repos[0]) as a,
+        StdioServer("--state-dir", str(state), cwd=repos[1]) as b,
+    ):
+        b.ok("store", content="beta keeps its own notes")
+        a.ok("configure", token_budget=2_000, auto_compact=False)
+        for i in range(15):
+            a.ok("store", content=f"alphasecret note {i} " + "alpha " * 30)
+        a.ok("compact", target_usage=0.5)
+        assert a.ok("tree")["roots"] and "alphasecret" in json.dumps(a.call("recall"))
+        for tool in ("recall", "tree"):
+            assert "alphasecret" not in json.dumps(b.call(tool)), tool
