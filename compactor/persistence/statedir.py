@@ -160,6 +160,7 @@ class StateDir(ReentrantLock):
         self.journal_path = path / JOURNAL
         self._lock_fd: int | None = None
         self._dir_ino = 0  # the state dir's inode when opened: a lock file is made again only in it
+        self._inodes_unstable = False  # set by `_acquire` where st_ino cannot identify a file
         self.gen = 0
         self.offset = 0  # bytes of the journal already applied to memory
         self.last_snapshot_at: float | None = None
@@ -211,7 +212,7 @@ class StateDir(ReentrantLock):
         assert self._lock_fd is not None
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         fcntl.flock(self._lock_fd, mode)
-        if self._lock_is_at_path():
+        if self._inodes_unstable or self._lock_is_at_path():
             return
         try:
             if os.stat(self.path).st_ino != self._dir_ino:
@@ -223,9 +224,12 @@ class StateDir(ReentrantLock):
         os.close(self._lock_fd)
         self._lock_fd = fresh
         self._record = None  # the record we read was in the old file
-        log.warning("the lock file %s was replaced; locking the one now at that path", self.path / LOCK)
-        # Once: where inode numbers are not stable (some FUSE mounts) the check cannot settle it.
         fcntl.flock(self._lock_fd, mode)
+        # A file just opened that is not the one at its path: inode numbers are not stable here
+        # (some FUSE mounts), and this check cannot tell; it is not made again.
+        self._inodes_unstable = not self._lock_is_at_path()
+        if not self._inodes_unstable:
+            log.warning("the lock file %s was replaced; locked the one now at that path", self.path / LOCK)
 
     def _lock_is_at_path(self) -> bool:
         assert self._lock_fd is not None
@@ -329,7 +333,7 @@ class StateDir(ReentrantLock):
         return version, gen
 
     def read_journal(
-        self, start: int | None = None, expect_gen: int | None = None, path: Path | None = None
+        self, start: int | None = None, expect_gen: int | None = None
     ) -> tuple[int, list[list[Op]], int, list[str]]:
         """Return (gen, batches from `start` (default: after the header), end offset, warnings).
 
@@ -340,7 +344,7 @@ class StateDir(ReentrantLock):
         parsing from it would land mid-line.
         """
         try:
-            with self._open_journal(path) as fh:
+            with self._open_journal() as fh:
                 first = fh.readline()
                 if not first:
                     return 0, [], 0, []

@@ -83,3 +83,31 @@ def test_deleting_the_lock_file_under_running_writers_loses_no_acknowledged_writ
     lost = set(acked) - set(again.ids())
     assert not lost, f"{len(lost)} of {len(acked)} acknowledged writes lost"
     print(f"\n{len(acked)} acknowledged writes, 0 lost, lock file deleted 3 times")
+
+
+def test_where_inode_numbers_are_not_stable_the_check_is_made_once(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """Some FUSE mounts give a file another st_ino at each look: the lock cannot be checked so,
+    and writing goes on without reopening the lock file at every call."""
+    import os
+
+    s = Store(state_dir=state_dir)
+    real_fstat = os.fstat
+    looks = iter(range(10**6))
+
+    def fstat(fd: int) -> os.stat_result:
+        st = list(real_fstat(fd))
+        st[1] = 10**9 + next(looks)  # st_ino
+        return os.stat_result(st)
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    opened: list[object] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: (opened.append(p), real_open(p, *a, **k))[1])
+    ids = [s.store(f"note {i}").item.id for i in range(5)]
+    assert sum(str(p).endswith("lock") for p in opened) == 1
+    assert "was replaced" not in caplog.text
+    monkeypatch.undo()
+    s.close()
+    assert sorted(Store(state_dir=state_dir).ids()) == sorted(ids)
