@@ -326,9 +326,10 @@ class _Dag(_Journaled):
             path.append(current.id)
         return path
 
-    def roots(self, scope: str | None = None) -> list[Item]:
-        """Summary nodes no other summary covers in the read scope (`_scopes`), newest first:
-        the active ones, then those a budget smaller than the summaries moved to the archive."""
+    def roots(self, scope: str | None = ALL_SCOPES) -> list[Item]:
+        """Summary nodes no other summary covers, newest first: the active ones, then those a
+        budget smaller than the summaries moved to the archive. Of every scope unless `scope`
+        says which (as `_scopes`: None is the store's read scope, which replies use)."""
         s = self._s
         scopes = self._scopes(scope)
         archived = sorted((s.items[i] for i in s.uncovered if s.items[i].depth), key=lambda it: -it.seq)
@@ -336,10 +337,14 @@ class _Dag(_Journaled):
         return found if scopes is None else [it for it in found if scope_key(it.scope) in scopes]
 
     def tree(
-        self, root: str | None = None, max_depth: int = 2, max_chars: int = C.MAX_OUTPUT_CHARS, scope: str | None = None
+        self,
+        root: str | None = None,
+        max_depth: int = 2,
+        max_chars: int = C.MAX_OUTPUT_CHARS,
+        scope: str | None = ALL_SCOPES,
     ) -> str:
-        """A bounded text rendering of the DAG (from `root`, or from every root in the read
-        scope)."""
+        """A bounded text rendering of the DAG (from `root`, or from every root of `scope`, as
+        `roots`)."""
         if not 1 <= max_depth <= C.TREE_DEPTH_MAX:
             raise InvalidArgumentError(bounds.must_be("max_depth", bounds.integer(1, C.TREE_DEPTH_MAX), max_depth))
         with self._read():

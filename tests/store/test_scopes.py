@@ -299,11 +299,11 @@ def test_another_projects_summaries_are_not_listed(state_dir: Path):
     b = Store(state_dir=state_dir, scope="projB")
     mine = b.store("beta keeps its own notes").item.id
     nodes = _compacted_in_a(a)
-    assert nodes and a.roots() and a.needs_text_blocks()
-    assert b.roots() == [] and b.needs_text_blocks() == [] and b.dag_shape(scope=None) == {}
+    assert nodes and a.roots(scope=None) and a.needs_text_blocks()
+    assert b.roots(scope=None) == [] and b.needs_text_blocks() == [] and b.dag_shape(scope=None) == {}
     assert "alphasecret" not in b.recall().text and not set(nodes) & set(b.recall().needs_text)
-    assert b.tree().startswith("No summary nodes yet")
-    assert {r.id for r in b.roots(scope="all")} == {r.id for r in a.roots()}  # asked for: every project
+    assert b.tree(scope=None).startswith("No summary nodes yet")
+    assert {r.id for r in b.roots()} == {r.id for r in a.roots(scope=None)}  # by default: every project
     assert mine in b.recall().text
 
 
