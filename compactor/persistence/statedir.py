@@ -69,6 +69,10 @@ PREV_JOURNAL = "journal.prev"  # journal.prev.G.L: a generation a checkpoint rep
 # Replaced generations kept: a server's background snapshot and its idle full one are two
 # rotations, so a process idle for a while is a few behind; each is a journal's worth of disk.
 KEPT_GENERATIONS = 4
+# ... and at most this many bytes of them: a reader further behind than that reloads, which
+# then costs about what applying that many bytes of ops would (a 100k-item import's journal
+# is ~350 MB, which four copies would otherwise keep on disk).
+KEPT_JOURNAL_BYTES = 64 << 20
 LOCK = "lock"
 # O_NOFOLLOW: a symlink planted in the state dir must not redirect our writes (or our chmod).
 NOFOLLOW = os.O_NOFOLLOW
@@ -758,11 +762,15 @@ class StateDir(ReentrantLock):
         """Keep the journal about to be replaced (a hard link: no copy) with the last few
         generations before it, or (a purge) none of them."""
         kept = self._kept()
-        for gen, (path, _) in kept.items():
-            if not keep or gen <= self.gen - KEPT_GENERATIONS:
+        room = KEPT_JOURNAL_BYTES - self.journal_size() if keep else -1
+        for gen in sorted(kept, reverse=True):  # the newest kept first
+            path = kept[gen][0]
+            with contextlib.suppress(OSError):
+                room -= path.stat().st_size
+            if room < 0 or gen <= self.gen - KEPT_GENERATIONS:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-        if keep:
+        if keep and self.journal_size() <= KEPT_JOURNAL_BYTES:
             with contextlib.suppress(OSError):  # no hard links here: readers reload instead
                 os.link(self.journal_path, self.path / f"{PREV_JOURNAL}.{self.gen}.{upto}")
 

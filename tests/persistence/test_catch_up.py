@@ -9,10 +9,12 @@ import tempfile
 from pathlib import Path
 
 import anyio
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from compactor.persistence import statedir
 from compactor.store import Store
 
 
@@ -117,5 +119,20 @@ def test_a_reader_a_few_rotations_behind_catches_up_and_one_further_behind_reloa
         reloads.clear()
         assert sorted(reader.ids()) == sorted(writer.ids())
         assert bool(reloads) is reloaded, rotations
+    writer.close()
+    reader.close()
+
+
+def test_the_kept_generations_stay_under_their_byte_bound(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(statedir, "KEPT_JOURNAL_BYTES", 3_000)
+    writer, reader = Store(state_dir=state_dir), Store(state_dir=state_dir)
+    for k in range(6):
+        writer.store(f"note {k} " + "word " * 150)  # ~1 KB a generation
+        writer.snapshot()
+        kept = [p for p in state_dir.iterdir() if p.name.startswith("journal.prev.")]
+        assert sum(p.stat().st_size for p in kept) <= 3_000
+    writer.store("too big to keep " + "word " * 1_000)
+    writer.snapshot()
+    assert sorted(reader.ids()) == sorted(writer.ids())  # further behind than kept: a reload, still right
     writer.close()
     reader.close()
