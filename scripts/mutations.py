@@ -57,21 +57,21 @@ MUTATIONS = [
         "directory sync after a journal rotation deleted",
         "compactor/persistence/statedir.py",
         "self._write_journal(new_gen, tail)",
-        "tmp = self.journal_path.with_name(JOURNAL + '.tmp'); _write_fsynced(tmp, [_journal_header(new_gen), tail]); "
+        "tmp = self.journal_path.with_name(JOURNAL + '.tmp'); write_fsynced(tmp, [_journal_header(new_gen), tail]); "
         "os.replace(tmp, self.journal_path)",
         (*FSYNC_TESTS, "-m", "not slow"),
     ),
     Mutation(
         "directory sync after the lock file is made deleted",
         "compactor/persistence/statedir.py",
-        "_fsync_dir(self.path)  # the lock file (and the dir) may be new: their names must last",
+        "fsync_dir(self.path)  # the lock file (and the dir) may be new: their names must last",
         "pass",
         ("tests/persistence/test_fsync.py",),
     ),
     Mutation(
         "directory sync after the forget ledger's append deleted",
         "compactor/persistence/statedir.py",
-        "_fsync_dir(self.path)  # the first append creates the file; forget is rare enough to always pay it",
+        "fsync_dir(self.path)  # the first append creates the file; forget is rare enough to always pay it",
         "pass",
         ("tests/persistence/test_fsync.py",),
     ),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +70,12 @@ def store(clock: FakeClock) -> Iterator[Store]:
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
+
+
+# Shared hosts' sockets and locks in a directory of this run's own: another run (or another
+# user's compactor on this machine under the same uid) never answers this run's servers.
+os.environ["COMPACTOR_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="compactor-test-run-")
+atexit.register(shutil.rmtree, os.environ["COMPACTOR_RUNTIME_DIR"], True)
 
 
 def server_env() -> dict[str, str]:

@@ -151,6 +151,9 @@ def opened(args: argparse.Namespace, *, create: bool = False, cwd: str | None = 
         store.default_read_scope = ALL_SCOPES
     else:
         store = Store(state_dir=where, database=database, scope=scope or project_scope(Path(cwd) if cwd else None))
+    # A command reading memory changes no file of it: its queries are no accesses to record
+    # (a journal line that made every running server catch up).
+    store.record_access = False
     try:
         yield store
     finally:

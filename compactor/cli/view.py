@@ -286,11 +286,11 @@ def cmd_tree(args: argparse.Namespace, out: Out) -> int:
     stale), tier, and first line; children indented under it."""
     with opened(args) as store:
         if out.json_mode:
-            starts = [store.get(args.root)] if args.root else store.roots()
+            starts = [store.get(args.root)] if args.root else store.roots(scope=None)
             budget = [2_000]
             out.json({"roots": [_tree_json(store, n, args.depth, budget) for n in starts]})
             return EXIT_OK
-        text = store.tree(root=args.root, max_depth=args.depth)
+        text = store.tree(root=args.root, max_depth=args.depth, scope=None)
     for line in text.splitlines():
         ident, sep, rest = line.lstrip().partition(" ")
         indent = line[: len(line) - len(line.lstrip())]

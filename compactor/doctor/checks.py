@@ -42,13 +42,12 @@ from ..errors import CompactorError
 from ..models import CONTENT_TYPES, Item
 from ..persistence import indexfile
 from ..persistence.codec import SCHEMA_VERSION, JournalRecord, journal_header_len, parse_line, snapshot_checksum_problem
+from ..persistence.files import pid_alive, temp_file_pid
 from ..persistence.statedir import (
     FORGET_LEDGER,
     JOURNAL,
     LOCK,
     SNAPSHOT,
-    pid_alive,
-    temp_file_pid,
 )
 from ..render import REPORT_EXAMPLES, examples
 from ..store import Store
@@ -234,8 +233,9 @@ def _check_snapshot(
         report.error(
             "snapshot",
             f"{path} is damaged: {damage}. compactor refuses to start rather than serve changed memory.",
-            f"Restore it from a backup if you have one. Otherwise move it aside ({aside}); compactor then "
-            "starts from what the journal holds, which may be little if a snapshot truncated it.",
+            f"Restore it from a backup if you have one. Otherwise `compactor doctor --repair --state-dir {dir_}` "
+            "keeps every item line that still reads as an item and the journal after it, says how many items "
+            "were lost, and keeps the damaged file aside.",
         )
         return None
     try:
@@ -446,11 +446,14 @@ def _batches_to_replay(
     snap_gen = int(snap.get("gen", 1)) if snap else 1
     if journal is None:
         if snap is not None:
-            report.warn(
+            # compactor always leaves a journal beside its snapshot (a rotation writes the new
+            # one before anything else): without one, writes since the snapshot may be gone.
+            report.error(
                 "generation",
-                f"there is no journal ({dir_ / JOURNAL} missing or empty).",
-                "Nothing to do if compactor was stopped cleanly: it starts a new journal at the snapshot's "
-                "generation. If the journal was deleted, writes since the last snapshot are gone.",
+                f"there is no journal ({dir_ / JOURNAL} missing or empty): it was deleted, and any writes "
+                "since the last snapshot went with it.",
+                f"Restore it from a backup if you have one; otherwise `compactor doctor --repair --state-dir {dir_}` "
+                "starts a new journal at the snapshot's generation.",
             )
         return []
     if journal.gen == snap_gen:

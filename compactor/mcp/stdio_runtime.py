@@ -13,10 +13,12 @@ import fcntl
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Final
 
 import anyio
+import anyio.to_thread
+import orjson
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
@@ -47,6 +49,18 @@ MAX_REPARSE_CHARS: Final = 2 << 20
 
 _LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
+# A line longer than this is not read into memory: its bytes are dropped as they arrive and it
+# gets an Invalid Request reply. The largest legitimate call is a bulk_store of a few
+# 1 MiB items (MAX_CONTENT_BYTES, up to 6x as JSON escapes); a 100 MB line peaked the shared
+# host at 705 MiB before.
+MAX_LINE_BYTES = 16 << 20
+# The start of an over-long line kept to read its request id from.
+_HEAD_BYTES = 4_096
+# Keys of the stand-in lines `capped_lines` passes the SDK's parser in place of a line it must
+# not run: valid JSON that is no JSON-RPC message, answered by `invalid_message_reply`.
+_OVER_CAP = "compactor/line-over-cap"
+_BAD_ID = "compactor/invalid-id"
+
 
 def invalid_message_reply(exc: Exception) -> JSONRPCError:
     """JSON-RPC 2.0 section 5.1: a line that is not JSON gets -32700, a JSON value that is not a
@@ -75,6 +89,12 @@ def invalid_message_reply(exc: Exception) -> JSONRPCError:
             what = f"a lone UTF-16 surrogate escape ({found.group()})" if found else "text this server cannot read"
             code, message = INVALID_REQUEST, f"Invalid Request: the message holds {what}; nothing was run"
     for value in candidates:
+        if isinstance(value, dict) and _OVER_CAP in value:
+            code = INVALID_REQUEST
+            message = f"Invalid Request: the line is over {MAX_LINE_BYTES:,} bytes; it was skipped and nothing was run"
+        elif isinstance(value, dict) and _BAD_ID in value:
+            code = INVALID_REQUEST
+            message = "Invalid Request: a request id must be a string or an integer; nothing was run"
         if isinstance(value, dict) and isinstance(value.get("id"), str | int) and not isinstance(value["id"], bool):
             request_id = value["id"]
             break
@@ -100,8 +120,106 @@ def _bad_bytes(line: str) -> str:
     return "undecodable bytes"
 
 
+def _top_level_id(head: bytes) -> str | int | None:
+    """The "id" member of the JSON object `head` begins, if the part read holds it."""
+    text = head.decode("utf-8", "replace")
+    decoder = json.JSONDecoder()
+    depth, i = 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            try:
+                key, i = decoder.raw_decode(text, i)
+            except ValueError:
+                return None
+            rest = text[i:].lstrip()
+            if depth == 1 and key == "id" and rest.startswith(":"):
+                try:
+                    value, _ = decoder.raw_decode(rest[1:].lstrip())
+                except ValueError:
+                    return None
+                return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+            continue
+        depth += ch in "{["
+        depth -= ch in "}]"
+        i += 1
+    return None
+
+
+def _stand_in(key: str, request_id: str | int | None) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, key: True}) + "\n"
+
+
+def _checked_line(raw: bytes) -> str:
+    """A line as text for the SDK's parser, or a stand-in when it is a request whose id is
+    neither a string nor an integer: the SDK reads those as notifications and answers
+    nothing, where JSON-RPC 2.0 asks for Invalid Request with id null."""
+    if b'"id"' in raw:
+        try:
+            msg = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            msg = None  # the SDK's parser says what is wrong with it
+        if isinstance(msg, dict) and "method" in msg and "id" in msg:
+            rid = msg["id"]
+            if isinstance(rid, bool | dict | list) or (isinstance(rid, float) and not rid.is_integer()):
+                return _stand_in(_BAD_ID, None)
+    return raw.decode("utf-8", "surrogateescape")
+
+
+async def capped_lines(receive: Callable[[], Awaitable[bytes]], first: bytes = b"") -> AsyncIterator[str]:
+    """Lines of the byte chunks `receive` returns (b"" at the end) as text, undecodable bytes
+    kept visible (surrogateescape) for `invalid_message_reply`. A line over MAX_LINE_BYTES is
+    dropped as it arrives, keeping only its start, and replaced by a stand-in the reply
+    explains, with the request's id when its start holds it."""
+    buf = bytearray(first)
+    start = scanned = 0  # the current line begins at `start`; no newline before `scanned`
+    skipped: int | None = None  # bytes of an over-long line dropped so far
+    head = b""
+    while True:
+        nl = buf.find(b"\n", scanned)
+        if nl >= 0:
+            if skipped is None:
+                yield _checked_line(bytes(buf[start : nl + 1]))
+            else:
+                yield _stand_in(_OVER_CAP, _top_level_id(head))
+                skipped = None
+            start = scanned = nl + 1
+            continue
+        if skipped is None and len(buf) - start > MAX_LINE_BYTES:
+            head, skipped = bytes(buf[start : start + _HEAD_BYTES]), 0
+        if skipped is not None:
+            skipped += len(buf) - start
+            buf.clear()
+            start = scanned = 0
+        elif start:
+            del buf[:start]
+            start = 0
+        scanned = len(buf)
+        chunk = await receive()
+        if not chunk:
+            break
+        buf += chunk
+    if skipped is not None:
+        yield _stand_in(_OVER_CAP, _top_level_id(head))
+    elif len(buf) > start:
+        yield _checked_line(bytes(buf[start:]))
+
+
+class _FdLines:
+    """A file descriptor read as `capped_lines` (a thread per read, as the SDK reads stdin)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return capped_lines(self._read)
+
+    async def _read(self) -> bytes:
+        return await anyio.to_thread.run_sync(os.read, self._fd, 1 << 16, abandon_on_cancel=True)
+
+
 @contextlib.contextmanager
-def _stdin_keeping_bad_bytes() -> Iterator[anyio.AsyncFile[str] | None]:
+def _stdin_keeping_bad_bytes() -> Iterator[_FdLines | None]:
     """stdin as UTF-8 text whose undecodable bytes stay visible (the SDK replaces them with
     U+FFFD, so a message with them would be stored changed and reported as a success).
 
@@ -116,9 +234,8 @@ def _stdin_keeping_bad_bytes() -> Iterator[anyio.AsyncFile[str] | None]:
     os.dup2(null, 0)
     os.close(null)
     try:
-        # closefd=False: the reader thread may still block on it after the transport exits.
-        text = open(private, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
-        yield anyio.wrap_file(text)
+        # Not closed here: the reader thread may still block on it after the transport exits.
+        yield _FdLines(private)
     finally:
         os.dup2(private, 0)
 

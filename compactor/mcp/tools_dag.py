@@ -82,11 +82,12 @@ def register(kit: ToolKit) -> None:
         max_depth: Annotated[int, Field(ge=1, le=C.TREE_DEPTH_MAX)] = 2,
     ) -> Annotated[CallToolResult, S.TreeResult]:
         def go() -> CallToolResult:
-            text = store.tree(root=root, max_depth=max_depth)
-            shape = store.dag_shape()
+            # The read scope's nodes only: a node is of its children's project.
+            text = store.tree(root=root, max_depth=max_depth, scope=None)
+            shape = store.dag_shape(scope=None)
             model = S.TreeResult(
                 text=text,
-                roots=[r.id for r in store.roots()][:100],
+                roots=[r.id for r in store.roots(scope=None)][:100],
                 nodes_per_depth={str(d): c["active"] + c["archived"] for d, c in shape.items()},
             )
             return result(text, model)

@@ -13,7 +13,7 @@ history (`snapshot_now`, used by forget and repairs) makes every other process r
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -104,6 +104,12 @@ class Persistence(Protocol):
         caller must reload."""
         ...
 
+    def read_across_rotation(self) -> list[list[Op]] | None:
+        """After `read_new` returned None: the entries that bring memory to the new history
+        without a reload (another process's checkpoint held nothing we had not seen or
+        will not read here); None if memory must be reloaded."""
+        ...
+
     def append(self, ops: list[Op], *, sync: bool = True) -> None:
         """One call's ops as one entry, durable before returning when `sync`; raises
         PersistenceError (and stores nothing) if it cannot."""
@@ -133,6 +139,12 @@ class Persistence(Protocol):
 
     def remove_dead_temp_files(self) -> None:
         """Drop pending snapshots whose writer is gone."""
+        ...
+
+    def purge_kept_aside(self, needles: Sequence[bytes]) -> list[str]:
+        """Under the lock, after a forget: take every line holding one of `needles` out of the
+        files `compactor doctor --repair` kept aside, so no file keeps a forgotten item.
+        Returns the names of the files changed."""
         ...
 
     def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import orjson
@@ -664,6 +664,12 @@ class PgBackend(ReentrantLock):
             return
         with contextlib.suppress(Exception):
             self._live().execute("DELETE FROM compactor_snapshot WHERE id = %s AND state = 'pending'", (snap_id,))
+
+    def read_across_rotation(self) -> list[list[Op]] | None:
+        return None  # a rewritten history is reloaded
+
+    def purge_kept_aside(self, needles: Sequence[bytes]) -> list[str]:
+        return []  # a repair keeps nothing aside in a database
 
     def remove_dead_temp_files(self) -> None:
         with contextlib.suppress(Exception):

@@ -6,6 +6,10 @@ Layout of DIR (0700; files 0600):
                     closed by a trailer line `],"crc32":N}`: the CRC-32 of every byte before it
     journal.jsonl   first line {"journal": 2, "gen": G}; then one line per call:
                     {"crc":N,"ops":[...]}, N the CRC-32 of the ops array's bytes
+    journal.prev.G.L  journal generation G as a checkpoint snapshot replaced it, the snapshot
+                    holding its first L bytes (the rest went on into G+1): the last few are kept
+                    so that a process that had not read them all catches up from them instead of
+                    reloading everything (`read_across_rotation`); a purge deletes them all
     lock            flock(2) target; LOCK_EX around every append and every snapshot rotation.
                     Its first bytes record "generation G holds at least L acknowledged bytes":
                     rewritten after every append and rotation, read on every call under the lock
@@ -33,7 +37,7 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -56,18 +60,23 @@ from .codec import (
     parse_line,
     snapshot_chunks,
 )
+from .files import NOFOLLOW, fsync_dir, pid_alive, read_nofollow, temp_file_pid, write_fsynced
 
-# A snapshot being written is flushed to disk every this many bytes (see _write_fsynced).
-SNAPSHOT_SYNC_BYTES: Final = 4 << 20
 FORGET_LEDGER: Final = "forget-ledger.jsonl"
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT = "snapshot.json"
 JOURNAL = "journal.jsonl"
+PREV_JOURNAL = "journal.prev"  # journal.prev.G.L: a generation a checkpoint replaced (see the layout)
+# Replaced generations kept: a server's background snapshot and its idle full one are two
+# rotations, so a process idle for a while is a few behind; each is a journal's worth of disk.
+KEPT_GENERATIONS = 4
+# ... and at most this many bytes of them: a reader further behind than that reloads, which
+# then costs about what applying that many bytes of ops would (a 100k-item import's journal
+# is ~350 MB, which four copies would otherwise keep on disk).
+KEPT_JOURNAL_BYTES = 64 << 20
 LOCK = "lock"
-# O_NOFOLLOW: a symlink planted in the state dir must not redirect our writes (or our chmod).
-NOFOLLOW = os.O_NOFOLLOW
 RECOVER_HINT = (
     "Nothing was changed. Run `compactor doctor --state-dir {dir}` for details; to start over "
     "while keeping the damaged file, move it aside (e.g. `mv {path} {path}.bad`)."
@@ -81,69 +90,6 @@ def _popping(records: list[dict[str, Any]]) -> Generator[dict[str, Any], None, N
         yield records.pop()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _datasync(fd: int) -> None:
-    """fdatasync, or fsync where Python has no fdatasync (macOS: CPython declined to stand
-    fsync in for it, so calling it there raised AttributeError)."""
-    getattr(os, "fdatasync", os.fsync)(fd)
-
-
-def _write_fsynced(path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
-    """Write `chunks` to a new 0600 file and fsync it; on failure leave no file behind."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb", closefd=True) as fh:
-            unsynced = 0
-            for chunk in chunks:
-                fh.write(chunk)
-                unsynced += len(chunk)
-                if unsynced >= SNAPSHOT_SYNC_BYTES:
-                    # A journal fsync on the same file system waits for the data of every file
-                    # dirty at that moment (ext4's ordered mode): flushing a 350 MB snapshot
-                    # as we go keeps that wait at a few MB's worth instead of ~50 ms.
-                    fh.flush()
-                    _datasync(fh.fileno())
-                    unsynced = 0
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(path, 0o600)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise
-
-
-def temp_file_pid(name: str) -> int | None:
-    """The writer's pid in a temp file's name (`snapshot.json.PID.tmp`, `.PID.old.tmp`)."""
-    parts = name.split(".")
-    for part in parts[2:-1]:
-        if part.isdigit():
-            return int(part)
-    return None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True
-
-
-def _read_nofollow(path: Path) -> bytes:
-    with os.fdopen(os.open(path, os.O_RDONLY | NOFOLLOW), "rb") as fh:
-        return fh.read()
-
-
 class StateDir(ReentrantLock):
     """Memory kept in a state dir (see the module docstring): the `Persistence` the Store uses
     by default."""
@@ -153,6 +99,8 @@ class StateDir(ReentrantLock):
         self.snapshot_path = path / SNAPSHOT
         self.journal_path = path / JOURNAL
         self._lock_fd: int | None = None
+        self._dir_ino = 0  # the state dir's inode when opened: a lock file is made again only in it
+        self._inodes_unstable = False  # set by `_acquire` where st_ino cannot identify a file
         self.gen = 0
         self.offset = 0  # bytes of the journal already applied to memory
         self.last_snapshot_at: float | None = None
@@ -169,7 +117,8 @@ class StateDir(ReentrantLock):
             lock_path = self.path / LOCK
             self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
             os.fchmod(self._lock_fd, 0o600)
-            _fsync_dir(self.path)  # the lock file (and the dir) may be new: their names must last
+            fsync_dir(self.path)  # the lock file (and the dir) may be new: their names must last
+            self._dir_ino = os.stat(self.path).st_ino
         except OSError as exc:
             raise PersistenceError(f"Cannot open state dir {self.path}: {exc.strerror or exc}") from exc
         self.remove_dead_temp_files()
@@ -193,9 +142,44 @@ class StateDir(ReentrantLock):
             self._lock_fd = None
 
     def _acquire(self, exclusive: bool) -> None:
-        """flock: held by one process (and, re-entrant, one thread) at a time (`ReentrantLock`)."""
+        """flock: held by one process (and, re-entrant, one thread) at a time (`ReentrantLock`).
+
+        The lock is only the lock if the file we hold is the one at the path: a lock file
+        deleted while servers run and made again by the next one to start would leave the
+        older servers locking a file nobody else sees. So once locked, the descriptor's file is
+        compared with the path's (st_dev, st_ino); when they differ, the lock is let go and the
+        file at the path opened (made again if it is missing) and locked instead, before
+        anything is written."""
         assert self._lock_fd is not None
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        fcntl.flock(self._lock_fd, mode)
+        if self._inodes_unstable or self._lock_is_at_path():
+            return
+        try:
+            if os.stat(self.path).st_ino != self._dir_ino:
+                return  # the state dir itself was replaced or moved: `gone` refuses writes
+            fresh = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
+        except OSError:
+            return  # the state dir is gone: `gone` refuses writes
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        os.close(self._lock_fd)
+        self._lock_fd = fresh
+        self._record = None  # the record we read was in the old file
+        fcntl.flock(self._lock_fd, mode)
+        # A file just opened that is not the one at its path: inode numbers are not stable here
+        # (some FUSE mounts), and this check cannot tell; it is not made again.
+        self._inodes_unstable = not self._lock_is_at_path()
+        if not self._inodes_unstable:
+            log.warning("the lock file %s was replaced; locked the one now at that path", self.path / LOCK)
+
+    def _lock_is_at_path(self) -> bool:
+        assert self._lock_fd is not None
+        try:
+            named = os.stat(self.path / LOCK, follow_symlinks=False)
+        except OSError:
+            return False
+        held = os.fstat(self._lock_fd)
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
     def _release(self) -> None:
         assert self._lock_fd is not None
@@ -269,8 +253,8 @@ class StateDir(ReentrantLock):
         header["items"] = SnapshotItems(fh, self._corrupt, zlib.crc32(first))
         return header
 
-    def _open_journal(self) -> BinaryIO:
-        return os.fdopen(os.open(self.journal_path, os.O_RDONLY | NOFOLLOW), "rb")
+    def _open_journal(self, path: Path | None = None) -> BinaryIO:
+        return os.fdopen(os.open(path or self.journal_path, os.O_RDONLY | NOFOLLOW), "rb")
 
     def _bad_header(self, exc: object) -> StateCorruptError:
         return StateCorruptError(
@@ -478,7 +462,10 @@ class StateDir(ReentrantLock):
         self.gen = snap_gen
         self.offset = end
         self.remove_dead_temp_files()
-        self._write_record(durable=0)  # keeps what the record said was durable
+        record = self.read_record() if self._lock_fd is not None else None
+        if record is None or record.gen != self.gen or record.end != end:
+            # Rewritten only when it changed: a read-only command changes no file (issue 38).
+            self._write_record(durable=0)  # keeps what the record said was durable
         return Loaded(snapshot=snap, batches=batches, gen=snap_gen, offset=end, warnings=warnings)
 
     def _journal_bytes(self, start: int, end: int) -> bytes:
@@ -579,10 +566,10 @@ class StateDir(ReentrantLock):
 
     def _write_atomic(self, path: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
         tmp = path.with_name(path.name + ".tmp")
-        _write_fsynced(tmp, chunks)
+        write_fsynced(tmp, chunks)
         try:
             os.replace(tmp, path)
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -605,7 +592,7 @@ class StateDir(ReentrantLock):
         """First half of a background snapshot: the temp file, written and fsynced."""
         started = time.perf_counter()
         try:
-            _write_fsynced(self._snapshot_tmp(), chunks)
+            write_fsynced(self._snapshot_tmp(), chunks)
         except OSError as exc:
             raise PersistenceError(f"Could not write the snapshot in {self.path}: {exc.strerror or exc}") from exc
         self.last_snapshot_seconds = time.perf_counter() - started
@@ -628,7 +615,7 @@ class StateDir(ReentrantLock):
         except OSError:  # no snapshot yet, or a file system without hard links
             linked = False
         os.replace(tmp, self.snapshot_path)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         self.last_snapshot_at = time.time()
         return old if linked else None
 
@@ -662,6 +649,21 @@ class StateDir(ReentrantLock):
             with contextlib.suppress(OSError):
                 tmp.unlink()
 
+    def purge_kept_aside(self, needles: Sequence[bytes]) -> list[str]:
+        """Lines holding a forgotten item leave the files a repair kept aside (`*.damaged-*`):
+        a snapshot's hold one item each and a journal's one call each, so the rest stays."""
+        changed: list[str] = []
+        for path in sorted(self.path.glob("*.damaged-*")):
+            try:
+                lines = read_nofollow(path).split(b"\n")
+                kept = [line for line in lines if not any(needle in line for needle in needles)]
+                if len(kept) != len(lines):
+                    self._write_atomic(path, [b"\n".join(kept)])
+                    changed.append(path.name)
+            except OSError as exc:
+                raise PersistenceError(f"Could not purge {path}: {exc.strerror or exc}") from exc
+        return changed
+
     def remove_temp_files(self) -> None:
         """Delete every temp file, ours or another process's (whose install will then fail
         harmlessly): after a forget no file may still hold the forgotten bytes."""
@@ -669,17 +671,90 @@ class StateDir(ReentrantLock):
             with contextlib.suppress(OSError):
                 tmp.unlink()
 
-    def rotate(self, new_gen: int, from_offset: int) -> None:
-        """Start journal generation `new_gen`, keeping what was appended after `from_offset`."""
+    def rotate(self, new_gen: int, from_offset: int, *, keep_previous: bool = False) -> None:
+        """Start journal generation `new_gen`, keeping what was appended after `from_offset`.
+        `keep_previous`: the replaced generation stays as PREV_JOURNAL for processes still
+        reading it (a checkpoint); otherwise (a purge) no copy of it is left."""
         end = os.stat(self.journal_path).st_size
         tail = self._journal_bytes(from_offset, end) if end > from_offset else b""
         try:
+            self._keep_previous(keep_previous, from_offset)
             self._write_journal(new_gen, tail)
         except OSError as exc:
             raise PersistenceError(f"Could not rotate the journal in {self.path}: {exc.strerror or exc}") from exc
         self.gen = new_gen
         self.offset = len(journal_header(new_gen)) + len(tail)
         self._write_record()
+
+    def _kept(self) -> dict[int, tuple[Path, int]]:
+        """The kept generations: gen -> (file, bytes the next snapshot holds)."""
+        kept: dict[int, tuple[Path, int]] = {}
+        for path in self.path.glob(f"{PREV_JOURNAL}.*.*"):
+            parts = path.name[len(PREV_JOURNAL) + 1 :].split(".")
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                kept[int(parts[0])] = (path, int(parts[1]))
+        return kept
+
+    def _keep_previous(self, keep: bool, upto: int) -> None:
+        """Keep the journal about to be replaced (a hard link: no copy) with the last few
+        generations before it, or (a purge) none of them."""
+        kept = self._kept()
+        room = KEPT_JOURNAL_BYTES - self.journal_size() if keep else -1
+        for gen in sorted(kept, reverse=True):  # the newest kept first
+            path = kept[gen][0]
+            with contextlib.suppress(OSError):
+                room -= path.stat().st_size
+            if room < 0 or gen <= self.gen - KEPT_GENERATIONS:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        if keep and self.journal_size() <= KEPT_JOURNAL_BYTES:
+            with contextlib.suppress(OSError):  # no hard links here: readers reload instead
+                os.link(self.journal_path, self.path / f"{PREV_JOURNAL}.{self.gen}.{upto}")
+
+    def read_across_rotation(self) -> list[list[Op]] | None:
+        """After other processes' checkpoints rotated the journal we were reading: the ops we
+        had not read of each replaced generation (kept as journal.prev.G.L) up to where the
+        next snapshot took over, then the current journal's, so that memory catches up without
+        a reload. None when that is not possible (a purge, more rotations than are kept, an
+        older writer): reload. Call under the lock."""
+        kept = self._kept()
+        batches: list[list[Op]] = []
+        gen, offset = self.gen, self.offset
+        while gen in kept:
+            path, upto = kept[gen]
+            more = self._batches_between(path, gen, offset, upto)
+            if more is None:
+                return None
+            batches.extend(more)
+            gen, offset = gen + 1, journal_header_len(gen + 1)
+        new_gen, new, end, warnings = self.read_journal(start=offset, expect_gen=gen)
+        if gen == self.gen or new_gen != gen or warnings:
+            return None
+        self.check_against_record(new_gen, end, exists=True)
+        self.gen, self.offset = new_gen, end
+        record = self._record
+        if record is None or record.gen != self.gen or record.end != end:
+            self._write_record(durable=0)
+        return batches + new
+
+    def _batches_between(self, path: Path, gen: int, start: int, upto: int) -> list[list[Op]] | None:
+        """The batches of the kept generation `gen` from byte `start` to `upto` (line
+        boundaries), or None if the file does not hold them whole."""
+        if upto < start:
+            return None
+        try:
+            with self._open_journal(path) as fh:
+                version, file_gen = self._parse_header(fh.readline())
+                fh.seek(start)
+                data = fh.read(upto - start)
+        except (OSError, StateCorruptError):
+            return None
+        if file_gen != gen or len(data) != upto - start or (data and not data.endswith(b"\n")):
+            return None
+        try:
+            return [parse_line(line, version) for line in data.split(b"\n")[:-1]]
+        except ValueError:
+            return None
 
     # --- the forget ledger: append-only, one line per dropped or forgotten id (no content) --
     def append_ledger(self, entries: list[dict[str, Any]]) -> None:
@@ -692,14 +767,14 @@ class StateDir(ReentrantLock):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            _fsync_dir(self.path)  # the first append creates the file; forget is rare enough to always pay it
+            fsync_dir(self.path)  # the first append creates the file; forget is rare enough to always pay it
         except OSError as exc:
             raise PersistenceError(f"Could not append to {path}: {exc.strerror or exc}") from exc
 
     def read_ledger(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         try:
-            raw = _read_nofollow(self.path / FORGET_LEDGER)
+            raw = read_nofollow(self.path / FORGET_LEDGER)
         except OSError:
             return out
         for line in raw.splitlines():
@@ -738,9 +813,36 @@ class StateDir(ReentrantLock):
         return self.locked(exclusive=True)
 
     def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
+        """All or nothing: a snapshot written whose journal rotation then fails is replaced by
+        the one it replaced (kept as a hard link until then), so a refused forget leaves the
+        state dir as it was. Its index file is removed then too."""
         gen, offset = self.gen, self.offset
-        self.write_snapshot(snapshot_chunks(header, items))
-        self.rotate(gen + 1, offset)
+        before = self.path / f"{SNAPSHOT}.{os.getpid()}.undo.tmp"
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(before)
+            os.link(self.snapshot_path, before)
+            linked = True
+        except OSError:  # no snapshot yet, or a file system without hard links
+            linked = False
+        try:
+            self.write_snapshot(snapshot_chunks(header, items))
+            self.rotate(gen + 1, offset, keep_previous=header.get("checkpoint") is True)
+        except BaseException:
+            if self.gen == gen:  # not rotated: the journal still follows the old snapshot
+                with contextlib.suppress(OSError):
+                    if linked:
+                        os.replace(before, self.snapshot_path)
+                    else:
+                        os.unlink(self.snapshot_path)
+                    fsync_dir(self.path)
+                ref = header.get("index_file")
+                if isinstance(ref, dict) and ref.get("name") == indexfile.file_name(gen + 1):
+                    indexfile.remove([self.path / indexfile.file_name(gen + 1)])
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(before)
         self.remove_temp_files()
 
     def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:
@@ -750,7 +852,7 @@ class StateDir(ReentrantLock):
         self, gen: int, offset: int, keep_index: str | None = None
     ) -> Callable[[], None] | None:
         old = self.install_snapshot_tmp()
-        self.rotate(gen + 1, offset)
+        self.rotate(gen + 1, offset, keep_previous=True)  # a pending snapshot is a checkpoint
         self.remove_dead_temp_files()
         # The pending snapshot names at most `keep_index`, so no other index file is needed
         # any more; listed here under the lock (a later snapshot's file has a later

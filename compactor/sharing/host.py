@@ -25,7 +25,7 @@ import anyio.abc
 
 from .. import constants as C
 from ..mcp.server import CONNECTION_SCOPE, build_server, final_snapshot, snapshots
-from ..mcp.stdio_runtime import run_stdio
+from ..mcp.stdio_runtime import capped_lines, run_stdio
 from ..runtime import PROCESS
 from ..store import Store
 from .hello import SHARED_READ_BYTES, answer_hello, hear_hello
@@ -52,25 +52,14 @@ class _ConnectionLines:
         self._buffer = first
 
     def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
+        first, self._buffer = self._buffer, b""
+        return capped_lines(self._receive, first)  # a line over its cap is dropped as it arrives
 
-    async def _lines(self) -> AsyncIterator[str]:
-        chunks = [self._buffer] if self._buffer else []
-        while True:
-            tail = chunks[-1] if chunks else b""
-            if b"\n" in tail:
-                data = b"".join(chunks)
-                *lines, rest = data.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", "surrogateescape") + "\n"
-                chunks = [rest] if rest else []
-                continue
-            try:
-                chunks.append(await self._stream.receive(SHARED_READ_BYTES))
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                break
-        if chunks and (data := b"".join(chunks)):
-            yield data.decode("utf-8", "surrogateescape")
+    async def _receive(self) -> bytes:
+        try:
+            return await self._stream.receive(SHARED_READ_BYTES)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return b""
 
     async def write(self, text: str) -> None:
         await self._stream.send(text.encode("utf-8"))

@@ -45,9 +45,12 @@ def host_key(settings: dict[str, Any]) -> str:
 
 
 def runtime_dir() -> Path:
-    """A directory only this user can use, for host sockets and locks. Raises SharingUnavailable
-    when another user owns it or can write it: a socket there could be someone else's host."""
-    path = Path(tempfile.gettempdir()) / f"compactor-{os.getuid()}"
+    """A directory only this user can use, for host sockets and locks: $COMPACTOR_RUNTIME_DIR,
+    else compactor-UID in the temp dir (runs that must not meet each other's hosts, such as
+    concurrent test runs, each name their own). Raises SharingUnavailable when another user
+    owns it or can write it: a socket there could be someone else's host."""
+    chosen = os.environ.get("COMPACTOR_RUNTIME_DIR")
+    path = Path(chosen) if chosen else Path(tempfile.gettempdir()) / f"compactor-{os.getuid()}"
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:

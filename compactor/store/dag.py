@@ -4,6 +4,7 @@ forgotten children gone up the lineage, and reading the DAG (expand, ancestors, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from .. import bounds
@@ -13,7 +14,7 @@ from ..models import Item, Op, Tier
 from ..search import scoring
 from ..summaries.condense import TYPE_TAGS, extractive_text, gist, group_coherent, lineage_id
 from .journaled import _Journaled, _Txn
-from .state import scope_key
+from .state import ALL_SCOPES, scope_key
 
 # 20 archived items to a d1 node and 5 nodes to the next depth, up to depth 4: 20 * 5**3 =
 # 2,500 raw items under one d4 node, so a 100k-item archive needs ~40 top-level nodes. Past d4 a
@@ -35,6 +36,9 @@ def _common_tags(children: list[Item]) -> list[str]:
 
 class _Dag(_Journaled):
     """Condensation and the summary DAG."""
+
+    # What a read in a scope covers (`_Paging._scopes`): listings of nodes honour it.
+    _scopes: Callable[[str | None], frozenset[str] | None]
 
     def _make_node(self, txn: _Txn, depth: int, children: list[Item], children_tier: Tier) -> str | None:
         if any(c.depth != depth - 1 for c in children):
@@ -210,8 +214,15 @@ class _Dag(_Journaled):
         items = self._s.items
         return sorted((items[i] for i in self._s.active_nodes), key=lambda it: it.seq)
 
-    def _needs_text(self) -> list[str]:
-        out = [it.id for it in reversed(self._active_nodes()) if it.quality in ("extractive", "stale")]
+    def _needs_text(self, scope: str | None = None) -> list[str]:
+        """Active nodes with stand-in text in the read scope (`_scopes`), newest first: a node
+        is of its children's scope, and another project's previews are not ours to show."""
+        scopes = self._scopes(scope)
+        out = [
+            it.id
+            for it in reversed(self._active_nodes())
+            if it.quality in ("extractive", "stale") and (scopes is None or scope_key(it.scope) in scopes)
+        ]
         return out[:NEEDS_TEXT_LIMIT]
 
     def _lineage_text(self, node: Item, chars: int = 400_000) -> list[str]:
@@ -323,19 +334,29 @@ class _Dag(_Journaled):
             path.append(current.id)
         return path
 
-    def roots(self) -> list[Item]:
+    def roots(self, scope: str | None = ALL_SCOPES) -> list[Item]:
         """Summary nodes no other summary covers, newest first: the active ones, then those a
-        budget smaller than the summaries moved to the archive."""
+        budget smaller than the summaries moved to the archive. Of every scope unless `scope`
+        says which (as `_scopes`: None is the store's read scope, which replies use)."""
         s = self._s
+        scopes = self._scopes(scope)
         archived = sorted((s.items[i] for i in s.uncovered if s.items[i].depth), key=lambda it: -it.seq)
-        return [it for it in reversed(self._active_nodes()) if not it.parents] + archived
+        found = [it for it in reversed(self._active_nodes()) if not it.parents] + archived
+        return found if scopes is None else [it for it in found if scope_key(it.scope) in scopes]
 
-    def tree(self, root: str | None = None, max_depth: int = 2, max_chars: int = C.MAX_OUTPUT_CHARS) -> str:
-        """A bounded text rendering of the DAG (from `root`, or from every active root)."""
+    def tree(
+        self,
+        root: str | None = None,
+        max_depth: int = 2,
+        max_chars: int = C.MAX_OUTPUT_CHARS,
+        scope: str | None = ALL_SCOPES,
+    ) -> str:
+        """A bounded text rendering of the DAG (from `root`, or from every root of `scope`, as
+        `roots`)."""
         if not 1 <= max_depth <= C.TREE_DEPTH_MAX:
             raise InvalidArgumentError(bounds.must_be("max_depth", bounds.integer(1, C.TREE_DEPTH_MAX), max_depth))
         with self._read():
-            starts = [self._get(root)] if root else [it for it in self.roots() if self._reaches(it)]
+            starts = [self._get(root)] if root else [it for it in self.roots(scope) if self._reaches(it)]
             lines: list[str] = []
             if not starts:
                 return "No summary nodes yet: compaction creates them when items are archived."
@@ -377,10 +398,11 @@ class _Dag(_Journaled):
                     break
             return "\n".join(lines)
 
-    def dag_shape(self) -> dict[int, dict[str, int]]:
-        """Nodes per depth and tier."""
+    def dag_shape(self, scope: str | None = ALL_SCOPES) -> dict[int, dict[str, int]]:
+        """Nodes per depth and tier (of every scope unless `scope` says which, as `_scopes`)."""
         shape: dict[int, dict[str, int]] = {}
+        scopes = self._scopes(scope)
         for it in self._s.items.values():
-            if it.depth:
+            if it.depth and (scopes is None or scope_key(it.scope) in scopes):
                 shape.setdefault(it.depth, {"active": 0, "archived": 0})[it.tier] += 1
         return dict(sorted(shape.items()))

@@ -14,10 +14,13 @@ import contextlib
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+import orjson
 
 from .. import bounds
 from .. import constants as C
@@ -38,6 +41,12 @@ from .recall import _Recall
 from .records import BulkStored, Hit, ImportedRecords, Pruned, Status, Stored, Updated
 from .state import GLOBAL_SCOPE, _State
 from .tuning import Tuning
+
+log = logging.getLogger(__name__)
+
+# A deleted item's text is looked for in the files a repair kept aside only from this length:
+# shorter text ("ok", "done") would take out unrelated lines; its id finds those lines anyway.
+PURGE_TEXT_MIN_BYTES = 16
 
 
 def _without_source(item: Item, source: str) -> dict[str, Any]:
@@ -351,6 +360,7 @@ class Store(_Recall, _Compaction, _Ledger):
             now = self._clock()
             self._ledger_append([{"id": it.id, "reason": "prune", "at": now} for it in victims])
             self._purge(ops, lambda txn: self._mark_gone_many(txn, victims), "prune")
+            self._purge_kept_aside(victims)
             result.applied = True
             return result
 
@@ -523,7 +533,8 @@ class Store(_Recall, _Compaction, _Ledger):
                 for other in self._s.items.values()
                 if any(source == item_id for _, source in other.tags_from)
             )
-            self._purge(ops, lambda txn: self._mark_gone(txn, item), f"purge {item_id} from disk")
+            self._purge(ops, lambda txn: self._mark_gone(txn, item), f"forget {item_id}")
+            self._purge_kept_aside([item])
             self._ledger_append([{"id": item_id, "reason": "forget", "at": self._clock()}])
             return item
 
@@ -538,11 +549,60 @@ class Store(_Recall, _Compaction, _Ledger):
             if self._backend is not None:
                 self._write_snapshot_locked(dict(self._s.items))
         except (PersistenceError, OSError) as exc:
-            txn.rollback()
-            raise PersistenceError(f"Could not {what}: {exc}. Nothing was deleted.") from exc
-        except BaseException:
-            txn.rollback()
+            self._undo_purge(txn, exc)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if self._degraded is None:
+                log.error("persistence failed; memory is read-only until the disk recovers: %s", reason)
+            self._degraded = reason
+            raise PersistenceError(
+                f"Could not {what}, so nothing was deleted and memory is read-only until compactor can "
+                f"save again ({reason.rstrip('.')}): free disk space or fix permissions and retry."
+            ) from exc
+        except BaseException as exc:
+            self._undo_purge(txn, exc)
             raise
+        if self._degraded is not None:
+            log.warning("persistence recovered: saving again")
+            self._degraded = None
+
+    def _purge_kept_aside(self, gone: Sequence[Item]) -> None:
+        """Deleted items leave the files a repair kept aside too: their lines name their ids
+        (a summary's, its children's) or hold their text. A failure is logged: the deletion
+        itself is done, and the next forget tries again."""
+        if self._backend is None:
+            return
+        needles: list[bytes] = []
+        for it in gone:
+            needles.append(orjson.dumps(it.id))
+            text = orjson.dumps(it.content)[1:-1]
+            if len(text) >= PURGE_TEXT_MIN_BYTES:
+                needles.append(text)
+        try:
+            changed = self._backend.purge_kept_aside(needles)
+        except PersistenceError as exc:
+            log.error("a file kept aside by doctor --repair may still hold what was deleted: %s", exc)
+            return
+        if changed:
+            log.info("deleted items taken out of %s", ", ".join(changed))
+
+    def _undo_purge(self, txn: _Txn, exc: BaseException) -> None:
+        """Undo a purge whose snapshot failed. The failed snapshot's frames still hold views of
+        the index's arrays (which an array being exported cannot be resized under): they are
+        cleared first. Should the undo fail all the same, memory is read again from the
+        persistence, which the failed purge left as it was."""
+        seen: set[int] = set()
+        cause: BaseException | None = exc
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            traceback.clear_frames(cause.__traceback__)
+            cause = cause.__cause__ or cause.__context__
+        try:
+            txn.rollback()
+        except Exception:
+            log.exception("undo of a failed purge failed; reading memory again from disk")
+            if self._backend is None:
+                raise
+            self._reload()
 
     def dissolve(self, item_id: str) -> list[Item]:
         """Reverse one condensation: the node goes, its children return to where they were."""

@@ -440,8 +440,15 @@ class _Journaled(_StateOps):
             return
         batches = self._backend.read_new()
         if batches is None:
-            self._reload()
-            return
+            # Another process rotated: catch up from the journal it replaced when its snapshot
+            # is a checkpoint (a reload costs seconds at 20k items, everyone waiting on the lock).
+            batches = self._backend.read_across_rotation()
+            if batches is None:
+                self._reload()
+                return
+            # The index file our snapshots would name may be gone with that rotation: the
+            # next full snapshot saves ours again.
+            self._on_disk, self._index_saved = None, False
         for batch in batches:
             for op in batch:
                 self._apply(op)
@@ -572,12 +579,16 @@ class _Journaled(_StateOps):
             "settings": self.settings.to_record(),
         }
 
-    def _write_snapshot_locked(self, items: dict[str, Item], *, adopt: bool = True) -> None:
+    def _write_snapshot_locked(self, items: dict[str, Item], *, adopt: bool = True, checkpoint: bool = False) -> None:
         """A full snapshot with the index. `adopt`: go on with the index read from the file
-        just written (`_adopt_saved_index`); not worth it when the store closes next."""
+        just written (`_adopt_saved_index`); not worth it when the store closes next.
+        `checkpoint`: it holds exactly what the journal says (nothing purged or rebuilt), so
+        other processes may catch up across it from the journal (`read_across_rotation`)."""
         assert self._backend is not None
         gen, offset = self._backend.gen, self._backend.offset
         header = self._snapshot_header(gen + 1, gen, offset)
+        if checkpoint:
+            header["checkpoint"] = True
         # Synchronous snapshots (shutdown, forget, recovery) hold the lock anyway, so they also
         # save the index: the next start then loads it instead of re-tokenising everything.
         header["index"], ref, dedup_saved = self._saved_index(gen + 1)
@@ -645,7 +656,7 @@ class _Journaled(_StateOps):
             return
         with self._locked():
             self._sync()
-            self._write_snapshot_locked(dict(self._s.items), adopt=adopt)
+            self._write_snapshot_locked(dict(self._s.items), adopt=adopt, checkpoint=True)
 
     async def snapshot_async(self) -> None:
         """Snapshot without blocking the event loop: items are frozen, so a shallow copy of the
@@ -659,6 +670,7 @@ class _Journaled(_StateOps):
             items = list(self._s.items.values())
             gen, offset = sd.gen, sd.offset
             header = self._snapshot_header(gen + 1, gen, offset)
+            header["checkpoint"] = True  # see `_write_snapshot_locked`
             keep = self._name_saved_index(header, len(items))
             self._dirty = False
         with self.runtime.background_write():  # the event loop gets the GIL back quickly

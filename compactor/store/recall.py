@@ -64,6 +64,11 @@ _CHAIN = re.compile(r"&&|;|\|\|")
 _EXCEPTION = re.compile(r"^(?:E +)?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b.*)$", re.M)
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _DUP_FD = re.compile(r"\d?>&\d")  # 2>&1: where errors go, not a write to a file
+# A later item that says an error is fixed and quotes its exception line settles it, as a later
+# success of the same command does (an agent stores "Fixed KeyError: 'currency' by ...").
+_FIXED = re.compile(r"\b(?:fix(?:ed|es)?|resolved|solved)\b", re.I)
+# Newest fix notes an open error is checked against: the recall window's few, not a scan.
+_FIX_NOTES_MAX = 50
 
 
 def _file_of(command: str) -> str:
@@ -117,6 +122,14 @@ def _error_line(text: str) -> str:
     what tells two failures of one command apart; "" when there is none."""
     found = _EXCEPTION.findall(text[-RECALL_ERROR_TAIL_CHARS:])
     return _HEX.sub("0x?", found[-1].strip())[:RECALL_VIEW_KEY_CHARS] if found else ""
+
+
+def _fixed_by(error: Item, notes: list[str]) -> bool:
+    """Whether a newer note that says something is fixed quotes this error's exception line."""
+    if not notes:
+        return False
+    line = _FOLD.sub(" ", _error_line(error.content))
+    return bool(line) and any(line in note for note in notes)
 
 
 def _is_bare(it: Item) -> bool:
@@ -203,7 +216,15 @@ class _Recall(_Paging, _Search, _Dag):
             count = self.counter.count
             scopes = self._scopes(scope)
             seqs = self._visible_seqs("active", scopes)
-            active_count = len(seqs)
+            # Items the caller shows apart (`exclude`) are neither shown here nor left out.
+            apart = sum(
+                1
+                for i in set(exclude)
+                if (it := s.items.get(i)) is not None
+                and it.tier == "active"
+                and (scopes is None or scope_key(it.scope) in scopes)
+            )
+            active_count = len(seqs) - apart
             text = (query or "").strip()
             head = budget_line(s.used, self.settings.token_budget, len(s.order["active"]), len(s.order["archived"]))
             groups: dict[str, list[tuple[Item, float | None, str]]] = {g: [] for g in _GROUPS}
@@ -219,6 +240,7 @@ class _Recall(_Paging, _Search, _Dag):
             facts: dict[str, _Facts] = {}
             newest: dict[str, Item] = {}
             succeeded: set[str] = set()
+            fix_notes: list[str] = []  # newer items that say something is fixed
             errors: list[Item] = []
             decisions: list[Item] = []
             summaries: list[Item] = []
@@ -235,12 +257,15 @@ class _Recall(_Paging, _Search, _Dag):
                 facts[it.id] = f
                 recent.append(it)
                 if is_error:
-                    if not command or command not in succeeded:
+                    if (not command or command not in succeeded) and not _fixed_by(it, fix_notes):
                         errors.append(it)
-                elif command and not is_bare:
-                    # A later success on the same command or file settles the error; the command
-                    # typed again without its output yet does not.
-                    succeeded.add(command)
+                else:
+                    if command and not is_bare:
+                        # A later success on the same command or file settles the error; the
+                        # command typed again without its output yet does not.
+                        succeeded.add(command)
+                    if len(fix_notes) < _FIX_NOTES_MAX and _FIXED.search(it.content):
+                        fix_notes.append(_FOLD.sub(" ", it.content))
                 if it.content_type == "decision":
                     decisions.append(it)
                 if key:
@@ -325,7 +350,7 @@ class _Recall(_Paging, _Search, _Dag):
                         break
 
             while True:
-                rendered, needs = self._render_recall(head, groups, left_out, active_count, cap)
+                rendered, needs = self._render_recall(head, groups, left_out, active_count, cap, scope, apart)
                 tokens = count(rendered)
                 last = next((g for g in reversed(_GROUPS) if groups[g]), None)
                 if tokens <= cap or last is None:
@@ -355,6 +380,8 @@ class _Recall(_Paging, _Search, _Dag):
         left_out: list[str],
         active_count: int,
         cap: int,
+        scope: str | None,
+        apart: int = 0,
     ) -> tuple[str, list[str]]:
         body = [head]
         for g in _GROUPS:
@@ -366,6 +393,8 @@ class _Recall(_Paging, _Search, _Dag):
         if not n_shown:
             if not self._s.items:
                 body.append("Memory is empty.")
+            elif not active_count and apart:
+                body.append(f"No active items besides the {counted(apart, 'item')} shown apart.")
             elif not active_count:
                 body.append(f"No active items in scope {self.scope!r} (other projects' items exist; scope='all').")
             else:
@@ -379,7 +408,7 @@ class _Recall(_Paging, _Search, _Dag):
                 f"Reach {'it' if more == 1 else 'them'} with query(...), get(id), or expand(<summary id>)."
             )
         needs: list[str] = []
-        waiting = self._needs_text()
+        waiting = self._needs_text(scope)
         used = self.counter.count("\n".join(body)) if waiting else 0
         for node_id in waiting:
             block = self._needs_text_block(self._s.items[node_id], children=5)
@@ -403,6 +432,9 @@ class _Recall(_Paging, _Search, _Dag):
             lines.append(f"  - … {len(kids) - children} more: expand({node.id!r})")
         return "\n".join(lines)
 
-    def needs_text_blocks(self, limit: int = NEEDS_TEXT_LIMIT) -> list[tuple[Item, str]]:
+    def needs_text_blocks(self, limit: int = NEEDS_TEXT_LIMIT, scope: str | None = None) -> list[tuple[Item, str]]:
+        """Nodes with stand-in text in the read scope (`_scopes`), each with what its text needs."""
         with self._read():
-            return [(self._s.items[n], self._needs_text_block(self._s.items[n])) for n in self._needs_text()[:limit]]
+            return [
+                (self._s.items[n], self._needs_text_block(self._s.items[n])) for n in self._needs_text(scope)[:limit]
+            ]

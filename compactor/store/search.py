@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections.abc import Callable
 from typing import Final
 
 from ..errors import PersistenceError, WriteConflictError
@@ -30,16 +31,15 @@ log = logging.getLogger(__name__)
 class _Search(_Journaled):
     """Query ranking and access updates."""
 
+    # Whether a query counts as an access of its hits (journaled); the CLI's reads turn it off.
+    record_access: bool = True
+
     def _search(
         self, text: str, tag_list: list[str], limit: int, include_archived: bool, scopes: frozenset[str] | None
     ) -> list[Hit]:
         s, rank, weights = self._s, self._tuning.rank, self._tuning.bm25
         now = self._clock()
         allowed: set[str] | None = None
-        if tag_list:
-            allowed = set()
-            for tag in tag_list:
-                allowed |= s.by_tag.get(tag.lower(), set()) | s.by_tag.get(tag, set())
 
         def accept(item_id: str) -> bool:
             if allowed is not None and item_id not in allowed:
@@ -50,9 +50,11 @@ class _Search(_Journaled):
             return include_archived or item.tier == "active"
 
         if not text:
-            pool = [s.items[i] for i in (allowed or ()) if accept(i)]
-            best = heapq.nlargest(limit, pool, key=lambda it: (scoring.rank_score(1.0, it, now, rank=rank), it.seq))
-            return [Hit(it, scoring.rank_score(1.0, it, now, rank=rank), ()) for it in best]
+            return self._by_tags(tag_list, limit, accept, now)  # the ranks hold only the tags' items
+        if tag_list:
+            allowed = set()
+            for tag in tag_list:
+                allowed |= s.by_tag.get(tag.lower(), set()) | s.by_tag.get(tag, set())
 
         # Retention and the recency prior lift a BM25 score by at most rank.max_factor,
         # so the final top `limit` is drawn from the BM25 top few times `limit`: a hit below
@@ -118,6 +120,36 @@ class _Search(_Journaled):
         )
         return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
 
+    def _by_tags(self, tag_list: list[str], limit: int, accept: Callable[[str], bool], now: float) -> list[Hit]:
+        """A query by tags alone: the `limit` items of those tags with the best rank score (the
+        newest first among equals), read best bound first from `tag_ranks`, stopping once no
+        bound left can reach the `limit`-th best score. The bounds are the default `Rank`'s: a Store
+        tuned otherwise scores every item of the tags."""
+        s, rank = self._s, self._tuning.rank
+        exact_bounds = rank == scoring.RANK
+        ranks = s.tag_ranks
+        names = dict.fromkeys(name for tag in tag_list for name in (tag.lower(), tag) if name in ranks)
+        lists = [ranks[name] for name in names]
+        keys = lists[0] if len(lists) == 1 else heapq.merge(*lists)
+        best: list[tuple[float, int, str]] = []  # min-heap of the best `limit` (score, seq, id)
+        seen: set[str] = set()
+        for neg_bound, _, item_id in keys:
+            if exact_bounds and len(best) == limit and -neg_bound < best[0][0]:
+                break
+            if len(lists) > 1:
+                if item_id in seen:
+                    continue
+                seen.add(item_id)
+            if not accept(item_id):
+                continue
+            it = s.items[item_id]
+            entry = (scoring.rank_score(1.0, it, now, rank=rank), it.seq, item_id)
+            if len(best) < limit:
+                heapq.heappush(best, entry)
+            elif entry > best[0]:
+                heapq.heapreplace(best, entry)
+        return [Hit(s.items[i], score, ()) for score, _, i in sorted(best, reverse=True)]
+
     def _view_lifts(self, text: str) -> dict[str, float]:
         """Item id -> score multiplier for the file views of the paths a query names: a view of
         the file ranks ahead of items that only mention it, one showing the lines asked for
@@ -164,8 +196,9 @@ class _Search(_Journaled):
         return seen
 
     def _touch(self, ids: list[str]) -> None:
-        """A query is an access. Journaled without fsync: losing one on power loss is harmless."""
-        if not ids:
+        """A query is an access. Journaled without fsync: losing one on power loss is harmless.
+        Not recorded when `record_access` is off (a command that only reads)."""
+        if not ids or not self.record_access:
             return
         now = self._clock()
         ops: list[Op] = []

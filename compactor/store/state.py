@@ -21,6 +21,7 @@ from ..errors import NotFoundError
 from ..models import CONTENT_TYPES, TUPLE_FIELDS, Item, Op, Settings, Tier, pairs
 from ..render import examples
 from ..search import mapped as memory_map
+from ..search import scoring
 from ..search.dedup import BUFFER_KEYS, DedupIndex, json_state
 from ..search.index import BM25Index
 from ..search.views import ViewIndex
@@ -50,6 +51,18 @@ GLOBAL_SCOPE = "global"
 ALL_SCOPES = "all"
 
 
+# Items re-filed in the tag ranks between two queries by tags before the ranks are dropped
+# instead: each filing moves up to the whole list of a tag (~40 us at 100k items), and making
+# them again costs ~0.2 s at 100k.
+TAG_RANK_CHANGES_MAX = 2_000
+
+
+def tag_rank_key(item: Item) -> tuple[float, int, str]:
+    """An item's place in `_State.tag_ranks`: its rank score with no time since its last
+    access (the most it can score), then the newest first."""
+    return (-scoring.rank_score(1.0, item, item.last_accessed_at), -item.seq, item.id)
+
+
 def scope_key(scope: str) -> str:
     """Items saved before scopes existed (scope "") belong to every project."""
     return scope or GLOBAL_SCOPE
@@ -65,6 +78,10 @@ class _State:
     # Made from the items at the first tag filter, then kept: a start does not file every
     # item's tags (~0.14 s at 100k items) for a filter it may never be given.
     _by_tag: dict[str, set[str]] | None = None
+    # Per tag, its items ranked for a query by tags alone: made at the first such query, then
+    # kept (`tag_ranks`).
+    _tag_ranks: dict[str, list[tuple[float, int, str]]] | None = None
+    _tag_rank_changes: int = 0  # items re-filed in `_tag_ranks` since the last query by tags
     index: BM25Index = field(default_factory=BM25Index)
     # Built from the saved state at the first use, not at start: only writes and compaction
     # need near-duplicate buckets, so a start that answers queries does without them.
@@ -113,6 +130,55 @@ class _State:
                 ids.discard(item.id)
                 if not ids:
                     del by_tag[tag]
+
+    @property
+    def tag_ranks(self) -> dict[str, list[tuple[float, int, str]]]:
+        """Per tag, (-bound, -seq, id) of its items in ascending order: the best first. The
+        bound is the item's rank score were it accessed just now (`tag_rank_key`): its real
+        score is never higher, so a query by tags alone scores items in this order and stops
+        once a bound falls under its `limit`-th best score, instead of scoring every item the
+        tag has (84 ms p50 for a tag on all 100k items, against 8 ms for a text query)."""
+        self._tag_rank_changes = 0
+        if self._tag_ranks is None:
+            ranks: dict[str, list[tuple[float, int, str]]] = {}
+            for item in self.items.values():
+                key = tag_rank_key(item)
+                for tag in item.tags:
+                    ranks.setdefault(tag, []).append(key)
+            for keys in ranks.values():
+                keys.sort()
+            self._tag_ranks = ranks
+        return self._tag_ranks
+
+    def rank(self, item: Item) -> None:
+        """File `item` in `tag_ranks`, once made. Past TAG_RANK_CHANGES_MAX items filed since
+        the last query by tags (a compaction re-files thousands), they are dropped instead,
+        and the next such query makes them again."""
+        ranks = self._tag_ranks
+        if ranks is not None and item.tags:
+            self._tag_rank_changes += 1
+            if self._tag_rank_changes > TAG_RANK_CHANGES_MAX:
+                self._tag_ranks = None
+                return
+            key = tag_rank_key(item)
+            for tag in item.tags:
+                bisect.insort(ranks.setdefault(tag, []), key)
+
+    def unrank(self, item: Item) -> None:
+        """`rank` undone."""
+        ranks = self._tag_ranks
+        if ranks is None or not item.tags:
+            return
+        key = tag_rank_key(item)
+        for tag in item.tags:
+            keys = ranks.get(tag)
+            if keys is None:
+                continue
+            i = bisect.bisect_left(keys, key)
+            if i < len(keys) and keys[i] == key:
+                del keys[i]
+            if not keys:
+                del ranks[tag]
 
     def release_index_pages(self) -> None:
         """Unmap the index file's pages this process has read (`search.mapped.release`)."""
@@ -369,6 +435,9 @@ class _StateOps:
             s.used += new.view_tokens - old.view_tokens
             if old.pinned:
                 s.pinned_used += new.view_tokens - old.view_tokens
+        if s._tag_ranks is not None and new.tags:
+            s.unrank(old)
+            s.rank(new)
         s.items[new.id] = new
 
     def _swap(self, old: Item, new: Item) -> None:
@@ -395,6 +464,9 @@ class _StateOps:
         if old.tags != new.tags:
             s.untag(old)
             s.tag(new)
+        if s._tag_ranks is not None and (old.tags or new.tags):
+            s.unrank(old)
+            s.rank(new)
         if old.file_paths != new.file_paths:
             s.views.remove(old.id, old.file_paths)
             s.views.add(new.id, new.file_paths)
@@ -516,6 +588,8 @@ class _StateOps:
             s.next_seq = item.seq + 1
         if s._by_tag is not None:  # checked here too: a start files every item through here
             s.tag(item)
+        if s._tag_ranks is not None:
+            s.rank(item)
         if item.file_paths:
             s.views.add(item.id, item.file_paths)
         tier = item.tier
@@ -549,6 +623,7 @@ class _StateOps:
         del s.items[item.id]
         self._unorder(s, item)
         s.untag(item)
+        s.unrank(item)
         s.index.remove(item.id)
         if item.file_paths:
             s.views.remove(item.id, item.file_paths)

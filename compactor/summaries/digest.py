@@ -30,6 +30,19 @@ _REQUIREMENT = re.compile(
     r"|always|require[sd]?|has to|have to|can you|could you|let'?s|instead|only|avoid)\b",
     re.I,
 )
+# A sentence that opens with a verb in the imperative asks for something too ("Keep money as
+# Decimal."): the verbs a developer's request opens with.
+_IMPERATIVE = re.compile(
+    r"^(?:add|allow|avoid|call|cap|change|check|clean|convert|create|delete|document|do|drop|enable|ensure|fix"
+    r"|handle|implement|include|keep|leave|limit|log|make|merge|move|prefer|put|raise|read|refactor|reject"
+    r"|remove|rename|replace|return|reuse|run|send|set|show|skip|sort|split|start|stop|store|support|test"
+    r"|treat|update|use|validate|write)\b",
+    re.I,
+)
+# Sentences taken from the user's first message beyond its opening one (it states the task,
+# and every instruction in it is a requirement), and from each later message.
+_FIRST_REQUEST_EXTRA = 8
+_LATER_REQUEST_EXTRA = 2
 _DECISION = re.compile(
     r"\b(?:decid(?:e|ed|ing)|decision|i'?ll use|we'?ll use|i will use|going with|go with|chose|choose|opt(?:ed)? for"
     r"|instead of|rather than|switch(?:ed|ing)? to|the fix is|root cause|fixed by|because|so that|trade-?off)\b",
@@ -182,6 +195,7 @@ def digest(events: Iterable[Event], session_id: str = "", cwd: str = "") -> Dige
     edited: dict[str, None] = {}
     read: dict[str, None] = {}
     tools: dict[str, str] = {}
+    requests = 0
 
     for event in events:
         match event:
@@ -197,7 +211,10 @@ def digest(events: Iterable[Event], session_id: str = "", cwd: str = "") -> Dige
             case Request(text=text):
                 sentences = _sentences(text) or [text]
                 # The opening sentence states the task; the rest count when they sound like one.
-                picked = sentences[:1] + [s for s in sentences[1:] if _REQUIREMENT.search(s)][:2]
+                extra = _FIRST_REQUEST_EXTRA if not requests else _LATER_REQUEST_EXTRA
+                requests += 1
+                asks = [s for s in sentences[1:] if _REQUIREMENT.search(s) or _IMPERATIVE.match(s)]
+                picked = sentences[:1] + asks[:extra]
                 for s in picked:
                     _add(requirements, seen["req"], s)
             case ToolFailed(call_id=call_id, output=output):

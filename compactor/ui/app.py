@@ -249,7 +249,7 @@ class UI:
                 else:
                     # `roots` reads without catching up with other processes; `status` does.
                     self.store.status()
-                    roots = self.store.roots()
+                    roots = self.store.roots(scope=None)
                     page = roots[offset : offset + P.PAGE_ITEMS]
                     body = P.tree_page(self.ctx, page, len(roots), offset, None, [], 0)
         except CompactorError as exc:

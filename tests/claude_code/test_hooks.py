@@ -356,3 +356,32 @@ def test_json_nested_thousands_deep_is_malformed_input_not_a_crash(tmp_path, sta
     assert res.returncode == 0, res.stderr[-300:]
     assert json.loads(res.stdout)["malformed_lines"] == 1
     assert "keep the public API stable" in session_items(state_dir)["requirements"]
+
+
+def test_session_start_after_a_compaction_does_not_say_nothing_fits_when_all_is_shown_apart(tmp_path, state_dir):
+    """Only the session's digest is stored: it is shown below, so recall itself has nothing else
+    to show, and says so rather than "No active items fit within recall_tokens"."""
+    path = sample(SID).write(tmp_path / "t.jsonl")
+    assert hook("pre-compact", pre_compact_payload(path), state_dir).returncode == 0
+    payload = {"session_id": SID, "source": "compact", "cwd": "/home/me/shop", "hook_event_name": "SessionStart"}
+    res = hook("session-start", payload, state_dir)
+    ctx = json.loads(res.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "Saved from this session" in ctx
+    assert "fit within recall_tokens" not in ctx and "Left out" not in ctx
+    assert re.search(r"No active items besides the \d+ items shown apart\.", ctx), ctx[:600]
+
+
+def test_pre_compact_keeps_every_instruction_of_the_first_request(tmp_path, state_dir):
+    """An imperative sentence is a requirement though it has no keyword ("Keep money as Decimal.")."""
+    t = Transcript(SID)
+    t.user(
+        "Refactor the invoice totals in billing/totals.py. The rounding is off by a cent on refunds. "
+        "Fix it and add a test. Keep money as Decimal. Leave the public API as it is."
+    )
+    t.say("I'll start with the rounding.")
+    path = t.write(tmp_path / "t.jsonl")
+    assert hook("pre-compact", pre_compact_payload(path), state_dir).returncode == 0
+    req = session_items(state_dir)["requirements"]
+    for sentence in ("Fix it and add a test.", "Keep money as Decimal.", "Leave the public API as it is."):
+        assert sentence in req, req
+    assert "off by a cent" not in req  # a statement of fact, not an instruction

@@ -297,3 +297,36 @@ def test_a_long_id_is_not_echoed_by_show_or_pin(capsys, state_dir, filled):
         assert "of 5,000 characters (ids have at most 64)" in err, command
     code, out, _ = run(capsys, "unpin", long_id, filled["error"], *sd, "--json")
     assert code == 1 and json.loads(out)["not_found"] == [long_id]  # JSON keeps it whole
+
+
+def _files(state_dir: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(state_dir.iterdir())}
+
+
+def test_reading_commands_change_no_file_of_the_state_dir(capsys, state_dir, filled):
+    """status, list, export, query, show and tree leave every file's bytes and mtime as they
+    were: a snapshot, a rotation or a journal line would make every running server reload."""
+    before = _files(state_dir)
+    for argv in (
+        ["status"],
+        ["list"],
+        ["export", "-o", "-"],
+        ["query", "Handler"],
+        ["query", "--tags", "reading"],
+        ["show", filled["decision"]],
+        ["tree"],
+    ):
+        code, _, err = run(capsys, *argv, "--state-dir", str(state_dir))
+        assert code == 0, (argv, err)
+        assert _files(state_dir) == before, argv
+
+
+def test_reading_commands_beside_a_server_make_it_catch_up_on_nothing(state_dir):
+    with StdioServer("--state-dir", str(state_dir), "--no-share", "--snapshot-interval", "3600") as srv:
+        item_id = srv.ok("store", content="the deploy key rotates every 30 days")["id"]
+        before = _files(state_dir)
+        for argv in (["status"], ["list"], ["query", "deploy"], ["show", item_id], ["export", "-o", "-"]):
+            done = cli_proc(*argv, "--state-dir", str(state_dir))
+            assert done.returncode == 0, done.stderr
+        assert _files(state_dir) == before
+        assert srv.ok("get", id=item_id)["content"] == "the deploy key rotates every 30 days"

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from compactor.errors import StateCorruptError
-from compactor.persistence import statedir as statedir_mod
+from compactor.persistence import files as files_mod
 from compactor.store import Store, StoreInput
 from compactor.store import state as state_mod
 from tests.conftest import FakeClock
@@ -607,7 +607,7 @@ def test_a_large_snapshot_is_written_where_python_has_no_fdatasync(
     written (SNAPSHOT_SYNC_BYTES, here made small) raised AttributeError there, and no
     snapshot past that size was ever saved. It falls back to fsync."""
 
-    monkeypatch.setattr(statedir_mod, "SNAPSHOT_SYNC_BYTES", 1024)
+    monkeypatch.setattr(files_mod, "SNAPSHOT_SYNC_BYTES", 1024)
     monkeypatch.delattr(os, "fdatasync")
     synced: list[int] = []
     real_fsync = os.fsync

@@ -186,3 +186,50 @@ def test_recall_counts_what_it_left_out_in_words_that_agree(store: Store, clock:
     clock.advance(1)
     store.store("$ head shop/cart.py\ndef total(cart): return round(sum(i.cents for i in cart))")
     assert "Left out: 2 active items. Reach them with query(" in store.recall().text
+
+
+def _error_then_its_fix(store: Store) -> str:
+    error = store.store(
+        '$ pytest tests/test_money.py\nTraceback (most recent call last):\n  File "money.py", line 9\n'
+        "KeyError: 'currency'"
+    ).item.id
+    store.store("Fixed KeyError: 'currency' in parse_config by defaulting to USD; tests pass now.")
+    return error
+
+
+def _open_errors(text: str) -> str:
+    if "Open errors" not in text:
+        return ""
+    return text.split("Open errors", 1)[1].split("\n\n", 1)[0].split(":\n", 1)[-1].split("\nRecent", 1)[0]
+
+
+def test_an_error_whose_fix_was_stored_is_not_open(store: Store):
+    error = _error_then_its_fix(store)
+    assert error not in _open_errors(store.recall().text)
+    other = store.store("$ make deploy\nValueError: no region").item.id  # no fix for this one
+    assert other in _open_errors(store.recall().text)
+
+
+def test_an_error_whose_fix_was_stored_is_not_open_over_the_sdk_and_stdio(store: Store):
+    import anyio
+    from mcp import Client
+
+    from compactor.mcp import build_server
+    from tests.support.stdio_client import StdioServer
+
+    error = _error_then_its_fix(store)
+
+    async def go() -> str:
+        async with Client(build_server(store), mode="legacy") as c:
+            res = await c.call_tool("recall", {})
+            return res.content[0].text  # type: ignore[union-attr]
+
+    assert error not in _open_errors(anyio.run(go))
+    with StdioServer() as server:
+        error = server.ok(
+            "store", content="$ pytest tests/test_money.py\nTraceback (most recent call last):\nKeyError: 'currency'"
+        )["id"]
+        server.ok("store", content="Fixed KeyError: 'currency' in parse_config by defaulting to USD.")
+        text = server.call("recall")["content"][0]["text"]
+        assert error in text or "Recent" in text
+        assert error not in _open_errors(text)

@@ -285,3 +285,93 @@ def test_a_server_started_in_a_deleted_directory_serves_that_project(tmp_path: P
         "compactor status: --state-dir relative/state is relative and the working directory no longer exists. "
         "Pass an absolute path."
     )
+
+
+def _compacted_in_a(a: Store) -> list[str]:
+    """Summary nodes made over project A's items (a budget that forces them)."""
+    a.configure(token_budget=2_000, auto_compact=False)
+    for i in range(15):
+        a.store(f"alphasecret note {i} " + "alpha " * 30)
+    a.compact(0.5)  # leaves an active node of stand-in text, which recall asks to write
+    return [i for i in a.ids() if a.get(i).depth]
+
+
+def test_another_projects_summaries_are_not_listed(state_dir: Path):
+    a = Store(state_dir=state_dir, scope="projA")
+    b = Store(state_dir=state_dir, scope="projB")
+    mine = b.store("beta keeps its own notes").item.id
+    nodes = _compacted_in_a(a)
+    assert nodes and a.roots(scope=None) and a.needs_text_blocks()
+    assert b.roots(scope=None) == [] and b.needs_text_blocks() == [] and b.dag_shape(scope=None) == {}
+    assert "alphasecret" not in b.recall().text and not set(nodes) & set(b.recall().needs_text)
+    assert b.tree(scope=None).startswith("No summary nodes yet")
+    assert {r.id for r in b.roots()} == {r.id for r in a.roots(scope=None)}  # by default: every project
+    assert mine in b.recall().text
+
+
+async def _replies_of_b(state_dir: Path) -> dict[str, str]:
+    a = Store(state_dir=state_dir, scope="projA")
+    b = Store(state_dir=state_dir, scope="projB")
+    b.store("beta keeps its own notes")
+    _compacted_in_a(a)
+    out: dict[str, str] = {}
+    async with Client(build_server(b), mode="legacy") as c:
+        for tool in ("recall", "tree", "compact"):
+            res = await c.call_tool(tool, {})
+            assert not res.is_error
+            out[tool] = res.content[0].text + json.dumps(res.structured_content)  # type: ignore[union-attr]
+    return out
+
+
+def test_another_projects_summaries_are_not_in_the_replies_over_the_sdk(state_dir: Path):
+    replies = anyio.run(_replies_of_b, state_dir)
+    for tool, text in replies.items():
+        assert "alphasecret" not in text, tool
+    assert "No summary nodes yet" in replies["tree"]
+
+
+@pytest.mark.slow
+def test_another_projects_summaries_are_not_in_the_replies_over_stdio_or_the_cli(state_dir: Path):
+    args = ("--state-dir", str(state_dir), "--no-share")
+    with StdioServer(*args, "--scope", "projA") as a, StdioServer(*args, "--scope", "projB") as b:
+        b.ok("store", content="beta keeps its own notes")
+        a.ok("configure", token_budget=2_000, auto_compact=False)
+        for i in range(15):
+            a.ok("store", content=f"alphasecret note {i} " + "alpha " * 30)
+        a.ok("compact", target_usage=0.5)
+        assert a.ok("tree")["roots"]
+        for tool in ("recall", "tree"):
+            reply = b.call(tool)
+            assert "alphasecret" not in json.dumps(reply), tool
+        assert b.ok("tree")["roots"] == []
+    cli = subprocess.run(
+        server_command("tree", "--state-dir", str(state_dir), "--scope", "projB"),
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0 and "alphasecret" not in cli.stdout and "No summary nodes" in cli.stdout
+
+
+@pytest.mark.slow
+def test_two_git_repositories_through_the_shared_host_do_not_see_each_others_summaries(tmp_path: Path):
+    state = tmp_path / "state"
+    repos = []
+    for name in ("alpha", "beta"):
+        repo = tmp_path / name
+        repo.mkdir()
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        repos.append(repo)
+    with (
+        StdioServer("--state-dir", str(state), cwd=repos[0]) as a,
+        StdioServer("--state-dir", str(state), cwd=repos[1]) as b,
+    ):
+        b.ok("store", content="beta keeps its own notes")
+        a.ok("configure", token_budget=2_000, auto_compact=False)
+        for i in range(15):
+            a.ok("store", content=f"alphasecret note {i} " + "alpha " * 30)
+        a.ok("compact", target_usage=0.5)
+        assert a.ok("tree")["roots"] and "alphasecret" in json.dumps(a.call("recall"))
+        for tool in ("recall", "tree"):
+            assert "alphasecret" not in json.dumps(b.call(tool)), tool

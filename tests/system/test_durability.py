@@ -13,10 +13,12 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from compactor import doctor
 from compactor.cli import main as cli_main
 from compactor.errors import PersistenceError, StateCorruptError
+from compactor.mcp import build_server
 from compactor.store import Store, StoreInput
 from tests.conftest import server_command, server_env
 from tests.support.stdio_client import StdioServer
@@ -179,6 +181,46 @@ def test_disk_full_over_stdio_is_a_tool_error_and_nothing_unsaved_is_acknowledge
     assert {again.get(i).content for i in again.ids()} == {"before the disk filled", "after space returned"}
 
 
+def test_a_refused_forget_over_the_sdk_deletes_nothing(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    store = Store(state_dir=state_dir)
+    kept = [store.store(f"invoice {i} due friday").item.id for i in range(10)]
+
+    async def go() -> None:
+        async with Client(build_server(store), mode="legacy") as c:
+            _fail_writes(monkeypatch, errno.ENOSPC, state_dir)
+            refused = await c.call_tool("forget", {"id": kept[2]})
+            assert refused.is_error and "nothing was deleted" in refused.content[0].text  # type: ignore[union-attr]
+            status = await c.call_tool("status", {})
+            assert status.structured_content is not None
+            assert status.structured_content["persistence"]["state"] == "read-only"
+            got = await c.call_tool("get", {"id": kept[2]})
+            assert not got.is_error
+
+    anyio.run(go)
+    monkeypatch.undo()
+    store.close()
+    assert sorted(Store(state_dir=state_dir).ids()) == sorted(kept)
+
+
+@pytest.mark.slow
+def test_a_refused_forget_over_stdio_deletes_nothing_even_after_a_clean_stop(tmp_path: Path):
+    state = tmp_path / "state"
+    flag = tmp_path / "disk-full"
+    env = server_env()
+    env["PYTHONPATH"] = str(SHIM) + os.pathsep + env["PYTHONPATH"]
+    env["COMPACTOR_TEST_DISKFULL"] = f"{flag}{os.pathsep}{state}"
+    with StdioServer("--state-dir", str(state), "--no-share", env=env) as server:
+        ids = [server.ok("store", content=f"invoice {i} due friday")["id"] for i in range(10)]
+        flag.touch()
+        refused = server.call("forget", id=ids[4])
+        assert refused.get("isError") is True and "nothing was deleted" in refused["content"][0]["text"]
+        assert server.ok("status")["persistence"]["state"] == "read-only"
+        assert server.ok("get", id=ids[4])["content"] == "invoice 4 due friday"
+        flag.unlink()
+    # The clean stop wrote its final snapshot: with the item still in it.
+    assert sorted(Store(state_dir=state).ids()) == sorted(ids)
+
+
 # --- 4. changed, cut or missing bytes ------------------------------------------------------------
 def _amounts(state_dir: Path, n: int = 50) -> list[str]:
     s = Store(state_dir=state_dir)
@@ -224,6 +266,106 @@ def test_a_changed_byte_in_the_snapshot_is_refused_not_served(state_dir: Path):
         Store(state_dir=state_dir)
     assert "snapshot" in _doctor_errors(state_dir)
     assert len(ids) == 50
+
+
+def _doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = cli_main(["doctor", *argv])
+    return code, capsys.readouterr().out
+
+
+def test_repair_salvages_a_damaged_snapshots_intact_items_and_the_journal_after_it(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+):
+    ids = _amounts(state_dir)
+    s = Store(state_dir=state_dir)
+    s.snapshot()
+    after = [s.store(f"written after the snapshot {i}").item.id for i in range(3)]
+    s.close()
+    snap = state_dir / "snapshot.json"
+    raw = snap.read_bytes()
+    snap.write_bytes(raw.replace(b'"invoice 7: amount', b'"invoice 7: amount\x01"', 1))  # that line no longer parses
+    code, out = _doctor(capsys, "--state-dir", str(state_dir))
+    assert code == 1 and "snapshot" in out
+    code, out = _doctor(capsys, "--repair", "--state-dir", str(state_dir))
+    assert code == 0, out
+    assert "49 item(s) kept, 1 item(s) lost" in out and "best effort" in out
+    assert any(p.name.startswith("snapshot.json.damaged-") for p in state_dir.iterdir())
+    again = Store(state_dir=state_dir)
+    assert set(again.ids()) == (set(ids) - {ids[7]}) | set(after)
+    assert again.get(ids[8]).content == "invoice 8: amount 11556 due friday"
+    again.close()
+    assert doctor.check(state_dir).healthy
+
+
+def test_repair_counts_the_items_a_damaged_journal_loses(state_dir: Path, capsys: pytest.CaptureFixture[str]):
+    _amounts(state_dir, 10)
+    journal = state_dir / "journal.jsonl"
+    journal.write_bytes(journal.read_bytes().replace(b"amount 11535", b"amount 19535"))  # the 6th item's line
+    code, out = _doctor(capsys, "--repair", "--state-dir", str(state_dir))
+    assert code == 0, out
+    assert "5 item(s) gone, 0 item(s) without their later changes" in out  # items 5..9, not "5 lines"
+
+
+def test_a_journal_cut_short_says_what_the_repair_cannot_count(state_dir: Path, capsys: pytest.CaptureFixture[str]):
+    _amounts(state_dir, 10)
+    journal = state_dir / "journal.jsonl"
+    raw = journal.read_bytes()
+    journal.write_bytes(raw[: raw.index(b"amount 11535")])  # cut inside the 6th item's line
+    code, out = _doctor(capsys, "--repair", "--state-dir", str(state_dir))
+    assert code == 0, out
+    assert "1 item(s) gone" in out and "cannot be counted" in out
+    assert len(Store(state_dir=state_dir)) == 5
+
+
+def test_a_deleted_lock_and_journal_are_not_healthy(state_dir: Path, capsys: pytest.CaptureFixture[str]):
+    s = Store(state_dir=state_dir)
+    s.store("before the snapshot")
+    s.snapshot()
+    s.store("after the snapshot: only in the journal")
+    s.close()
+    (state_dir / "lock").unlink()
+    (state_dir / "journal.jsonl").unlink()
+    assert not doctor.check(state_dir).healthy
+    code, out = _doctor(capsys, "--state-dir", str(state_dir))
+    assert code == 1 and "no journal" in out
+    code, out = _doctor(capsys, "--repair", "--state-dir", str(state_dir))
+    assert code == 0 and doctor.check(state_dir).healthy
+
+
+def _repaired_with_a_secret_kept_aside(state_dir: Path) -> str:
+    s = Store(state_dir=state_dir)
+    secret = s.store("the vault phrase is quokka-sunrise-42, keep it safe").item.id
+    for i in range(5):
+        s.store(f"invoice {i}: amount {11500 + 7 * i} due friday")
+    s.close()
+    journal = state_dir / "journal.jsonl"
+    journal.write_bytes(journal.read_bytes().replace(b"amount 11514", b"amount 91514"))
+    assert cli_main(["doctor", "--repair", "--state-dir", str(state_dir)]) == 0
+    aside = [p for p in state_dir.iterdir() if ".damaged-" in p.name]
+    assert aside and b"quokka-sunrise-42" in aside[0].read_bytes()
+    return secret
+
+
+def _no_file_holds(state_dir: Path, text: bytes) -> None:
+    for path in state_dir.iterdir():
+        assert text not in path.read_bytes(), path.name
+
+
+def test_forget_after_a_repair_purges_the_file_the_repair_kept_aside(state_dir: Path):
+    secret = _repaired_with_a_secret_kept_aside(state_dir)
+    s = Store(state_dir=state_dir)
+    s.forget(secret)
+    s.close()
+    _no_file_holds(state_dir, b"quokka-sunrise-42")
+    assert any(".damaged-" in p.name for p in state_dir.iterdir())  # the rest of it is still kept
+
+
+@pytest.mark.slow
+def test_forget_over_stdio_after_a_repair_leaves_the_text_in_no_file(state_dir: Path):
+    secret = _repaired_with_a_secret_kept_aside(state_dir)
+    with StdioServer("--state-dir", str(state_dir), "--no-share") as server:
+        server.ok("forget", id=secret)
+    _no_file_holds(state_dir, b"quokka-sunrise-42")
 
 
 def test_a_journal_cut_short_is_an_error_not_a_warning(state_dir: Path):

@@ -10,6 +10,7 @@ import gc
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -437,3 +438,17 @@ def test_a_relative_state_dir_is_reported_as_given_as_in_process(tmp_path: Path)
             assert a.ok("status")["persistence"]["state_dir"] == "rel-state"
             a.ok("store", content="kept under the working directory's rel-state")
     assert (tmp_path / "rel-state" / "journal.jsonl").exists()
+
+
+def test_hosts_live_in_the_runtime_dir_the_environment_names(state_dir: Path, tmp_path: Path) -> None:
+    """Concurrent runs (two test sessions, two users' tools under one uid) keep apart by
+    naming their own runtime dir: a socket of theirs is never found by ours."""
+    own = tmp_path / "rundir"
+    own.mkdir(mode=0o700)
+    env = {**server_env(), "COMPACTOR_RUNTIME_DIR": str(own)}
+    default = Path(tempfile.gettempdir()) / f"compactor-{os.getuid()}"
+    elsewhere = set(default.iterdir()) if default.is_dir() else set()
+    with StdioServer("--state-dir", str(state_dir), env=env) as a:
+        assert hosts_of(a)
+        assert any(p.name.endswith(".sock") or "sock" in p.name for p in own.iterdir()), list(own.iterdir())
+        assert (set(default.iterdir()) if default.is_dir() else set()) <= elsewhere
