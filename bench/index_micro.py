@@ -52,6 +52,12 @@ def make_docs(words: list[str], n: int, seed: int = 7) -> list[str]:
     return docs
 
 
+def _df(index: BM25Index, term: str) -> int:
+    """The term's document frequency (0 for a term the index does not hold)."""
+    tid = index._vocab.get(term)
+    return 0 if tid is None else index._df[tid]
+
+
 def _sampled_queries(index: BM25Index, docs: list[str], n: int, seed: int, compound: bool) -> list[str]:
     """2-4 terms of df 2..500 picked from random documents.
 
@@ -62,7 +68,7 @@ def _sampled_queries(index: BM25Index, docs: list[str], n: int, seed: int, compo
     out: list[str] = []
     while len(out) < n:
         doc = docs[rng.randrange(len(docs))]
-        words = [t for t in set(analyze.tokenize(doc)) if 2 <= index._df[index._vocab[t]] <= 500]
+        words = [t for t in set(analyze.tokenize(doc)) if 2 <= _df(index, t) <= 500]
         plain = [t for t in words if analyze.query_terms(t) == [t]]
         parted = [t for t in words if len(analyze.query_terms(t)) > 2]
         if compound and parted and len(plain) >= 3:

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 
 from compactor.search.analyze import QUERY_STOPWORDS
 from compactor.store import Store
+from compactor.store.tuning import Tuning
 from evals.halves import half_of
-from evals.replay import GENEROUS_BUDGET, QUERY_LIMIT, RECALL_AT, _store_arguments
+from evals.replay import GENEROUS_BUDGET, QUERY_LIMIT, RECALL_AT, _store_arguments, tuning_of
 from evals.revisits import Event, default_corpus, group_trajectories, load_events
 
 KINDS = ("refers back", "reworded")
@@ -166,10 +167,12 @@ def _spread_pairs(pairs: Sequence[tuple[Event, Event]], n: int) -> list[tuple[Ev
     return [pairs[round(i * (len(pairs) - 1) / (n - 1))] for i in range(n)]
 
 
-def ask(events: Sequence[Event], questions: Sequence[Question]) -> list[tuple[str, int | None]]:
+def ask(
+    events: Sequence[Event], questions: Sequence[Question], tuning: Tuning | None = None
+) -> list[tuple[str, int | None]]:
     """(kind, rank from 1 or None) of each question, asked of a Store holding `events` but the
-    thoughts the questions are."""
-    store = Store(budget=GENEROUS_BUDGET)
+    thoughts the questions are, tuned with `tuning` (the defaults unless given)."""
+    store = Store(budget=GENEROUS_BUDGET, tuning=tuning or Tuning())
     left_out = {q.asked_seq for q in questions}
     content_of: dict[str, str] = {}
     answer_text = {ev.seq: ev.content for ev in events}
@@ -197,7 +200,9 @@ def score(ranks: Sequence[int | None]) -> tuple[float, float]:
     return recall, mrr
 
 
-def run(events: Sequence[Event], half: str, limit_trajs: int | None = None) -> dict[str, tuple[float, float, int]]:
+def run(
+    events: Sequence[Event], half: str, limit_trajs: int | None = None, tuning: Tuning | None = None
+) -> dict[str, tuple[float, float, int]]:
     """Scores by kind and "overall" for the trajectories of `half` ("all" for every one)."""
     frequency = Counter(w for ev in events for w in _WORD.findall(ev.content.lower()) if len(w) >= 4)
     memo: dict[tuple[str, frozenset[str]], str] = {}
@@ -211,7 +216,7 @@ def run(events: Sequence[Event], half: str, limit_trajs: int | None = None) -> d
     groups = [(t, e) for t, e in sorted(group_trajectories(events).items()) if half in ("all", half_of(t))]
     ranks: dict[str, list[int | None]] = {k: [] for k in (*KINDS, "overall")}
     for _traj, evs in groups[:limit_trajs]:
-        for kind, rank in ask(evs, make_questions(evs, forms)):
+        for kind, rank in ask(evs, make_questions(evs, forms), tuning):
             ranks[kind].append(rank)
             ranks["overall"].append(rank)
     return {k: (*score(v), len(v)) for k, v in ranks.items()}
@@ -222,29 +227,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--half", default="tuning", choices=["tuning", "test", "all"])
     p.add_argument("--limit-trajs", type=int, default=None)
     p.add_argument("--corpus", default=None)
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a search knob")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a knob")
     a = p.parse_args(argv)
-    _override(a.set)
+    tuning = tuning_of(p, a.set)
     started = time.perf_counter()
     events = load_events(a.corpus or default_corpus())
-    result = run(events, a.half, a.limit_trajs)
+    result = run(events, a.half, a.limit_trajs, tuning)
     cells = "  ".join(f"{k} recall@5 {r:.3f} MRR@10 {m:.3f} ({n})" for k, (r, m, n) in result.items())
     print(f"{a.half}: {cells}  ({time.perf_counter() - started:.0f} s)")
     return 0
-
-
-def _override(assignments: Sequence[str]) -> None:
-    """NAME=VALUE: a tuning knob of compactor.constants or of a compactor.search module
-    (`module.NAME`), for trying a lever on the tuning half."""
-    import importlib
-
-    from compactor import constants as C
-
-    for assignment in assignments:
-        name, _, value = assignment.partition("=")
-        module, _, attr = name.rpartition(".")
-        target = importlib.import_module(f"compactor.search.{module}") if module else C
-        setattr(target, attr, type(getattr(target, attr))(float(value)))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from ..persistence.statedir import JOURNAL, SNAPSHOT
 from ..report import StateFiles
 from ..scope import lost_cwd_problem, project_scope, state_dir_arg
 from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store, TierFilter
+from .progress import Progress
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -146,11 +147,19 @@ def opened(args: argparse.Namespace, *, create: bool = False, cwd: str | None = 
         # without creating anything.
         where = path if create or has_state(path) else None
     scope = getattr(args, "scope", None) or os.environ.get("COMPACTOR_SCOPE")
+    # A state dir saved by an older version is indexed again once, at this load: counted on a terminal.
+    progress = Progress(getattr(args, "command", None) or "load", "items re-indexed")
     if scope == ALL_SCOPES:
-        store = Store(state_dir=where, database=database, scope=GLOBAL_SCOPE)
+        store = Store(state_dir=where, database=database, scope=GLOBAL_SCOPE, load_progress=progress)
         store.default_read_scope = ALL_SCOPES
     else:
-        store = Store(state_dir=where, database=database, scope=scope or project_scope(Path(cwd) if cwd else None))
+        store = Store(
+            state_dir=where,
+            database=database,
+            scope=scope or project_scope(Path(cwd) if cwd else None),
+            load_progress=progress,
+        )
+    progress.finish()
     # A command reading memory changes no file of it: its queries are no accesses to record
     # (a journal line that made every running server catch up).
     store.record_access = False

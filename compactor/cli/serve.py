@@ -17,6 +17,7 @@ from .. import __version__
 from .. import constants as C
 from ..errors import CompactorError
 from ..scope import lost_cwd_problem, project_scope, state_dir_arg
+from .progress import Progress
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -377,6 +378,9 @@ def _load_store(args: argparse.Namespace, *, state_dir: Any, database: str | Non
     from ..store import Store
 
     tune_allocator()  # before the load: its temporaries are the first large blocks
+    # A state dir saved by an older version is indexed again once, at this load: counted on a
+    # terminal (stderr; stdout is the protocol).
+    progress = Progress("serve", "items re-indexed")
     try:
         with long_lived():
             store = Store(
@@ -385,7 +389,9 @@ def _load_store(args: argparse.Namespace, *, state_dir: Any, database: str | Non
                 database=database,
                 scope=scope,
                 redact_secrets=not args.no_redact,
+                load_progress=progress,
             )
+        progress.finish()
         store.lock_wait_s = args.lock_wait
         if args.max_items is not None or args.max_archive_tokens is not None:
             store.configure(max_items=args.max_items, max_archive_tokens=args.max_archive_tokens)

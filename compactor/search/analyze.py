@@ -316,9 +316,24 @@ def query_words(text: str, limit: int | None = None) -> list[str]:
     return list(out)
 
 
+# Text between double quotes (straight or curly) on one line: a phrase the asker means word for
+# word ("to be or not"), whose function words are words to find. Bounded: a stray quote mark
+# would otherwise make the rest of a long thought a phrase.
+_QUOTED: Final = re.compile(r'"([^"\n]{1,200})"|\u201c([^\u201d\n]{1,200})\u201d')
+
+
+def _quoted_stopwords(text: str) -> frozenset[str]:
+    """The stop words a query holds inside quoted text."""
+    if '"' not in text and "\u201c" not in text:
+        return frozenset()
+    words = (w for m in _QUOTED.finditer(text) for w in _query_tokens(m.group(1) or m.group(2)))
+    return frozenset(w for w in words if w in QUERY_STOPWORDS)
+
+
 def query_terms(text: str) -> list[str]:
-    """Distinct terms of a query in the order they first appear, stop words left out (all of
-    them are kept when the query has nothing else)."""
+    """Distinct terms of a query in the order they first appear, stop words left out unless
+    quoted (all of them are kept when the query has nothing else)."""
     terms = list(dict.fromkeys(_query_tokens(text)))
-    content = [t for t in terms if t not in QUERY_STOPWORDS]
+    quoted = _quoted_stopwords(text)
+    content = [t for t in terms if t not in QUERY_STOPWORDS or t in quoted]
     return content or terms

@@ -96,8 +96,10 @@ class Store(_Recall, _Compaction, _Ledger):
         redact_secrets: bool = True,
         runtime: Runtime | None = None,
         tuning: Tuning | None = None,
+        load_progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.runtime = runtime or PROCESS
+        self.load_progress = load_progress  # (done, total) items while the load indexes them again
         self._tuning = tuning or Tuning()
         self._clock = clock
         self.redact_secrets = redact_secrets

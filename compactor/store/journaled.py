@@ -263,6 +263,9 @@ class _Journaled(_StateOps):
     _writer_gate: threading.Lock
     _writer: int | None = None  # the thread that holds the writers' lock
     lock_wait_s: float = C.LOCK_WAIT_S  # how long a write waits for the writers' lock
+    # Told (done, total) items while a load indexes items again (an index of an older
+    # tokenizer, or none saved): seconds per 10,000 items, worth a progress line on a terminal.
+    load_progress: Callable[[int, int], None] | None = None
 
     def _reload(self) -> None:
         """(Re)build memory from the persistence. Call under the lock."""
@@ -343,7 +346,7 @@ class _Journaled(_StateOps):
             log.warning("saved index does not match the items; rebuilding it")
             derived = False
         if not derived:
-            self._rebuild_derived(state)
+            self._rebuild_derived(state, self.load_progress)
         return state, settings, derived, ((on_disk, changed or []) if derived and on_disk is not None else None)
 
     @staticmethod
@@ -383,7 +386,7 @@ class _Journaled(_StateOps):
             if item_id in index:
                 index.remove(item_id)
             dedup.remove(item_id)
-        self._index_new(state, [state.items[i] for i in ids if i in state.items])
+        self._index_new(state, [state.items[i] for i in ids if i in state.items], self.load_progress)
         return True
 
     def _load_index_file(self, snap: dict[str, Any]) -> _IndexLoad | None:

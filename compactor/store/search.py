@@ -24,6 +24,8 @@ RERANK_MIN: Final = 30
 # The newest views of a named file that are lifted: an agent re-reads one file tens of times,
 # and the oldest of those views are the least likely to be what it goes back for.
 VIEW_LIFT_MAX: Final = 16
+# A one-line item longer than this is a note, not a command line another item can open with.
+ECHO_MAX_CHARS: Final = 500
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,8 @@ class _Search(_Journaled):
     def _search(
         self, text: str, tag_list: list[str], limit: int, include_archived: bool, scopes: frozenset[str] | None
     ) -> list[Hit]:
-        s, rank, weights = self._s, self._tuning.rank, self._tuning.bm25
+        s, tuning = self._s, self._tuning
+        rank, weights = tuning.rank, tuning.bm25
         now = self._clock()
         allowed: set[str] | None = None
 
@@ -98,6 +101,15 @@ class _Search(_Journaled):
             elif final > leaders[0]:
                 heapq.heapreplace(leaders, final)
         scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
+        echoes = self._echoes(scored, limit) if tuning.echo_factor != 1.0 else set()
+        if echoes:
+            # Demoting an echo lowers the cut, so the hits past the early stop are scored too.
+            for h in raw[len(scored) :]:
+                it = s.items[h.doc_id]
+                scored.append((score(h.score, it), it))
+            factor = tuning.echo_factor
+            scored = [(final * factor if it.id in echoes else final, it) for final, it in scored]
+            scored.sort(key=lambda pair: (-pair[0], -pair[1].seq))
         top = scored[:limit]
         if any(it.depth and it.id in self._covering(top) for _, it in top):
             # A summary node found with an item it covers only repeats extracts of that item, whose
@@ -149,6 +161,28 @@ class _Search(_Journaled):
             elif entry > best[0]:
                 heapq.heapreplace(best, entry)
         return [Hit(s.items[i], score, ()) for score, _, i in sorted(best, reverse=True)]
+
+    def _echoes(self, scored: list[tuple[float, Item]], limit: int) -> set[str]:
+        """The one-line items of the top `limit` whose line opens another candidate: a command
+        stored alone, behind the output stored with its `$ cmd` line, holds nothing that output
+        does not, and the output is what a re-run looks for."""
+        lines: dict[str, str] = {}
+        for _, it in scored[:limit]:
+            line = it.content.strip()
+            if not it.depth and len(line) <= ECHO_MAX_CHARS and "\n" not in line:
+                lines.setdefault(" ".join(line.removeprefix("$ ").split()), it.id)
+        found: set[str] = set()
+        if not lines:
+            return found
+        for _, it in scored:
+            body = it.content.lstrip()
+            cut = body.find("\n", 0, ECHO_MAX_CHARS + 3)
+            if it.depth or cut < 0:
+                continue  # a one-line item opens nothing; a summary node repeats, it does not answer
+            echo = lines.get(" ".join(body[:cut].removeprefix("$ ").split()))
+            if echo is not None:
+                found.add(echo)
+        return found
 
     def _view_lifts(self, text: str) -> dict[str, float]:
         """Item id -> score multiplier for the file views of the paths a query names: a view of

@@ -556,24 +556,27 @@ class _StateOps:
         """Whether a saved index holds exactly the snapshot's items (as ids in file order)."""
         return len(index) == len(ids) and index.holds_all(ids)
 
-    def _rebuild_derived(self, state: _State) -> None:
+    def _rebuild_derived(self, state: _State, progress: Callable[[int, int], None] | None = None) -> None:
         """The search index and near-duplicate buckets made anew from every item, indexed a
         batch at a time (`BM25Index.add_many`: the same index as one `add` after another)."""
         state.index, state.dedup = BM25Index(), DedupIndex()
         state.index_file = None
-        self._index_new(state, list(state.items.values()))
+        self._index_new(state, list(state.items.values()), progress)
 
     @staticmethod
-    def _index_new(s: _State, items: Sequence[Item]) -> None:
+    def _index_new(s: _State, items: Sequence[Item], progress: Callable[[int, int], None] | None = None) -> None:
         """Index items the index does not hold, and file the active leaves among them for
         near-duplicates: REBUILD_BATCH at a time through `BM25Index.add_many`, which makes the
-        index one `add` after another makes, sharing the vocabulary lookups of a batch."""
+        index one `add` after another makes, sharing the vocabulary lookups of a batch.
+        `progress(done, total)` is told after each batch."""
         for start in range(0, len(items), REBUILD_BATCH):
             batch = items[start : start + REBUILD_BATCH]
             terms = s.index.add_many([(item.id, *index_fields(item)) for item in batch])
             for item, words in zip(batch, terms, strict=True):
                 if item.tier == "active" and not item.depth:
                     s.dedup.add(item.id, words)
+            if progress is not None:
+                progress(start + len(batch), len(items))
 
     def _put(self, s: _State, item: Item, *, derived: bool = True) -> None:
         """Add an item to every structure; `derived=False` when the index and dedup buckets

@@ -32,6 +32,9 @@ class Tuning:
     view_superseded_lift: float = 1.5
     # An edit in place (sed -i) says which lines changed, not what they hold: no lift.
     view_edit_lift: float = 1.0
+    # A one-line item (a command stored alone) that another candidate opens with (its output,
+    # stored with the `$ cmd` line) ranks behind it: the output answers a re-run (evals/KNOBS.md).
+    echo_factor: float = 0.6
     # Shares of recall's cap: the task group, then open errors, then recent work of what is left,
     # then decisions of what is left after it (tuned on the resume evaluation's tuning half).
     recall_task_share: float = 0.5

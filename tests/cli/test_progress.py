@@ -204,3 +204,69 @@ def test_mcp_markdown_export_keeps_content_fenced() -> None:
     text = anyio.run(go)
     assert "\n````\n# not a heading\n```\ncode\n```\nend\n````\n" in text
     assert "\n# not a heading" not in text.replace("````\n# not a heading", "")
+
+
+# --- the one-time re-index of a state dir saved by an older version (ISSUE 40) ---------------
+
+_PROSE = ("retrying the payment charged the card twice", "connection pools timed out", "parsers failed")
+
+
+def _saved_by_version_3(state: Path) -> None:
+    """A state dir whose index an older tokenizer (no stem terms) saved: its prose is indexed again."""
+    from compactor.store import Store
+    from tests.support.old_tokenizer import tokenizer_version
+
+    with tokenizer_version(3):
+        old = Store(state_dir=state)
+        for text in _PROSE:
+            old.store(text)
+        old.close_with_snapshot()
+
+
+def test_a_load_that_re_indexes_tells_its_progress_and_a_current_one_does_not(tmp_path: Path) -> None:
+    from compactor.store import Store
+
+    state = tmp_path / "state"
+    _saved_by_version_3(state)
+    calls: list[tuple[int, int]] = []
+    Store(state_dir=state, load_progress=lambda done, total: calls.append((done, total))).close_with_snapshot()
+    assert calls == [(len(_PROSE), len(_PROSE))]
+    calls.clear()
+    Store(state_dir=state, load_progress=lambda done, total: calls.append((done, total))).close()
+    assert calls == []  # saved as this version's: nothing to index again
+
+
+def test_status_and_a_server_start_show_the_re_index_on_a_terminal(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _saved_by_version_3(state)
+    piped = _cli("--state-dir", str(state), "status")
+    assert piped.returncode == 0 and "re-indexed" not in piped.stderr  # not a terminal: nothing drawn
+    _saved_by_version_3(state2 := tmp_path / "state2")
+    run = _PtyRun("--state-dir", str(state2), "status")
+    code, out, shown = run.finish()
+    assert code == 0 and "items" in out
+    assert f"compactor status: {len(_PROSE)} of {len(_PROSE)} items re-indexed" in shown
+    _saved_by_version_3(state3 := tmp_path / "state3")
+    master, slave = pty.openpty()
+    server = subprocess.Popen(
+        server_command("--state-dir", str(state3), "--no-share"),
+        env=server_env(),
+        stdin=subprocess.DEVNULL,  # no client: the server loads, then ends
+        stdout=subprocess.PIPE,
+        stderr=slave,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        server.communicate(timeout=60)
+        while select.select([master], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the server closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+    assert f"compactor serve: {len(_PROSE)} of {len(_PROSE)} items re-indexed".encode() in seen

@@ -1,6 +1,6 @@
 """A word of prose is indexed as written and as its Snowball stem (ISSUE 40): a query finds a
 note in another form of its words ("retried" for "retrying"), below a note holding the word as
-written; identifiers and paths are not stemmed; stop words weigh nothing beside other words."""
+written; identifiers and paths are not stemmed; stop words weigh nothing beside other words, unless quoted."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from compactor.mcp import build_server
-from compactor.search.analyze import STEM_MARK, index_tokens, query_stems
+from compactor.search.analyze import STEM_MARK, index_tokens, query_stems, query_terms
 from compactor.search.index import BM25Index
 from compactor.store import Store
 from tests.conftest import cli_json
@@ -90,6 +90,21 @@ def test_stop_words_weigh_nothing_beside_other_words_but_match_in_paths() -> Non
     assert [h.doc_id for h in index.search("what did we decide about the retries")] == ["words"]
     assert [h.doc_id for h in index.search("docs/the/what.md")] == ["path"]
     assert next(h.doc_id for h in index.search("the")) in {"words", "stop", "path"}  # a query of stop words only
+
+
+def test_stop_words_inside_quoted_text_count_as_words() -> None:
+    index = BM25Index()
+    index.add("phrase", "to be or not to be, the question")
+    index.add("words", "the question of the phrase, answered")
+    for i in range(3):
+        index.add(f"filler{i}", "the question asked again")
+    assert query_terms('the phrase "to be or not"') == ["phrase", "to", "be", "or", "not"]
+    assert query_terms("the phrase \u201cto be or not\u201d") == ["phrase", "to", "be", "or", "not"]
+    assert query_terms("the phrase to be or not") == ["phrase"]
+    # "he" is outside the one quoted word: the stray mark at the end quotes nothing.
+    assert query_terms('"the" question, he said "') == ["the", "question", "said"]
+    assert next(h.doc_id for h in index.search('question "to be or not"')) == "phrase"
+    assert next(h.doc_id for h in index.search("question to be or not")) != "phrase"
 
 
 def test_the_in_memory_client_finds_the_note_by_the_stems() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from typing import Any
 
 import anyio
 import orjson
@@ -315,9 +316,9 @@ def count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     rebuild = _Journaled._rebuild_derived
 
-    def counted(self: _Journaled, state: _State) -> None:
+    def counted(self: _Journaled, state: _State, *args: Any, **kwargs: Any) -> None:
         calls.append(len(state.items))
-        rebuild(self, state)
+        rebuild(self, state, *args, **kwargs)
 
     monkeypatch.setattr(_Journaled, "_rebuild_derived", counted)
     return calls

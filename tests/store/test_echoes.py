@@ -1,0 +1,81 @@
+"""A command stored alone and its output stored with the `$ cmd` line: asked for the command
+again, the output comes first, since it holds the command and what it printed (ISSUE 40)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from compactor.mcp import build_server
+from compactor.store import Store
+from compactor.store.tuning import Tuning
+from tests.support.stdio_client import StdioServer
+
+RUN = "python reproduce_issue.py"
+# Long, as outputs are: the command's words weigh less in it than in the command alone.
+TRACE = "".join(f'  File "astropy/io/ascii/qdp.py", line {n}, in _line_type\n' for n in range(40))
+OUTPUT = f"$ {RUN}\nTraceback (most recent call last):\n{TRACE}ValueError: Unrecognized QDP line"
+
+
+def _fill(s: Store) -> tuple[str, str]:
+    command = s.store(RUN).item.id
+    output = s.store(OUTPUT).item.id
+    s.store("The reproduction failed as expected; reading qdp.py next.")
+    return command, output
+
+
+@pytest.mark.parametrize("query", [RUN, f"Run the script again.\n{RUN}", "python   reproduce_issue.py"])
+def test_the_output_of_a_command_ranks_ahead_of_the_command_stored_alone(store: Store, query: str):
+    command, output = _fill(store)
+    ranked = [h.item.id for h in store.query(query=query, limit=10)]
+    assert ranked[:2] == [output, command]
+
+
+def test_without_the_demotion_the_command_alone_would_win():
+    s = Store(tuning=Tuning().overridden({"ECHO_FACTOR": "1"}))
+    try:
+        command, _ = _fill(s)
+        assert s.query(query=RUN, limit=10)[0].item.id == command
+    finally:
+        s.close()
+
+
+def test_a_one_line_note_nothing_opens_with_keeps_its_rank(store: Store):
+    note = store.store("python reproduce_issue.py fails on lowercase commands").item.id
+    store.store("$ python other.py\nok")
+    store.store(f"I ran {RUN} twice and it failed both times with the same error.")
+    assert store.query(query=RUN, limit=10)[0].item.id == note
+
+
+def test_a_command_opening_only_its_own_text_is_not_an_echo(store: Store):
+    only = store.store(f"$ {RUN}").item.id
+    assert [h.item.id for h in store.query(query=RUN, limit=10)] == [only]
+
+
+async def _over_protocol(store: Store) -> tuple[list[str], list[str]]:
+    async with Client(build_server(store), mode="legacy") as c:
+        with anyio.fail_after(10):
+            ids = []
+            for content in (RUN, OUTPUT, "Reading qdp.py next."):
+                res = await c.call_tool("store", {"content": content})
+                assert res.structured_content is not None
+                ids.append(str(res.structured_content["id"]))
+            hits = await c.call_tool("query", {"query": RUN})
+    assert hits.structured_content is not None
+    return ids, [str(h["id"]) for h in hits.structured_content["items"]]
+
+
+def test_the_output_comes_first_over_the_protocol(store: Store):
+    (command, output, _), ranked = anyio.run(_over_protocol, store)
+    assert ranked[:2] == [output, command]
+
+
+def test_the_output_comes_first_over_stdio(tmp_path: Path):
+    with StdioServer("--state-dir", str(tmp_path / "state")) as srv:
+        command = srv.ok("store", content=RUN)["id"]
+        output = srv.ok("store", content=OUTPUT)["id"]
+        ranked = [h["id"] for h in srv.ok("query", query=RUN)["items"]]
+        assert ranked[:2] == [output, command]
