@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from compactor import constants as C
-from compactor.cli import main
+from compactor.cli import build_parser, main
 from compactor.errors import InvalidArgumentError, NotFoundError
 from compactor.store import Store
 from compactor.ui import ui_app
@@ -184,6 +184,22 @@ def test_allowed_hosts():
 def test_the_command_refuses_another_host_without_a_token(state_dir: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["ui", "--state-dir", str(state_dir), "--host", "0.0.0.0"]) == 2
     assert "without a token" in capsys.readouterr().err
+
+
+def test_the_port_parser_is_shared_and_only_the_page_takes_0(capsys: pytest.CaptureFixture[str]):
+    # Serving on port 0 (and printing the port it got) is tests/system/test_ui_browser.py's fixture.
+    assert build_parser().parse_args(["ui", "--port", "0"]).port == 0
+    for argv, said in (
+        # The page's own parser judges its --port, not the server's.
+        (["ui", "--port", "65536"], "compactor ui: error: argument --port: must be from 0 to 65535"),
+        (["ui", "--port", "x"], "expected a port number, got 'x'"),
+        # The team server would not say which port the system picked.
+        (["--transport", "streamable-http", "--port", "0"], "compactor: error: argument --port: must be from 1 to"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert said in capsys.readouterr().err, argv
 
 
 def test_on_the_team_database(pg_url: str):
