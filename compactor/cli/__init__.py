@@ -22,9 +22,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _server_only(args_list: list[str]) -> bool:
+    """Whether the arguments are the server's options alone, read by the server's parser only."""
+    if {"-h", "--help"} & set(args_list):
+        return False
+    parser = serve_parser()
+    # A value the server refuses may be a command's (`ui --port 0`): the full parser judges it.
+    parser.exit_on_error = False
+    try:
+        return not parser.parse_known_args(args_list)[1]
+    except argparse.ArgumentError:
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not {"-h", "--help"} & set(args_list) and not serve_parser().parse_known_args(args_list)[1]:
+    if _server_only(args_list):
         # The server's options alone: skip the commands' parsers, whose imports (the whole
         # store) a stdio relay to the shared host must not pay for (sharing/relay.py).
         return run_server(args_list)

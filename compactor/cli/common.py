@@ -1,5 +1,7 @@
 """What every subcommand shares: finding and opening the state dir, printing for people or for
-scripts, colour only on a terminal, and errors that become exit codes."""
+scripts, colour only on a terminal, errors that become exit codes, and the port parser the
+server's options use too (so the store, the state dir's files and reports are imported only
+where a command opens them: the server's parser is read by a stdio relay that must start fast)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,16 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ..persistence.statedir import JOURNAL, SNAPSHOT
-from ..report import StateFiles
 from ..scope import lost_cwd_problem, project_scope, state_dir_arg
-from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store, TierFilter
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from ..report import StateFiles
+    from ..store import Store, TierFilter
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -95,6 +98,23 @@ def add_state_dir(p: argparse.ArgumentParser) -> None:
     )
 
 
+def port_number(*, free: bool = False) -> Callable[[str], int]:
+    """An argparse type for a TCP port from 1 to 65535; with `free`, 0 too: the system picks a
+    free port (only for a command that then says which port it got)."""
+    low = 0 if free else 1
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+        if not low <= value <= 65535:
+            raise argparse.ArgumentTypeError(f"must be from {low} to 65535")
+        return value
+
+    return parse
+
+
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document for scripts")
 
@@ -130,6 +150,8 @@ def check_state_dir(path: Path) -> None:
 
 
 def has_state(path: Path) -> bool:
+    from ..persistence.statedir import JOURNAL, SNAPSHOT
+
     return (path / JOURNAL).exists() or (path / SNAPSHOT).exists()
 
 
@@ -138,6 +160,8 @@ def opened(args: argparse.Namespace, *, create: bool = False, cwd: str | None = 
     """The Store over the state dir (or --database), coordinated with any server running on it
     (the writers' lock + journal), in the same project scope a server started here would use (or
     --scope). Reading never creates a state dir that is not there."""
+    from ..store import ALL_SCOPES, GLOBAL_SCOPE, Store
+
     database = database_of(args)
     where: Path | None = None
     if database is None:
@@ -170,6 +194,9 @@ def opened(args: argparse.Namespace, *, create: bool = False, cwd: str | None = 
 
 
 def state_files(path: Path) -> StateFiles:
+    from ..persistence.statedir import JOURNAL, SNAPSHOT
+    from ..report import StateFiles
+
     def size(p: Path) -> int:
         try:
             return p.stat().st_size

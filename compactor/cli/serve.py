@@ -17,6 +17,7 @@ from .. import __version__
 from .. import constants as C
 from ..errors import CompactorError
 from ..scope import lost_cwd_problem, project_scope, state_dir_arg
+from .common import port_number
 from .progress import Progress
 
 if TYPE_CHECKING:
@@ -30,16 +31,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if not C.BUDGET_MIN <= value <= C.BUDGET_MAX:
         raise argparse.ArgumentTypeError(f"must be from {C.BUDGET_MIN:,} to {C.BUDGET_MAX:,}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError("must be from 1 to 65535")
     return value
 
 
@@ -126,7 +117,9 @@ def serve_parser() -> argparse.ArgumentParser:
         help="stdio (default: the client starts this process) or streamable-http (clients connect to --host:--port)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to serve HTTP on (default 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=C.HTTP_PORT_DEFAULT, help=f"HTTP port (default {C.HTTP_PORT_DEFAULT})")
+    p.add_argument(
+        "--port", type=port_number(), default=C.HTTP_PORT_DEFAULT, help=f"HTTP port (default {C.HTTP_PORT_DEFAULT})"
+    )
     p.add_argument(
         "--allowed-host",
         action="append",

@@ -12,7 +12,17 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from ..persistence.pg_sql import display_url
 from ..store import ALL_SCOPES
-from .common import EXIT_OK, EXIT_USAGE, CliError, Out, add_state_dir, database_of, opened, state_dir_of
+from .common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Out,
+    add_state_dir,
+    database_of,
+    opened,
+    port_number,
+    state_dir_of,
+)
 
 DEFAULT_PORT = 8766  # next to the team server's 8765
 
@@ -21,7 +31,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser("ui", help="serve a local web page to see and steer memory", description=cmd_ui.__doc__)
     add_state_dir(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
-    p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
+    p.add_argument(
+        "--port",
+        type=port_number(free=True),
+        default=DEFAULT_PORT,
+        help=f"port (default: {DEFAULT_PORT}; 0 picks a free one, and the address printed says which)",
+    )
     p.add_argument(
         "--token-file",
         type=Path,
@@ -29,16 +44,6 @@ def register(sub: Any) -> None:
         help="a file holding the token a browser must give (default: env COMPACTOR_TOKEN); needed off loopback",
     )
     p.set_defaults(func=cmd_ui)
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError("must be from 1 to 65535")
-    return value
 
 
 def cmd_ui(args: argparse.Namespace, out: Out) -> int:

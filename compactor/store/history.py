@@ -1,7 +1,9 @@
 """What memory looked like over time, read from the Store's public API: tokens stored per
-period with the compactions (summary nodes made) marked, the pinned share, counts per summary
-depth, and one item's story from its own fields (one pass over the items), and what a state dir's
-journal records about one item since the last snapshot (`compactor show`, the memory page)."""
+period with the compactions (summary nodes made) marked, the pinned share and counts per summary
+depth (from the items when there are few, else from an even sample of each tier: a glance must
+not cost a pass over 100,000 items), one item's story from its own fields, and what a state
+dir's journal records about one item since the last snapshot (`compactor show`, the memory
+page)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from .. import constants as C
 from ..errors import StateCorruptError
-from ..models import Item
+from ..models import Item, Tier
 from ..persistence.statedir import JOURNAL, StateDir
 from .facade import Store
+from .state import ALL_SCOPES
 
 # Periods in the timeline: enough to see a trend on a phone-width chart, few enough to label.
 TIMELINE_BINS = 48
 # `show` lists at most this many journal entries, and skips a journal bigger than this.
 SHOW_JOURNAL_ENTRIES: Final = 30
 SHOW_JOURNAL_MAX_BYTES: Final = 32 * 1024 * 1024
+# Items the overview reads per tier: every one up to this, else an even sample this big. 2,000
+# keep the timeline's 48 periods and the depth counts within a few percent; reading them costs
+# about as much as the page's list of the newest items.
+OVERVIEW_SAMPLE: Final = 2_000
+# The sample is read in this many runs of neighbouring items (one list call each), spread evenly.
+SAMPLE_RUNS: Final = 250
 
 
 @dataclass(slots=True)
@@ -35,51 +45,80 @@ class Timeline:
 @dataclass(slots=True)
 class Overview:
     pinned_tokens: int  # budget tokens held by pinned active items
-    per_depth: dict[int, dict[str, int]]  # summary depth -> tier -> nodes
+    # summary depth -> tier -> nodes; estimated (scaled from the sample) unless `exact`
+    per_depth: dict[int, dict[str, int]]
     timeline: Timeline
-    items: int = 0
+    items: int = 0  # items in memory (both tiers, every scope)
+    read: int = 0  # items read for the per-depth counts and the timeline
+
+    @property
+    def exact(self) -> bool:
+        return self.read == self.items
 
 
-def overview(store: Store, bins: int = TIMELINE_BINS) -> Overview:
-    """Pinned tokens, nodes per depth and the timeline in one pass over every item."""
-    items = store.iter_items()
-    pinned = 0
-    per_depth: dict[int, dict[str, int]] = {}
-    raw: list[tuple[float, int]] = []
-    made: list[float] = []
-    count = 0
-    for it in items:
-        count += 1
-        if it.depth:
-            per_depth.setdefault(it.depth, {"active": 0, "archived": 0})[it.tier] += 1
-            made.append(it.created_at)
-        else:
-            raw.append((it.created_at, it.content_tokens))
-        if it.pinned and it.tier == "active":
-            pinned += it.view_tokens
-    return Overview(pinned, dict(sorted(per_depth.items())), timeline(raw, made, bins), count)
+def overview(store: Store, sample: int = OVERVIEW_SAMPLE, bins: int = TIMELINE_BINS) -> Overview:
+    """Pinned tokens (kept by the Store), nodes per depth and the timeline, from every item of a
+    tier that holds up to `sample`, else from `sample` of them spread evenly over the tier's
+    order (by seq: by when they were stored) and scaled up. Reads at most twice `sample` items."""
+    pinned = store.pinned_tokens
+    per_depth: dict[int, dict[str, float]] = {}
+    raw: list[tuple[float, float]] = []
+    made: list[tuple[float, float]] = []
+    total = read = 0
+    for tier in ("active", "archived"):
+        picked, n = _spread(store, tier, sample)
+        total += n
+        read += len(picked)
+        weight = n / len(picked) if picked else 0.0
+        for it in picked:
+            if it.depth:
+                per_depth.setdefault(it.depth, {"active": 0.0, "archived": 0.0})[it.tier] += weight
+                made.append((it.created_at, weight))
+            else:
+                raw.append((it.created_at, it.content_tokens * weight))
+    depths = {d: {t: round(v) for t, v in c.items()} for d, c in sorted(per_depth.items())}
+    return Overview(pinned, depths, timeline(raw, made, bins), total, read)
 
 
-def timeline(raw: list[tuple[float, int]], made: list[float], bins: int = TIMELINE_BINS) -> Timeline:
+def _spread(store: Store, tier: Tier, sample: int) -> tuple[list[Item], int]:
+    """Every item of `tier` if it holds up to `sample`, else `sample` of them in SAMPLE_RUNS runs
+    spread evenly over its order (every scope: the counts beside them are of every scope); and
+    how many the tier holds."""
+    n = store.list_items(limit=1, tier=tier, scope=ALL_SCOPES).total  # caught up with other processes
+    if n <= sample:
+        runs = [(start, min(C.LIST_LIMIT_MAX, n - start)) for start in range(0, n, C.LIST_LIMIT_MAX)]
+    else:
+        k = min(SAMPLE_RUNS, sample)
+        size = sample // k
+        runs = [(i * (n - size) // max(1, k - 1), size) for i in range(k)]
+    picked: list[Item] = []
+    for offset, limit in runs:
+        if limit > 0:
+            picked += store.list_items(offset=offset, limit=limit, tier=tier, scope=ALL_SCOPES).items
+    return picked, n
+
+
+def timeline(raw: list[tuple[float, float]], made: list[tuple[float, float]], bins: int = TIMELINE_BINS) -> Timeline:
     """Cumulative stored tokens per period and compactions per period, over the span from the
-    oldest item to the newest."""
-    times = [t for t, _ in raw] + made
+    oldest item to the newest: `raw` is (stored at, tokens) per raw item, `made` (made at,
+    nodes) per summary node (a sampled item stands for several)."""
+    times = [t for t, _ in raw] + [t for t, _ in made]
     if not times:
         return Timeline(0.0, 0.0, [], [])
     start, end = min(times), max(times)
     width = (end - start) / bins or 1.0
-    added = [0] * bins
-    compactions = [0] * bins
+    added = [0.0] * bins
+    compactions = [0.0] * bins
     for t, tokens in raw:
         added[min(bins - 1, int((t - start) / width))] += tokens
-    for t in made:
-        compactions[min(bins - 1, int((t - start) / width))] += 1
-    total = 0
+    for t, nodes in made:
+        compactions[min(bins - 1, int((t - start) / width))] += nodes
+    total = 0.0
     cumulative = []
     for n in added:
         total += n
-        cumulative.append(total)
-    return Timeline(start, end, cumulative, compactions)
+        cumulative.append(round(total))
+    return Timeline(start, end, cumulative, [round(c) for c in compactions])
 
 
 def story(store: Store, item: Item) -> list[tuple[float, str]]:

@@ -30,10 +30,11 @@ from starlette.routing import Route
 from .. import constants as C
 from ..errors import CompactorError, InvalidArgumentError, NotFoundError
 from ..mcp.http_server import is_loopback
+from ..models import Item, Tier
 from ..persistence.statedir import JOURNAL
 from ..render import page_end
-from ..store import Hit, Store
-from ..store.history import Overview, journal_entries, overview
+from ..store import ALL_SCOPES, Hit, Store
+from ..store.history import journal_entries, overview
 from ..store.ledger import LEDGER_MEMORY_MAX
 from . import pages as P
 from .html import Safe
@@ -127,7 +128,6 @@ class UI:
         self.store = store
         self.lock = threading.Lock()
         self.csrf = secrets.token_urlsafe(32)
-        self._overview: tuple[tuple[object, ...], Overview] | None = None
         journal = (lambda item_id: _journal(state_dir, item_id)) if state_dir is not None else None
         self.ctx = P.Context(csrf=self.csrf, source=source, journal=journal)
 
@@ -143,41 +143,36 @@ class UI:
         offset = _int(request, "offset", 0, 1 << 40)
         with self.lock:
             status = self.store.status()
-            page = self.store.list_items(offset=offset, limit=P.PAGE_ITEMS, tier="all")
-            # The pass over every item is redone only after a change: any write moves the
-            # counts or the journal (its size or its snapshot) that `status` reports.
-            key = (
-                status.tokens_used,
-                status.active_items,
-                status.archived_items,
-                status.pinned_items,
-                repr(sorted(status.persistence.items())),
-            )
-            if self._overview is None or self._overview[0] != key:
-                self._overview = (key, overview(self.store))
-            ov = self._overview[1]
+            items, total = newest(self.store, offset, P.PAGE_ITEMS)
+            ov = overview(self.store)
         took = (time.perf_counter() - started) * 1000
-        return self.html(P.overview_page(self.ctx, status, ov, page.items, page.total, offset, took))
+        return self.html(P.overview_page(self.ctx, status, ov, items, total, offset, took))
 
     def search(self, request: Request) -> Response:
         q = request.query_params.get("q", "")[: C.QUERY_MAX_CHARS]
         tags = request.query_params.get("tags", "")[: C.QUERY_MAX_CHARS]
         scope = request.query_params.get("scope", "")[:200]
-        limit = _int(request, "limit", P.SEARCH_LIMIT, C.QUERY_LIMIT_MAX, low=1)
+        # Pages of the query tool's ranking, as far as it ranks (QUERY_LIMIT_MAX hits).
+        offset = _int(request, "offset", 0, C.QUERY_LIMIT_MAX - 1)
         hits: list[tuple[Hit, str | None]] = []
+        more = False
         error = None
         if q.strip() or tags.strip():
             try:
                 with self.lock:
-                    found = self.store.query(q, tags=tags or None, limit=limit, scope=scope or None)
-                    hits = [(h, path[-1] if (path := self.store.ancestors(h.item)) else None) for h in found]
+                    want = min(C.QUERY_LIMIT_MAX, offset + P.SEARCH_LIMIT + 1)  # one more: is there a next page
+                    found = self.store.query(q, tags=tags or None, limit=want, scope=scope or None)
+                    more = len(found) > offset + P.SEARCH_LIMIT
+                    page = found[offset : offset + P.SEARCH_LIMIT]
+                    hits = [(h, path[-1] if (path := self.store.ancestors(h.item)) else None) for h in page]
             except CompactorError as exc:
                 error = str(exc)
-        return self.html(P.search_page(self.ctx, q, tags, scope, hits, limit, error), 400 if error else 200)
+        return self.html(P.search_page(self.ctx, q, tags, scope, hits, offset, more, error), 400 if error else 200)
 
     def item(self, request: Request, notice: Safe | None = None) -> Response:
         item_id = request.path_params["id"]
         offset = _int(request, "offset", 0, 1 << 40)
+        child_offset = _int(request, "children", 0, 1 << 40)
         try:
             with self.lock:
                 it = self.store.get(item_id)
@@ -190,13 +185,13 @@ class UI:
                 kids: list[Any] = []
                 total = 0
                 if it.depth:
-                    _, kids, total = self.store.expand(it.id, offset=0, limit=P.TREE_CHILDREN)
+                    _, kids, total = self.store.expand(it.id, offset=child_offset, limit=P.TREE_CHILDREN)
         except CompactorError as exc:
             return self.error(exc)
         done = request.query_params.get("done")
         if notice is None and done in DONE:
             notice = P.note(DONE[done])
-        return self.html(P.item_page(self.ctx, self.store, it, offset, end, covers, kids, total, 0, notice))
+        return self.html(P.item_page(self.ctx, self.store, it, offset, end, covers, kids, total, child_offset, notice))
 
     async def act(self, request: Request) -> Response:
         name = request.path_params["action"]
@@ -288,6 +283,40 @@ class UI:
 
 async def _threaded(fn: Callable[[], Response]) -> Response:
     return await run_in_threadpool(fn)
+
+
+def newest(store: Store, offset: int, limit: int) -> tuple[list[Item], int]:
+    """Items `offset` to `offset + limit` of both tiers, newest first, and how many there are,
+    read without merging the tiers' whole orders (what `list_items(tier="all")` does: 20 ms at
+    100,000 items): a binary search finds how many of the `offset` newest are active."""
+    if store.hidden_by_scope("all"):
+        # A scope leaves items out: its orders are merged per call anyway, once is cheapest.
+        page = store.list_items(offset=offset, limit=limit, tier="all")
+        return page.items, page.total
+
+    def seq(tier: Tier, i: int) -> int:  # the i-th newest of a tier
+        return store.list_items(offset=i, limit=1, tier=tier, scope=ALL_SCOPES).items[0].seq
+
+    n_active = store.list_items(limit=1, tier="active", scope=ALL_SCOPES).total
+    n_archived = store.list_items(limit=1, tier="archived", scope=ALL_SCOPES).total
+    total = n_active + n_archived
+    if offset >= total:
+        return [], total
+    # The smallest a (active among the `offset` newest) whose next active item is older than the
+    # last archived one taken; the predicate below is true up to it and false from it on.
+    lo, hi = max(0, offset - n_archived), min(offset, n_active)
+    while lo < hi:
+        a = (lo + hi) // 2
+        if seq("active", a) > seq("archived", offset - a - 1):
+            lo = a + 1
+        else:
+            hi = a
+    a, b = lo, offset - lo
+    pages = [
+        store.list_items(offset=a, limit=limit, tier="active", scope=ALL_SCOPES).items if a < n_active else [],
+        store.list_items(offset=b, limit=limit, tier="archived", scope=ALL_SCOPES).items if b < n_archived else [],
+    ]
+    return sorted([*pages[0], *pages[1]], key=lambda it: -it.seq)[:limit], total
 
 
 def _journal(state_dir: Path, item_id: str) -> list[str]:

@@ -75,18 +75,21 @@ def layout(ctx: Context, title: str, body: Safe, *, here: str, notice: Safe | No
     )
 
 
-def pager(path: str, params: dict[str, str], offset: int, shown: int, total: int, per: int) -> Safe:
-    """Previous / next links over a list of `total` rows, `per` to a page."""
+def pager(
+    path: str, params: dict[str, str], offset: int, shown: int, total: int, per: int, *, key: str = "offset"
+) -> Safe:
+    """Previous / next links over a list of `total` rows, `per` to a page; `key` is the query
+    parameter that carries the offset (the other `params` are carried as they are)."""
     if total <= per and offset == 0:
         return Safe("")
     parts: list[Safe] = []
     if offset > 0:
-        q = urlencode({**params, "offset": str(max(0, offset - per))})
+        q = urlencode({**params, key: str(max(0, offset - per))})
         parts.append(fill('<a rel="prev" href="{href}">← newer</a>', href=f"{path}?{q}"))
     span = f"{offset + 1:,} to {offset + shown:,} of {total:,}" if shown else f"none from {offset + 1:,} of {total:,}"
     parts.append(fill("<span>{span}</span>", span=span))
     if offset + shown < total:
-        q = urlencode({**params, "offset": str(offset + shown)})
+        q = urlencode({**params, key: str(offset + shown)})
         parts.append(fill('<a rel="next" href="{href}">older →</a>', href=f"{path}?{q}"))
     return fill('<nav class="pager" aria-label="Pages of this list">{p}</nav>', p=join(parts, " "))
 
@@ -146,12 +149,13 @@ def overview_page(
         for t, v in types
         if v.get("active", 0) or v.get("archived", 0)
     )
+    about = "" if ov.exact else "≈ "  # scaled from a sample (history.overview)
     depth_rows = join(
         fill(
             "<tr><th scope=row>summaries, depth {d}</th><td>{a}</td><td>{r}</td></tr>",
             d=d,
-            a=f"{v['active']:,}",
-            r=f"{v['archived']:,}",
+            a=f"{about}{v['active']:,}",
+            r=f"{about}{v['archived']:,}",
         )
         for d, v in ov.per_depth.items()
     )
@@ -161,7 +165,10 @@ def overview_page(
 <th scope=col>archived</th></tr></thead>
 <tbody>{rows}{depth_rows}</tbody>
 <tfoot><tr><th scope=row>all</th><td>{a}</td><td>{r}</td></tr></tfoot></table>
-<p class="muted">{pinned} pinned</p></section>""",
+<p class="muted">{pinned} pinned{sampled}</p></section>""",
+        sampled=""
+        if ov.exact or not ov.per_depth
+        else f" · ≈ summaries per depth: estimated from {ov.read:,} of {ov.items:,} items",
         rows=rows,
         depth_rows=depth_rows,
         a=f"{status.active_items:,}",
@@ -198,15 +205,16 @@ def overview_page(
         '<p class="muted small">rendered in {ms} ms</p>',
         gauge=gauge,
         counts=counts,
-        chart=chart(ov.timeline),
+        chart=chart(ov.timeline, None if ov.exact else (ov.read, ov.items)),
         newest=newest_html,
         ms=f"{took_ms:.0f}",
     )
     return layout(ctx, "Overview", body, here="/")
 
 
-def chart(tl: Timeline) -> Safe:
-    """Tokens stored over time as an inline SVG line, compactions as marks under it."""
+def chart(tl: Timeline, sampled: tuple[int, int] | None = None) -> Safe:
+    """Tokens stored over time as an inline SVG line, compactions as marks under it; `sampled`:
+    (items read, items held) when the line is scaled from a sample."""
     if not tl.tokens:
         return Safe("")
     top = max(tl.tokens) or 1
@@ -234,14 +242,16 @@ def chart(tl: Timeline) -> Safe:
     made = sum(tl.compactions)
     desc = (
         f"Tokens stored rose to {top:,} from {fmt_time(tl.start)} to {fmt_time(tl.end)}; "
-        f"{counted(made, 'summary node')} made by compactions."
+        f"{counted(made, 'summary node')} made by compactions"
+        + (f", estimated from a sample of {sampled[0]:,} of {sampled[1]:,} items." if sampled else ".")
     )
     return fill(
         """<section aria-labelledby="h-chart"><h2 id="h-chart">Tokens stored over time</h2>
 <figure><svg class="chart" viewBox="0 0 {w} {hh}" preserveAspectRatio="none" role="img" aria-label="{desc}">
 <polyline points="{points}"></polyline>{marks}</svg>
 <figcaption>{start} → {end} · line: tokens of the items held, by when they were stored (up to {top}) ·
-<span class="key k-comp"></span> a compaction ({made})</figcaption></figure></section>""",
+<span class="key k-comp"></span> a compaction ({made}){note}</figcaption></figure></section>""",
+        note=f" · estimated from an even sample of {sampled[0]:,} of {sampled[1]:,} items" if sampled else "",
         w=CHART_W,
         hh=CHART_H,
         desc=desc,
@@ -263,7 +273,8 @@ def search_page(
     tags: str,
     scope: str,
     hits: Sequence[tuple[Hit, str | None]],
-    limit: int,
+    offset: int,
+    more: bool,
     error: str | None,
 ) -> Safe:
     form = fill(
@@ -301,17 +312,21 @@ def search_page(
             )
             for h, cover in hits
         )
-        more = Safe("")
-        if len(hits) >= limit and limit < C.QUERY_LIMIT_MAX:
-            params = {"q": q, "tags": tags, "scope": scope, "limit": str(C.QUERY_LIMIT_MAX)}
-            more = fill(
-                '<p><a href="/search?{p}">Show up to {n} hits</a></p>', p=urlencode(params), n=C.QUERY_LIMIT_MAX
-            )
+        params = {"q": q, "tags": tags, "scope": scope}
+        links: list[Safe] = []
+        if offset:
+            back = urlencode({**params, "offset": str(max(0, offset - SEARCH_LIMIT))})
+            links.append(fill('<a rel="prev" href="/search?{p}">← better matches</a>', p=back))
+        if more:
+            on = urlencode({**params, "offset": str(offset + len(hits))})
+            links.append(fill('<a rel="next" href="/search?{p}">more hits →</a>', p=on))
+        nav = fill('<nav class="pager" aria-label="Pages of hits">{l}</nav>', l=join(links, " ")) if links else ""
         result = fill(
-            '<h2 id="h-hits">{n}</h2><ol class="hits" aria-labelledby="h-hits">{rows}</ol>{more}',
-            n=counted(len(hits), "hit"),
+            '<h2 id="h-hits">{n}</h2><ol class="hits" start="{start}" aria-labelledby="h-hits">{rows}</ol>{nav}',
+            n=f"hits {offset + 1:,} to {offset + len(hits):,}" if offset or more else counted(len(hits), "hit"),
+            start=offset + 1,
             rows=rows,
-            more=more,
+            nav=nav,
         )
     return layout(
         ctx, f"Search: {q}" if q else "Search", fill("<h1>Search</h1>{f}{r}", f=form, r=result), here="/search"
@@ -414,7 +429,7 @@ def item_page(
         down = fill(
             '<h3>Down: what it stands for</h3><ul class="lineage">{k}</ul>{pager}{gone}',
             k=kids,
-            pager=pager(f"/item/{it.id}", {}, child_offset, len(children), child_total, TREE_CHILDREN),
+            pager=pager(f"/item/{it.id}", {}, child_offset, len(children), child_total, TREE_CHILDREN, key="children"),
             gone=gone,
         )
     events = join(fill("<li><time>{t}</time> {what}</li>", t=fmt_time(t), what=what) for t, what in story(store, it))
@@ -506,10 +521,12 @@ def tree_node(it: Item, *, open_: bool = False) -> Safe:
     )
 
 
-def children_list(node: Item, kids: list[Item], total: int, offset: int) -> Safe:
+def children_list(node: Item, kids: list[Item], total: int, offset: int, *, more_link: bool = True) -> Safe:
+    """A node's children as list items; `more_link`: a last item linking to the rest (the page's
+    script puts this list under an opened node; the tree page under a root has a pager)."""
     rows = join(tree_node(k) for k in kids)
     more = Safe("")
-    if offset + len(kids) < total:
+    if more_link and offset + len(kids) < total:
         more = fill(
             '<li><a href="/tree?root={id}&amp;offset={o}">more children ({left} left)</a></li>',
             id=node.id,
@@ -525,10 +542,11 @@ def tree_page(
     if root is not None:
         body = fill(
             """<h1>Summary tree under <code>{id}</code></h1><p><a href="/tree">All roots</a></p>
-<ul class="tree"><li><details open><summary>{head}</summary><ul class="kids">{kids}</ul></details></li></ul>""",
+<ul class="tree"><li><details open><summary>{head}</summary><ul class="kids">{kids}</ul></details></li></ul>{pager}""",
             id=root.id,
             head=tree_node(root),
-            kids=children_list(root, kids, kid_total, offset),
+            kids=children_list(root, kids, kid_total, offset, more_link=False),
+            pager=pager("/tree", {"root": root.id}, offset, len(kids), kid_total, TREE_CHILDREN),
         )
     else:
         rows = join(tree_node(r) for r in roots)

@@ -4,10 +4,9 @@ lineage, pinning and forgetting, and what memory holds afterwards."""
 
 from __future__ import annotations
 
+import re
 import shutil
-import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,12 +32,6 @@ ARGS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(state_dir: Path) -> Iterator[StdioServer]:
     srv = StdioServer("--state-dir", str(state_dir))
@@ -49,23 +42,20 @@ def server(state_dir: Path) -> Iterator[StdioServer]:
 @pytest.fixture
 def base(state_dir: Path, server: StdioServer) -> Iterator[str]:
     server.ok("store", content="first note, so the state dir exists")
-    port = free_port()
+    # Port 0: the command picks a free port and prints its address first.
     proc = subprocess.Popen(
-        server_command("ui", "--state-dir", str(state_dir), "--port", str(port)),
+        server_command("ui", "--state-dir", str(state_dir), "--port", "0"),
         env=server_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        text=True,
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/static/ui.css", timeout=2).close()
-            break
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
-            assert time.monotonic() < deadline, "compactor ui did not start"
-            time.sleep(0.1)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    found = re.match(r"compactor ui: (http://127\.0\.0\.1:(\d+))/ ", first)
+    assert found and found.group(2) != "0", (first, proc.stderr.read() if proc.stderr else "")
+    url = found.group(1)
+    urllib.request.urlopen(url + "/static/ui.css", timeout=10).close()
     yield url
     proc.terminate()
     proc.communicate(timeout=20)

@@ -11,11 +11,13 @@ import pytest
 from starlette.testclient import TestClient
 
 from compactor import constants as C
-from compactor.cli import main
+from compactor.cli import build_parser, main
 from compactor.errors import InvalidArgumentError, NotFoundError
 from compactor.store import Store
+from compactor.ui import pages as P
 from compactor.ui import ui_app
-from compactor.ui.app import allowed_hosts
+from compactor.ui.app import allowed_hosts, newest
+from tests.conftest import FakeClock
 
 PORT = 8766
 BASE = f"http://127.0.0.1:{PORT}"
@@ -162,6 +164,75 @@ def test_lists_are_paged(client: TestClient, mem: Store):
     assert ids[0] in older and ids[-1] not in older
 
 
+def test_search_the_ledger_and_the_tree_are_paged_with_their_query(
+    client: TestClient, mem: Store, monkeypatch: pytest.MonkeyPatch
+):
+    for i in range(45):
+        mem.store(f"alpha finding number {i} " + "detail " * (i % 7), tags="alpha")
+    first = client.get("/search", params={"q": "alpha", "tags": "alpha"}).text
+    assert first.count('class="hit"') == 20 and "hits 1 to 20" in first
+    nxt = re.search(r'rel="next" href="(/search\?[^"]+)"', first)
+    assert nxt and "q=alpha" in nxt.group(1) and "tags=alpha" in nxt.group(1)
+    second = client.get(nxt.group(1).replace("&amp;", "&")).text
+    assert "hits 21 to 40" in second and 'rel="prev"' in second and 'start="21"' in second
+    third = client.get("/search", params={"q": "alpha", "tags": "alpha", "offset": 40}).text
+    assert third.count('class="hit"') == 5 and 'rel="next"' not in third
+
+    for it in mem.list_items(limit=30).items:
+        mem.forget(it.id)
+    ledger = client.get("/ledger").text
+    assert ledger.count("<tr><td><code>") == 25 and 'rel="next" href="/ledger?offset=25"' in ledger
+    assert client.get("/ledger", params={"offset": 25}).text.count("<tr><td><code>") == 5
+
+    for i in range(80):
+        mem.store(f"beta note {i}: " + "a longer body of words " * 10)
+    mem.configure(token_budget=1_000)
+    mem.compact()
+    monkeypatch.setattr(P, "TREE_CHILDREN", 5)  # compaction makes nodes of up to 20 children
+    node = max((it for it in mem.iter_items() if it.depth), key=lambda it: len(it.children))
+    assert len(node.children) > 5
+    tree = client.get("/tree", params={"root": node.id}).text
+    assert f'rel="next" href="/tree?root={node.id}&amp;offset=5"' in tree
+    assert 'rel="prev"' in client.get("/tree", params={"root": node.id, "offset": 5}).text
+    item = client.get(f"/item/{node.id}").text
+    assert f'href="/item/{node.id}?children=5"' in item and node.children[5] not in item
+    later = client.get(f"/item/{node.id}", params={"children": 5}).text
+    assert node.children[5] in later and f'href="/item/{node.id}?children=0"' in later
+
+
+def test_a_sampled_overview_says_so(client: TestClient, mem: Store, monkeypatch: pytest.MonkeyPatch):
+    from compactor.store import history
+    from compactor.ui import app
+
+    for i in range(30):
+        mem.store(f"note {i}")
+    assert "estimated from" not in client.get("/").text  # a small memory is read whole
+    monkeypatch.setattr(app, "overview", lambda store: history.overview(store, sample=10))
+    assert "estimated from an even sample of 10 of 30 items" in client.get("/").text
+
+
+def test_the_newest_across_both_tiers_match_the_stores_merged_list(clock: FakeClock):
+    store = Store(clock=clock)
+    store.configure(auto_compact=False)
+    for i in range(90):
+        store.store(f"note {i} " + "word " * (5 + i % 40))
+        if i % 30 == 29:  # interleave the tiers: compact, then some come back
+            store.configure(token_budget=2_000)
+            store.compact()
+            store.configure(token_budget=100_000)
+            archived = store.list_items(limit=5, tier="archived").items
+            for it in archived[::2]:
+                store.restore(it.id)
+    merged = store.list_items(offset=0, limit=C.LIST_LIMIT_MAX, tier="all")
+    assert store.status().archived_items and store.status().active_items
+    for offset in range(merged.total + 2):
+        for limit in (1, 7):
+            items, total = newest(store, offset, limit)
+            assert total == merged.total
+            assert [it.id for it in items] == [it.id for it in merged.items[offset : offset + limit]], (offset, limit)
+    store.close()
+
+
 def test_off_loopback_needs_a_token(mem: Store, state_dir: Path):
     with pytest.raises(InvalidArgumentError, match="without a token"):
         ui_app(mem, host="0.0.0.0", port=PORT, token=None, source="", state_dir=state_dir)
@@ -184,6 +255,22 @@ def test_allowed_hosts():
 def test_the_command_refuses_another_host_without_a_token(state_dir: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["ui", "--state-dir", str(state_dir), "--host", "0.0.0.0"]) == 2
     assert "without a token" in capsys.readouterr().err
+
+
+def test_the_port_parser_is_shared_and_only_the_page_takes_0(capsys: pytest.CaptureFixture[str]):
+    # Serving on port 0 (and printing the port it got) is tests/system/test_ui_browser.py's fixture.
+    assert build_parser().parse_args(["ui", "--port", "0"]).port == 0
+    for argv, said in (
+        # The page's own parser judges its --port, not the server's.
+        (["ui", "--port", "65536"], "compactor ui: error: argument --port: must be from 0 to 65535"),
+        (["ui", "--port", "x"], "expected a port number, got 'x'"),
+        # The team server would not say which port the system picked.
+        (["--transport", "streamable-http", "--port", "0"], "compactor: error: argument --port: must be from 1 to"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert said in capsys.readouterr().err, argv
 
 
 def test_on_the_team_database(pg_url: str):
