@@ -231,31 +231,41 @@ async def serve_http(
         if kept.get("state_dir")
         else "memory only (nothing is saved)"
     )
-    print(
-        f"compactor: serving MCP at http://{url_host(host)}:{port}{C.HTTP_PATH}"
-        + (f" (public URL {public_url})" if public_url else "")
-        + f"; memory: {where}; "
-        + (
-            f"a bearer token is required ({len(people.digests)} people)"
-            if people is not None and tokens_file is not None
-            else "a bearer token is required"
-            if people is not None
-            else "no token required (loopback only)"
-        ),
-        file=sys.stderr,
-        flush=True,
-    )
     # No access log: request lines are noise here, and nothing about a request is worth keeping.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
     if threading.current_thread() is threading.main_thread():
-        # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again under
-        # the handler that was there before it: let that one do nothing, so the final snapshot
-        # below runs and the exit is clean.
+        # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again under the
+        # handler that was there before it: that one only asks uvicorn to stop (a signal before
+        # uvicorn takes them over stops it as well), so the final snapshot below runs and the
+        # exit is clean.
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: None)
+            signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
+
+    async def announce() -> None:
+        """Say where it listens once it does: a client that waits for this line can connect."""
+        while not server.started:
+            if server.should_exit:
+                return
+            await anyio.sleep(0.01)
+        print(
+            f"compactor: serving MCP at http://{url_host(host)}:{port}{C.HTTP_PATH}"
+            + (f" (public URL {public_url})" if public_url else "")
+            + f"; memory: {where}; "
+            + (
+                f"a bearer token is required ({len(people.digests)} people)"
+                if people is not None and tokens_file is not None
+                else "a bearer token is required"
+                if people is not None
+                else "no token required (loopback only)"
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
+
     try:
         async with anyio.create_task_group() as tg:
+            tg.start_soon(announce)
             if store.persistent:
                 tg.start_soon(snapshots, store, snapshot_interval)
             if people is not None and tokens_file is not None:

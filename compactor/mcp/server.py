@@ -103,6 +103,23 @@ class _ClientMap:
         self._entries[key] = (weakref.ref(client, lambda _ref: self._entries.pop(key, None)), value)
 
 
+class _ClientLocks:
+    """One lock per client object, by identity and held weakly as `_ClientMap`: a client's calls
+    run in the order it sent them (a pipelined store, then a query, reads its own write), while
+    different clients' calls overlap on worker threads."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Any], anyio.Lock]] = {}
+
+    def of(self, client: Any) -> anyio.Lock:
+        key = id(client)
+        entry = self._entries.get(key)
+        if entry is None or entry[0]() is not client:
+            entry = (weakref.ref(client, lambda _ref: self._entries.pop(key, None)), anyio.Lock())
+            self._entries[key] = entry
+        return entry[1]
+
+
 def build_server(
     store: Store, *, name: str = "compactor", scope_fixed: bool = False, **server_options: Any
 ) -> MCPServer:
@@ -114,6 +131,7 @@ def build_server(
     # each one's project scope (from its roots, else the connection's or the server's) is set
     # on the Store before each of its calls, which run one at a time on the event loop.
     seen_clients = _ClientMap()  # client -> the scope its roots gave, or None
+    in_order = _ClientLocks()
     base_scope = store.scope
 
     def client_of(ctx: Context | None) -> Any:
@@ -175,8 +193,11 @@ def build_server(
 
         try:
             # On a worker thread: a call waiting for the database (or the writers' lock) leaves
-            # the event loop to the other sessions.
-            return await anyio.to_thread.run_sync(call)
+            # the event loop to the other sessions; one client's calls still run in its order.
+            if client is None:
+                return await anyio.to_thread.run_sync(call)
+            async with in_order.of(client):
+                return await anyio.to_thread.run_sync(call)
         except CompactorError as exc:
             raise ToolError(str(exc)) from exc
         except (Exception, KeyboardInterrupt, SystemExit):

@@ -13,6 +13,8 @@ history (`snapshot_now`, used by forget and repairs) makes every other process r
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -48,8 +50,23 @@ class ReentrantLock:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def locked(self, exclusive: bool = True) -> Iterator[None]:
-        """Hold the writers' lock around a critical section; re-entrant."""
+    def locked(self, exclusive: bool = True, *, own: bool = False) -> Iterator[None]:
+        """Hold the writers' lock around a critical section; re-entrant. A hold by another
+        thread of this process is joined, unless `own`: a write (whose call lock is let go
+        while it waits, `store.journaled._locked`) must not ride on a read's hold, which ends
+        when the read does, so it waits for that hold to end and takes the lock itself. (A read
+        may join a write's hold: the write waits for the call lock the read holds.)"""
+        me = threading.get_ident()
+        if own:
+            # Bounded: a hold that does not end soon is one this write's own work depends on (a
+            # snapshot thread's), which it joins as before.
+            deadline = time.monotonic() + OWN_WAIT_S
+            with _RELEASED:
+                while self._lock_depth and self.__dict__.get("_owner") != me:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    _RELEASED.wait(left)
         if self._lock_depth:
             self._lock_depth += 1
             try:
@@ -59,11 +76,22 @@ class ReentrantLock:
             return
         self._acquire(exclusive)
         self._lock_depth = 1
+        self.__dict__["_owner"] = me
         try:
             yield
         finally:
             self._lock_depth = 0
+            self.__dict__["_owner"] = None
             self._release()
+            with _RELEASED:
+                _RELEASED.notify_all()
+
+
+# How long a write waits for another thread's hold to end before it joins it (a read's takes
+# milliseconds).
+OWN_WAIT_S = 1.0
+# Signalled whenever an outer hold ends, for writes waiting to take the lock themselves.
+_RELEASED = threading.Condition()
 
 
 class Persistence(Protocol):
@@ -83,7 +111,7 @@ class Persistence(Protocol):
 
     def close(self) -> None: ...
 
-    def locked(self, exclusive: bool = True) -> AbstractContextManager[None]:
+    def locked(self, exclusive: bool = True, *, own: bool = False) -> AbstractContextManager[None]:
         """Hold the writers' lock (re-entrant): no other process appends meanwhile."""
         ...
 

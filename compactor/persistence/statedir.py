@@ -727,7 +727,10 @@ class StateDir(ReentrantLock):
                 return None
             batches.extend(more)
             gen, offset = gen + 1, journal_header_len(gen + 1)
-        new_gen, new, end, warnings = self.read_journal(start=offset, expect_gen=gen)
+        try:
+            new_gen, new, end, warnings = self.read_journal(start=offset, expect_gen=gen)
+        except StateCorruptError:
+            return None  # not where we stopped reading (a writer under a replaced lock file): reload
         if gen == self.gen or new_gen != gen or warnings:
             return None
         self.check_against_record(new_gen, end, exists=True)

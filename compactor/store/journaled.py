@@ -531,7 +531,7 @@ class _Journaled(_StateOps):
                 held.callback(self._writer_gate.release)
                 try:
                     backend.lock_wait_s = max(deadline - time.monotonic(), 0.001)
-                    held.enter_context(backend.locked())
+                    held.enter_context(backend.locked(own=True))
                 except BaseException:
                     held.close()
                     raise

@@ -421,7 +421,7 @@ def test_the_servers_own_token_written_into_memory_by_a_client_is_redacted(
         replies = anyio.run(go)
         for reply in replies:
             assert token not in reply
-        assert '"known_secret"' in replies[0] and "[REDACTED:known_secret]" in replies[1]
+        assert '"server_token"' in replies[0] and "[REDACTED:server_token]" in replies[1]
     for f in state.rglob("*"):
         if f.is_file():
             assert token.encode() not in f.read_bytes(), f

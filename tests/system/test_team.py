@@ -11,7 +11,7 @@ import anyio
 import psycopg
 import pytest
 
-from compactor import constants as C
+from compactor.persistence.pg_sql import PG_WRITE_LOCK
 from tests.system.test_http import call, connect, http_server
 
 pytestmark = pytest.mark.slow
@@ -84,7 +84,7 @@ def test_reads_answer_while_a_write_waits_for_a_held_lock_and_the_write_fails_in
             times: dict[str, float] = {}
             with psycopg.connect(pg_url, autocommit=True) as holder:
                 # Another server stopped while holding the writers' lock.
-                holder.execute("SELECT pg_advisory_lock(%s)", (C.PG_WRITE_LOCK,))
+                holder.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
                 async with anyio.create_task_group() as tg:
 
                     async def write() -> None:
