@@ -9,7 +9,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,26 +58,19 @@ def _listen_problem(host: str, port: int) -> str | None:
     return None
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not C.SNAPSHOT_INTERVAL_MIN_S <= value <= C.SNAPSHOT_INTERVAL_MAX_S:
-        raise argparse.ArgumentTypeError(
-            f"must be from {C.SNAPSHOT_INTERVAL_MIN_S} to {C.SNAPSHOT_INTERVAL_MAX_S} seconds"
-        )
-    return value
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    """An option's parser for a number of seconds from `low` to `high`."""
 
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g} seconds")
+        return value
 
-def _lock_wait(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not C.LOCK_WAIT_MIN_S <= value <= C.LOCK_WAIT_MAX_S:
-        raise argparse.ArgumentTypeError(f"must be from {C.LOCK_WAIT_MIN_S:g} to {C.LOCK_WAIT_MAX_S:g} seconds")
-    return value
+    return parse
 
 
 def _scope_name(text: str) -> str:
@@ -150,13 +143,13 @@ def serve_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--snapshot-interval",
-        type=_interval,
+        type=_seconds(C.SNAPSHOT_INTERVAL_MIN_S, C.SNAPSHOT_INTERVAL_MAX_S),
         default=C.SNAPSHOT_INTERVAL_S,
         help=f"seconds between background snapshots (default {C.SNAPSHOT_INTERVAL_S:g})",
     )
     p.add_argument(
         "--lock-wait",
-        type=_lock_wait,
+        type=_seconds(C.LOCK_WAIT_MIN_S, C.LOCK_WAIT_MAX_S),
         default=C.LOCK_WAIT_S,
         metavar="SECONDS",
         help="how long a write waits for the writers' lock (held by another call or server) before it fails "
