@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import WriteLockTimeoutError
 from ..models import Item, Op
 
 
@@ -35,12 +36,22 @@ class Loaded:
 
 
 class ReentrantLock:
-    """The writers' lock, re-entrant within one process and thread: only the outermost hold
-    takes it (`_acquire`) and gives it back (`_release`)."""
+    """The writers' lock: one thread of a process holds it at a time (re-entrant in that
+    thread), and only its outermost hold takes it from other processes (`_acquire`) and gives
+    it back (`_release`).
 
-    _lock_depth: int = 0
-    # How long taking the lock may wait, where the backend can bound it (PostgreSQL); the
-    # Store sets it before each hold.
+    A read may be a `guest` of another thread's hold instead of waiting for it to end: that is
+    safe because every hold of a Store is used and ended under the Store's call lock, which the
+    guest holds meanwhile (so the holder is parked until the guest leaves), and it is needed,
+    because a write holding this lock waits for that call lock, which the read holds. A guest
+    never joins a hold still being taken (the holder may not get it). Any other thread waits
+    for the hold to end, at most `lock_wait_s` when that is set, then WriteLockTimeoutError."""
+
+    _lock_depth: int = 0  # the holder's nesting; 0 when nobody holds the lock
+    _holder: int | None = None  # the thread that holds it, or is taking it
+    _taking: bool = False  # the holder is still waiting for other processes
+    # How long taking the lock may wait for another holder (another thread, and where the
+    # backend can bound it another process); the Store sets it before each hold.
     lock_wait_s: float | None = None
 
     def _acquire(self, exclusive: bool) -> None:
@@ -49,49 +60,82 @@ class ReentrantLock:
     def _release(self) -> None:
         raise NotImplementedError
 
+    @property
+    def held_here(self) -> bool:
+        """Whether the calling thread holds the lock (not as a guest)."""
+        return self._holder == threading.get_ident() and not self._taking
+
+    def hand_over(self, thread: int) -> None:
+        """Make `thread` the holder of this hold: a coroutine's hold is taken on one worker
+        thread, used on the event loop's and ended on another worker thread."""
+        with _HOLDS:
+            if self._holder is not None and not self._taking:
+                self._holder = thread
+
     @contextlib.contextmanager
-    def locked(self, exclusive: bool = True, *, own: bool = False) -> Iterator[None]:
-        """Hold the writers' lock around a critical section; re-entrant. A hold by another
-        thread of this process is joined, unless `own`: a write (whose call lock is let go
-        while it waits, `store.journaled._locked`) must not ride on a read's hold, which ends
-        when the read does, so it waits for that hold to end and takes the lock itself. (A read
-        may join a write's hold: the write waits for the call lock the read holds.)"""
+    def locked(self, exclusive: bool = True, *, guest: bool = False) -> Iterator[None]:
+        """Hold the writers' lock around a critical section (see the class docstring)."""
         me = threading.get_ident()
-        if own:
-            # Bounded: a hold that does not end soon is one this write's own work depends on (a
-            # snapshot thread's), which it joins as before.
-            deadline = time.monotonic() + OWN_WAIT_S
-            with _RELEASED:
-                while self._lock_depth and self.__dict__.get("_owner") != me:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    _RELEASED.wait(left)
-        if self._lock_depth:
-            self._lock_depth += 1
+        wait = self.lock_wait_s
+        deadline = None if wait is None else time.monotonic() + wait
+        with _HOLDS:
+            while True:
+                if self._holder == me:
+                    self._lock_depth += 1
+                    how = "nested"
+                    break
+                if self._holder is None:
+                    self._holder, self._taking = me, True
+                    how = "take"
+                    break
+                if guest and not self._taking:
+                    how = "guest"
+                    break
+                # A guest waits for a hold being taken, which that taker's own wait bounds.
+                left = None if deadline is None or guest else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise WriteLockTimeoutError(
+                        f"Another call of this server held the writers' lock for more than {wait:g} s; "
+                        "this call was not applied. Retry it in a moment."
+                    )
+                _HOLDS.wait(left)
+        if how == "guest":
+            yield
+            return
+        if how == "nested":
             try:
                 yield
             finally:
-                self._lock_depth -= 1
+                with _HOLDS:
+                    self._lock_depth -= 1
             return
-        self._acquire(exclusive)
-        self._lock_depth = 1
-        self.__dict__["_owner"] = me
+        try:
+            if deadline is not None:  # what is left of the wait is the other processes' share
+                self.lock_wait_s = max(deadline - time.monotonic(), 0.001)
+            self._acquire(exclusive)
+        except BaseException:
+            self._let_go()
+            raise
+        with _HOLDS:
+            self._taking, self._lock_depth = False, 1
+            _HOLDS.notify_all()  # guests waiting for the hold to be taken
         try:
             yield
         finally:
             self._lock_depth = 0
-            self.__dict__["_owner"] = None
-            self._release()
-            with _RELEASED:
-                _RELEASED.notify_all()
+            try:
+                self._release()
+            finally:
+                self._let_go()
+
+    def _let_go(self) -> None:
+        with _HOLDS:
+            self._holder, self._taking, self._lock_depth = None, False, 0
+            _HOLDS.notify_all()
 
 
-# How long a write waits for another thread's hold to end before it joins it (a read's takes
-# milliseconds).
-OWN_WAIT_S = 1.0
-# Signalled whenever an outer hold ends, for writes waiting to take the lock themselves.
-_RELEASED = threading.Condition()
+# Signalled whenever a hold is taken or ends (shared by every lock of the process: they are few).
+_HOLDS = threading.Condition()
 
 
 class Persistence(Protocol):
@@ -111,12 +155,22 @@ class Persistence(Protocol):
 
     def close(self) -> None: ...
 
-    def locked(self, exclusive: bool = True, *, own: bool = False) -> AbstractContextManager[None]:
-        """Hold the writers' lock (re-entrant): no other process appends meanwhile."""
+    def locked(self, exclusive: bool = True, *, guest: bool = False) -> AbstractContextManager[None]:
+        """Hold the writers' lock (re-entrant; `ReentrantLock`): no other process appends
+        meanwhile."""
         ...
 
     def reading(self) -> AbstractContextManager[None]:
         """What a read-only call holds while it catches up."""
+        ...
+
+    @property
+    def held_here(self) -> bool:
+        """Whether the calling thread holds the writers' lock (`ReentrantLock`)."""
+        ...
+
+    def hand_over(self, thread: int) -> None:
+        """Make `thread` the holder of the current hold (`ReentrantLock`)."""
         ...
 
     def load(self) -> Loaded:

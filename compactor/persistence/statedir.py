@@ -812,8 +812,8 @@ class StateDir(ReentrantLock):
     # --- the Persistence interface's snapshot and index calls ----------------------------
     def reading(self) -> AbstractContextManager[None]:
         # Exclusive, not shared: catching up cuts a dead writer's torn tail and a reload
-        # re-reads the journal.
-        return self.locked(exclusive=True)
+        # re-reads the journal. A guest of a hold another thread of this process has taken.
+        return self.locked(exclusive=True, guest=True)
 
     def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
         """All or nothing: a snapshot written whose journal rotation then fails is replaced by

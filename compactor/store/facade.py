@@ -110,7 +110,6 @@ class Store(_Recall, _Compaction, _Ledger):
         self._scope = scope
         self._call_scope = threading.local()  # a call's own scope, set by `serving`
         self._calls = CallLock()
-        self._writer_gate = threading.Lock()
         self.default_read_scope: str | None = None
         self.counter = counter or default_counter()
         self.settings = Settings(token_budget=C.BUDGET_DEFAULT)

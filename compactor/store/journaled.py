@@ -9,7 +9,6 @@ import contextlib
 import logging
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Self
@@ -18,7 +17,7 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
-from ..errors import AmbiguousCommitError, PersistenceError, WriteConflictError, WriteLockTimeoutError
+from ..errors import AmbiguousCommitError, PersistenceError, WriteConflictError
 from ..models import Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.codec import SCHEMA_VERSION, ItemRecords
@@ -202,6 +201,11 @@ class CallLock:
     def held(self) -> bool:
         return self._owner == threading.get_ident()
 
+    def hand_over(self, thread: int) -> None:
+        """Make `thread` the holder (see `_Journaled._locked_off_loop`)."""
+        if self._owner is not None:
+            self._owner = thread
+
     @contextlib.contextmanager
     def suspended(self) -> Iterator[None]:
         """Let other threads in for the block (no-op if this thread does not hold it)."""
@@ -230,7 +234,7 @@ class _ReadGuard:
         if sd is None or not sd.is_open:  # closed: memory as it was last seen
             return
         try:
-            self._cm = sd.reading()
+            self._cm = sd.reading()  # a guest of another thread's hold, if any (`ReentrantLock`)
             self._cm.__enter__()
             self._store._sync()
         except BaseException:
@@ -258,10 +262,8 @@ class _Journaled(_StateOps):
     # Process-wide policy (gc pauses, GIL switch interval) is asked of it, never set here.
     runtime: Runtime
     # Calls run on worker threads (sessions overlap): each holds `_calls` while it uses
-    # memory; one thread at a time holds the writers' lock (`_writer_gate`, then the backend's).
+    # memory; one thread at a time holds the writers' lock (`ReentrantLock`).
     _calls: CallLock
-    _writer_gate: threading.Lock
-    _writer: int | None = None  # the thread that holds the writers' lock
     lock_wait_s: float = C.LOCK_WAIT_S  # how long a write waits for the writers' lock
     # Told (done, total) items while a load indexes items again (an index of an older
     # tokenizer, or none saved): seconds per 10,000 items, worth a progress line on a terminal.
@@ -515,43 +517,42 @@ class _Journaled(_StateOps):
             if backend is None:
                 yield
                 return
-            if self._writer == threading.get_ident():  # nested in this thread's own hold
+            if backend.held_here:  # nested in this thread's own hold (a write inside a read, say)
                 with backend.locked():
                     yield
                 return
             held = contextlib.ExitStack()
-            wait = self.lock_wait_s if wait_s is None else wait_s
             with self._calls.suspended():
-                deadline = time.monotonic() + wait
-                if not self._writer_gate.acquire(timeout=wait):
-                    raise WriteLockTimeoutError(
-                        f"Another call of this server held the writers' lock for more than {wait:g} s; "
-                        "this call was not applied. Retry it in a moment."
-                    )
-                held.callback(self._writer_gate.release)
-                try:
-                    backend.lock_wait_s = max(deadline - time.monotonic(), 0.001)
-                    held.enter_context(backend.locked(own=True))
-                except BaseException:
-                    held.close()
-                    raise
+                backend.lock_wait_s = self.lock_wait_s if wait_s is None else wait_s
+                held.enter_context(backend.locked())
             # Memory may have moved on while the call lock was let go: the caller catches up
             # (`_sync`) under the lock, as always.
-            self._writer = threading.get_ident()
-            held.callback(setattr, self, "_writer", None)
             with held:
                 yield
 
     @contextlib.asynccontextmanager
     async def _locked_off_loop(self) -> AsyncIterator[None]:
         """`_locked` for a coroutine: waiting for the locks, and releasing them (a database
-        round trip), happen on a worker thread, so the event loop serves other calls."""
+        round trip), happen on a worker thread, so the event loop serves other calls. The
+        thread that runs each part is made the holder first (`_hand_over`)."""
         cm = self._locked()
         await anyio.to_thread.run_sync(cm.__enter__)
+        self._hand_over()
         try:
             yield
         finally:
-            await anyio.to_thread.run_sync(cm.__exit__, None, None, None)
+
+            def leave() -> None:
+                self._hand_over()
+                cm.__exit__(None, None, None)
+
+            await anyio.to_thread.run_sync(leave)
+
+    def _hand_over(self) -> None:
+        me = threading.get_ident()
+        self._calls.hand_over(me)
+        if self._backend is not None:
+            self._backend.hand_over(me)
 
     def _read(self) -> Any:
         """Context for a read: catch up with other processes first."""

@@ -48,6 +48,16 @@ class StdioServer:
     def pid(self) -> int:
         return self.proc.pid
 
+    def _stderr_tail(self) -> str:
+        """The last lines the server wrote to stderr, once it has exited (for a failure message)."""
+        if self.proc.stderr is None:
+            return ""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        if self.proc.returncode is None:
+            return "(still running)"
+        return "\n".join(self.proc.stderr.read().decode(errors="replace").splitlines()[-15:])
+
     def send_raw(self, data: bytes) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(data)
@@ -68,7 +78,7 @@ class StdioServer:
             if ready:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    raise EOFError("server closed stdout")
+                    raise EOFError(f"server closed stdout; its stderr ends:\n{self._stderr_tail()}")
                 self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)  # type: ignore[no-any-return]
