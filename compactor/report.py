@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from . import constants as C
 from .models import Item
+from .render import examples
 from .search.views import describe as describe_view
 from .store import Status, Store
 from .summaries.condense import gist
@@ -116,8 +117,10 @@ def item_report(
     journal: list[str] | None = None,
     now: float | None = None,
     max_children: int = 20,
+    content_end: int | None = None,
 ) -> list[str]:
-    """Everything about one item: content, lineage and history."""
+    """Everything about one item: content, lineage and history. `content_end`: show the content
+    only up to there (a reply's page, `render.page_end`), saying where `get` reads on."""
     now = time.time() if now is None else now
     flags = [item.content_type, f"importance {item.importance}", item.tier, f"view {item.view}"]
     if item.pinned:
@@ -154,7 +157,7 @@ def item_report(
         lines.append(f"  merged into    {item.merged_into} (a near-duplicate that stayed active)")
         lineage = True
     if item.parents:
-        lines.append(f"  parents        {', '.join(item.parents)}")
+        lines.append(f"  parents        {examples(item.parents, max_children)}")
         lineage = True
     path = store.ancestors(item)
     if path:
@@ -173,11 +176,17 @@ def item_report(
             lines.append(paint(f"    … {len(item.children) - max_children} more", "dim"))
     if item.gone_children:
         lineage = True
-        lines.append(f"  forgotten      {', '.join(item.gone_children)}")
+        lines.append(f"  forgotten      {examples(item.gone_children, max_children)}")
     if not lineage:
         lines.append(paint("  none: a raw item no summary covers yet", "dim"))
 
     if item.summary:
         lines += ["", paint("Summary", "head"), item.summary]
-    lines += ["", paint("Content", "head"), item.content]
+    lines += ["", paint("Content", "head")]
+    if content_end is None or content_end >= len(item.content):
+        lines.append(item.content)
+    else:
+        lines.append(item.content[:content_end])
+        more = f"get({item.id!r}, offset={content_end})"
+        lines.append(paint(f"(characters 0-{content_end:,} of {len(item.content):,}; more: {more})", "dim"))
     return lines

@@ -11,6 +11,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from pydantic import Field
 
 from ..errors import CompactorError, NotFoundError
+from ..render import page_end
 from ..report import item_report, status_report
 from ..store import Store
 
@@ -41,14 +42,19 @@ def register(mcp: MCPServer, store: Store) -> None:
         "memory://items/{id}",
         name="item",
         title="One memory item",
-        description="One item in full, whatever its tier or view: content, summary, lineage and history.",
+        description=(
+            "One item, whatever its tier or view: summary, lineage, history and the first page of its "
+            "content (the get tool reads on)."
+        ),
         mime_type="text/plain",
     )
     def item(id: str) -> str:
         try:
             with store.serving():
                 it = store.get(id)
-                return "\n".join(item_report(store, it))
+                # One page of content, as `get` gives: a reply has a bound, whatever the item.
+                end = page_end(it.content, 0, store.counter.count)
+                return "\n".join(item_report(store, it, content_end=end))
         except NotFoundError as exc:
             raise ResourceNotFoundError(str(exc)) from exc
         except CompactorError as exc:

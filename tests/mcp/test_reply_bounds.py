@@ -61,6 +61,18 @@ def _size(where: str, text: str, structured: dict[str, Any] | None) -> tuple[int
     return len(body), tokens
 
 
+def _check_bounded(where: str, text: str) -> None:
+    chars, tokens = _size(where, text, None)
+    assert tokens <= CLIENT_REPLY_TOKENS and chars <= 4 * C.MAX_OUTPUT_CHARS, (where, chars, tokens)
+
+
+def _check_resource(item_id: str, text: str) -> None:
+    """The item resource shows the first page of content, as `get` does, and where to read on."""
+    _check_bounded("memory://items/ID", text)
+    assert "History" in text and "Lineage" in text and "$ cat -n big/module.py" in text
+    assert f"of {C.MAX_CONTENT_BYTES:,}; more: get({item_id!r}, offset=" in text
+
+
 def _check_first_page(item_id: str, text: str, structured: dict[str, Any]) -> None:
     assert structured["content_chars"] == C.MAX_CONTENT_BYTES
     assert 0 < len(structured["content"]) <= C.GET_PAGE_CHARS
@@ -84,6 +96,11 @@ async def test_every_read_reply_is_bounded_over_the_sdk_client(tmp_path: Path) -
         item_id = stored["id"]
         await call("store", {"content": "a small note after the large one", "tags": ["after"]})
         await _check_all(item_id, call)
+        with anyio.fail_after(60):
+            item = (await client.read_resource(f"memory://items/{item_id}")).contents[0]
+            prompt = (await client.get_prompt("recall", {"query": "value_77 compute"})).messages[0]
+        _check_resource(item_id, item.text)  # type: ignore[union-attr]
+        _check_bounded("the recall prompt", prompt.content.text)  # type: ignore[union-attr]
         records = await _export_pages(call)
     store.close()
     # The export tool's pages, joined by `compactor import`, give the item back whole.
@@ -143,3 +160,7 @@ def test_every_read_reply_is_bounded_over_stdio(state_dir: Path) -> None:
             return result["content"][0]["text"], result["structuredContent"]
 
         anyio.run(_check_all, item_id, call)
+        read = srv.request("resources/read", {"uri": f"memory://items/{item_id}"})
+        _check_resource(item_id, read["result"]["contents"][0]["text"])
+        prompt = srv.request("prompts/get", {"name": "recall", "arguments": {"query": "value_77 compute"}})
+        _check_bounded("the recall prompt", prompt["result"]["messages"][0]["content"]["text"])
