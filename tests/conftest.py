@@ -125,3 +125,28 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     if request.param == "state-dir":
         return {"state_dir": str(tmp_path / "state")}
     return {"database": str(request.getfixturevalue("pg_cluster").new_database())}
+
+
+# The quick loop (`pytest -m "not slow"`) stays under a minute: a test that starts a compactor
+# process (about 1 s of CPU to import the SDK) or a client that starts one is marked slow
+# (pyproject's marker), and this says which test forgot.
+_STARTED: list[str] = []
+_real_popen_init = subprocess.Popen.__init__
+
+
+def _popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+    argv = [str(a) for a in args] if isinstance(args, list | tuple) else [str(args)]
+    if any("compactor" in a or os.path.basename(a) in {"npx", "claude", "uvx"} for a in argv[:4]):
+        _STARTED.append(" ".join(argv[:4]))
+    _real_popen_init(self, args, *rest, **kwargs)
+
+
+subprocess.Popen.__init__ = _popen_init  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _processes_are_slow(request: pytest.FixtureRequest) -> Iterator[None]:
+    _STARTED.clear()
+    yield
+    if _STARTED and request.node.get_closest_marker("slow") is None:
+        pytest.fail(f"started {_STARTED[0]!r} but is not marked slow (pyproject: the slow marker)", pytrace=False)

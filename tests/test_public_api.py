@@ -21,6 +21,7 @@ def test_public_names_are_exactly_all():
         compactor.Nope  # noqa: B018
 
 
+@pytest.mark.slow
 def test_a_stdio_relay_imports_no_store():
     """`python -m compactor` relaying to the shared host must stay small: it imports neither
     the store nor numpy nor the MCP SDK (cli/relay.py)."""
@@ -35,6 +36,7 @@ def test_a_stdio_relay_imports_no_store():
     assert run.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_a_start_that_only_reads_compiles_no_classification(tmp_path):
     """A server's start (load, build, a query, a tag filter) leaves classify.py's patterns
     uncompiled; the first write brings them in."""
@@ -57,6 +59,7 @@ def test_a_start_that_only_reads_compiles_no_classification(tmp_path):
     assert run.stdout.split() == ["False", "True"]
 
 
+@pytest.mark.slow
 def test_reply_models_are_built_when_a_tool_first_replies(tmp_path):
     """Building the server leaves the reply models' validators unbuilt (pydantic's defer_build);
     a tool's first reply builds its own."""

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -14,11 +16,13 @@ def run(*cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_ruff_check_is_clean():
     proc = run(str(BIN / "ruff"), "check", "compactor", "tests", "bench", "evals")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_ruff_format_is_clean():
     proc = run(str(BIN / "ruff"), "format", "--check", "compactor", "tests", "bench", "evals")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -92,6 +92,7 @@ def _given_back_mib(mode: str) -> float:
     return float(out.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator is what is tuned")
 def test_a_tuned_allocator_gives_a_large_freed_block_back():
     assert _given_back_mib("tuned") >= 3.5
@@ -128,6 +129,7 @@ def _write_block_given_back(mode: str) -> list[float]:
     return [float(x) for x in out.stdout.split()]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator is what is tuned")
 def test_a_tuned_process_gives_back_a_middling_block_made_in_a_write():
     """Inside `write_work` a block above WRITE_MMAP_THRESHOLD gets a mapping of its own and is

@@ -371,6 +371,7 @@ def test_both_clients_report_the_same_reply(client: str, tmp_path: Path) -> None
     anyio.run(go)
 
 
+@pytest.mark.slow
 def test_recall_latency_over_stdio_reports_each_query_kind() -> None:
     """bench.recall_latency --stdio (ISSUE 19's latency over stdio) runs end to end on a few items."""
     out = subprocess.run(

@@ -59,6 +59,7 @@ def session_items(state_dir: Path, sid: str = SID) -> dict[str, str]:
         s.close()
 
 
+@pytest.mark.slow
 def test_pre_compact_stores_a_digest_of_each_kind(tmp_path, state_dir):
     path = sample(SID).write(tmp_path / f"{SID}.jsonl")
     res = hook("pre-compact", pre_compact_payload(path), state_dir, "--json")
@@ -115,6 +116,7 @@ def test_session_start_prints_hook_json_with_recall_and_the_session_digest(tmp_p
     assert set(saved_ids) <= {i for v in groups_of(ctx2).values() for i in v}
 
 
+@pytest.mark.slow
 def test_session_start_is_valid_without_state_or_input(tmp_path):
     empty = tmp_path / "none"
     for stdin in ("", "not json at all", "[1, 2]"):
@@ -125,6 +127,7 @@ def test_session_start_is_valid_without_state_or_input(tmp_path):
     assert not empty.exists()
 
 
+@pytest.mark.slow
 def test_session_start_context_stays_under_the_cap(tmp_path, state_dir):
     """A long session's digest plus recall would pass Claude Code's limit: the output is cut."""
     t = Transcript(SID)
@@ -142,6 +145,7 @@ def test_session_start_context_stays_under_the_cap(tmp_path, state_dir):
     assert "Saved from this session" in ctx
 
 
+@pytest.mark.slow
 def test_pre_compact_without_a_transcript_fails_cleanly(state_dir, tmp_path):
     res = hook("pre-compact", {"session_id": SID}, state_dir)
     assert res.returncode == 1 and "transcript_path" in res.stderr
@@ -216,6 +220,7 @@ def test_digest_survives_any_lines(lines):
         os.unlink(name)
 
 
+@pytest.mark.slow
 def test_pre_compact_ends_within_the_budget(tmp_path, state_dir):
     """The hook adds content like any write, so it ends within the budget like any write."""
     s = Store(state_dir=state_dir, budget=1_000)
@@ -249,6 +254,7 @@ def test_one_session_start_entry_answers_every_source_of_the_readme_matcher(tmp_
         assert ("Saved from this session" in ctx) == (source in ("resume", "compact")), source
 
 
+@pytest.mark.slow
 def test_session_end_saves_the_digest_that_pre_compact_shares(tmp_path, state_dir):
     """SessionEnd stores the same digest as PreCompact: after a compaction, the unchanged
     sections are the same items, not second copies."""
@@ -262,6 +268,7 @@ def test_session_end_saves_the_digest_that_pre_compact_shares(tmp_path, state_di
     assert res.returncode == 1 and "transcript_path" in res.stderr
 
 
+@pytest.mark.slow
 def test_session_start_recalls_with_the_projects_last_task(tmp_path, state_dir):
     """The SessionStart recall is asked with the project's last task (the requests the last
     session-end or pre-compact digest saved in this project): items about it that are too old
@@ -328,6 +335,7 @@ def test_injected_blocks_are_cut_as_the_lazy_regex_cut_them(text: str) -> None:
     assert _clean(text) == _INJECTED_OLD.sub("", text).strip()
 
 
+@pytest.mark.slow
 def test_a_transcript_full_of_unclosed_injected_tags_is_digested_at_once(tmp_path, state_dir):
     """The lazy regex scanned to the end of the text for each opening tag left unclosed:
     20,000 of them in one turn took 22 s, past a hook's time to run."""
@@ -341,6 +349,7 @@ def test_a_transcript_full_of_unclosed_injected_tags_is_digested_at_once(tmp_pat
     assert "keep the public API stable" in session_items(state_dir)["requirements"]
 
 
+@pytest.mark.slow
 def test_json_nested_thousands_deep_is_malformed_input_not_a_crash(tmp_path, state_dir):
     """Python's decoder raises RecursionError, not ValueError, on it: the hook input and a
     transcript line ended the hooks with a traceback."""
@@ -358,6 +367,7 @@ def test_json_nested_thousands_deep_is_malformed_input_not_a_crash(tmp_path, sta
     assert "keep the public API stable" in session_items(state_dir)["requirements"]
 
 
+@pytest.mark.slow
 def test_session_start_after_a_compaction_does_not_say_nothing_fits_when_all_is_shown_apart(tmp_path, state_dir):
     """Only the session's digest is stored: it is shown below, so recall itself has nothing else
     to show, and says so rather than "No active items fit within recall_tokens"."""
@@ -371,6 +381,7 @@ def test_session_start_after_a_compaction_does_not_say_nothing_fits_when_all_is_
     assert re.search(r"No active items besides the \d+ items shown apart\.", ctx), ctx[:600]
 
 
+@pytest.mark.slow
 def test_pre_compact_keeps_every_instruction_of_the_first_request(tmp_path, state_dir):
     """An imperative sentence is a requirement though it has no keyword ("Keep money as Decimal.")."""
     t = Transcript(SID)

@@ -210,6 +210,7 @@ def test_export_memory_md_round_trip(capsys, tmp_path, state_dir):
     assert again["imported"] == [] and native.item.id in again["already_present"]
 
 
+@pytest.mark.slow
 def test_index_is_capped_newest_first(tmp_path, state_dir):
     clock = FakeClock()
     s = Store(state_dir=state_dir, clock=clock)
@@ -254,6 +255,7 @@ def test_any_memory_md_parses_into_storable_entries(lines):
         assert inp.content.strip() and re.fullmatch(r"[a-z0-9][a-z0-9_-]{2,63}", inp.item_id or "")
 
 
+@pytest.mark.slow
 def test_frontmatter_nested_thousands_deep_is_read_as_plain_text(tmp_path: Path):
     """PyYAML raises RecursionError, not YAMLError, on it: the import ended in a traceback."""
     memory = tmp_path / "memory"
@@ -269,6 +271,7 @@ def test_frontmatter_nested_thousands_deep_is_read_as_plain_text(tmp_path: Path)
         store.close()
 
 
+@pytest.mark.slow
 def test_frontmatter_with_aliases_is_read_as_plain_text_not_expanded(tmp_path: Path):
     """Nine levels of YAML aliases ten wide are a billion strings once turned into text:
     `compactor import` of such a memory file ran out of memory. Aliases are refused, and the

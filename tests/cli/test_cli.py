@@ -270,6 +270,7 @@ def test_no_subcommand_still_runs_the_server(state_dir):
         assert srv.ok("status")["token_budget"] == 5000
 
 
+@pytest.mark.slow
 def test_doctor_subcommand_reports_health_and_damage(state_dir):
     from compactor.store import Store
 
@@ -321,6 +322,7 @@ def test_reading_commands_change_no_file_of_the_state_dir(capsys, state_dir, fil
         assert _files(state_dir) == before, argv
 
 
+@pytest.mark.slow
 def test_reading_commands_beside_a_server_make_it_catch_up_on_nothing(state_dir):
     with StdioServer("--state-dir", str(state_dir), "--no-share", "--snapshot-interval", "3600") as srv:
         item_id = srv.ok("store", content="the deploy key rotates every 30 days")["id"]

@@ -6,12 +6,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.test_readme import parser_commands
 
 DOC = ROOT / "docs" / "cli.md"
 
 
+@pytest.mark.slow
 def test_docs_cli_md_is_what_the_generator_writes_from_the_parsers():
     generated_with = DOC.read_text(encoding="utf-8").split("Python ", 1)[1].split(".", 2)
     run = subprocess.run(

@@ -134,6 +134,7 @@ def test_fence_is_longer_than_any_backtick_run() -> None:
     assert fence("a ```` b", "text").startswith("`````text\n")
 
 
+@pytest.mark.slow
 def test_markdown_export_keeps_content_fenced(tmp_path: Path) -> None:
     state = tmp_path / "state"
     content = "# heading in code\nprint('x')\n```python\nnested = 1\n```\n## not a section either"
@@ -169,6 +170,7 @@ def test_memory_md_description_is_not_the_title(content: str, summary: str | Non
     assert not entry.name.lower().startswith(entry.description.strip(" .…").lower())
 
 
+@pytest.mark.slow
 def test_memory_md_export_index_descriptions_differ_from_titles(tmp_path: Path) -> None:
     state = tmp_path / "state"
     src = tmp_path / "in.json"
@@ -236,6 +238,7 @@ def test_a_load_that_re_indexes_tells_its_progress_and_a_current_one_does_not(tm
     assert calls == []  # saved as this version's: nothing to index again
 
 
+@pytest.mark.slow
 def test_status_and_a_server_start_show_the_re_index_on_a_terminal(tmp_path: Path) -> None:
     state = tmp_path / "state"
     _saved_by_version_3(state)

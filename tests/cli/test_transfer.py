@@ -115,6 +115,7 @@ def test_json_export_import_export_is_identical(capsys, tmp_path):
     assert differing(a, export(capsys, dst, tmp_path / "c.json")) == {}
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(min_value=1, max_value=160), seed=st.integers(min_value=0, max_value=40))
 def test_round_trip_of_any_state(capsys, tmp_path_factory, n, seed):
@@ -125,6 +126,7 @@ def test_round_trip_of_any_state(capsys, tmp_path_factory, n, seed):
     assert differing(a, export(capsys, tmp / "dst", tmp / "b.json")) == {}
 
 
+@pytest.mark.slow
 def test_import_beside_other_items_keeps_lineage_consistent(capsys, tmp_path):
     src, dst = tmp_path / "src", tmp_path / "dst"
     build(src)
@@ -520,6 +522,7 @@ def test_an_invalid_imported_field_is_named_without_echoing_a_credential(capsys,
     assert github not in out + err
 
 
+@pytest.mark.slow
 def test_cli_export_writes_an_item_larger_than_a_page_once_and_whole(capsys, tmp_path):
     """The export pages give such an item in parts (issue 38 point 8); the CLI file holds it once."""
     src = tmp_path / "src"

@@ -49,6 +49,7 @@ def _read_whole(get: Callable[[int], dict[str, Any]]) -> str:
     return "".join(parts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TEXTS)
 def test_a_stdio_server_stores_it_and_the_session_beside_it_goes_on(tmp_path: Path, name: str) -> None:
     state = str(tmp_path / "state")
@@ -65,6 +66,7 @@ def test_a_stdio_server_stores_it_and_the_session_beside_it_goes_on(tmp_path: Pa
         assert first.ok("status")["active_items"] >= 1
 
 
+@pytest.mark.slow
 def test_the_in_memory_client_stores_them_and_finds_the_path() -> None:
     async def go() -> None:
         async with Client(build_server(Store()), mode="legacy") as c:
@@ -88,6 +90,7 @@ def test_the_in_memory_client_stores_them_and_finds_the_path() -> None:
     anyio.run(go)
 
 
+@pytest.mark.slow
 def test_the_cli_imports_them(tmp_path: Path) -> None:
     export = tmp_path / "export.json"
     items = [{"id": f"odd-{name}", "content": text} for name, text in TEXTS.items()]

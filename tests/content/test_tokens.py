@@ -1,3 +1,5 @@
+import pytest
+
 from compactor.content.tokens import TokenCounter, default_counter
 
 
@@ -46,6 +48,7 @@ def test_counts_after_the_python_copy_of_the_ranks_is_dropped_are_tiktokens():
     )  # a pristine encoding, another process
 
 
+@pytest.mark.slow
 def test_a_run_of_a_million_whitespace_characters_is_counted_in_pieces():
     """tiktoken's pattern panics on such a run (a BaseException that ended the server); the
     counter counts a text holding a run of 100,000 or more in pieces of that size, and every

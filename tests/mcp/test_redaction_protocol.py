@@ -130,6 +130,7 @@ async def test_sdk_client_redacts_the_issue_38_families(state_dir: Path) -> None
         _assert_no_new_secret(str(f), f.read_bytes())
 
 
+@pytest.mark.slow
 def test_stdio_server_redacts_the_issue_38_families(state_dir: Path) -> None:
     with StdioServer("--state-dir", str(state_dir)) as srv:
         result = srv.call("store", **NEW_ARGS)

@@ -81,6 +81,7 @@ def _check_first_page(item_id: str, text: str, structured: dict[str, Any]) -> No
     assert f"get({item_id!r}, offset={nxt})" in text
 
 
+@pytest.mark.slow
 async def test_every_read_reply_is_bounded_over_the_sdk_client(tmp_path: Path) -> None:
     store = Store(state_dir=tmp_path / "state")
     async with Client(build_server(store), mode="legacy") as client:
@@ -150,6 +151,7 @@ async def _check_all(
     assert "".join(parts) == _largest_item()
 
 
+@pytest.mark.slow
 def test_every_read_reply_is_bounded_over_stdio(state_dir: Path) -> None:
     with StdioServer("--state-dir", str(state_dir)) as srv:
         item_id = srv.ok("store", content=_largest_item())["id"]

@@ -92,7 +92,7 @@ class TwoProcesses(RuleBasedStateMachine):
 TwoProcesses.TestCase.settings = settings(
     max_examples=30, stateful_step_count=15, deadline=None, suppress_health_check=list(HealthCheck)
 )
-test_a_reader_catches_up_across_checkpoints_and_reloads_after_purges = TwoProcesses.TestCase
+test_a_reader_catches_up_across_checkpoints_and_reloads_after_purges = pytest.mark.slow(TwoProcesses.TestCase)
 
 
 def test_a_purge_leaves_no_copy_of_the_journal_it_replaced(state_dir: Path):

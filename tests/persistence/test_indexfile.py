@@ -199,6 +199,7 @@ def test_a_background_snapshot_names_the_saved_index_with_the_ids_changed_since(
     reopened.close()
 
 
+@pytest.mark.slow
 def test_the_snapshot_loop_saves_the_index_once_calls_stop_for_an_interval(tmp_path: Path):
     """After a background snapshot (no index), the loop waits while calls keep coming, then,
     after a whole quiet interval, writes a full snapshot with the index."""
@@ -330,6 +331,7 @@ def test_release_unmaps_the_pages_read_and_later_reads_see_the_same_bytes(tmp_pa
     assert _resident_kib(path) >= 4 << 10
 
 
+@pytest.mark.slow
 def test_copy_out_copies_a_map_a_chunk_at_a_time_and_leaves_none_of_it_resident(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -367,6 +369,7 @@ def test_copy_out_copies_a_map_a_chunk_at_a_time_and_leaves_none_of_it_resident(
         memory_map.copy_out(b"abcde", bytearray(4))
 
 
+@pytest.mark.slow
 def test_the_first_settle_after_a_start_leaves_none_of_the_index_file_resident(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

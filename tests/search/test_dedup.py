@@ -52,6 +52,7 @@ def _reloads(index: DedupIndex) -> list[DedupIndex]:
     return [DedupIndex.from_state(orjson.loads(orjson.dumps(index.to_state()))), DedupIndex.from_state(binary)]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     _OPS, _OPS, st.sampled_from([2, 3, dedup_mod.DEDUP_MAX_BUCKET]), st.sampled_from([0, 2, dedup_mod.DEDUP_MERGE_MIN])

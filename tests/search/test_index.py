@@ -521,6 +521,7 @@ _BATCH_OPS = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(_BATCH_OPS, st.sampled_from([0, index_mod.INDEX_SETTLE_MIN]), st.booleans(), st.sampled_from([12, 1 << 24]))
 def test_add_many_leaves_the_index_exactly_as_adding_one_by_one(steps, settle_min, reload_halfway, doc_limit):

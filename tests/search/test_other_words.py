@@ -243,6 +243,7 @@ def test_the_in_memory_client_finds_the_note_in_other_words() -> None:
     anyio.run(go)
 
 
+@pytest.mark.slow
 def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
     with StdioServer("--state-dir", state) as server:

@@ -12,6 +12,7 @@ from pathlib import Path
 from unittest.mock import patch
 
 import anyio
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -22,6 +23,9 @@ from compactor.search import mapped as memory_map
 from compactor.store import Store
 from compactor.store import journaled as journaled_mod
 from tests.support.old_tokenizer import tokenizer_version
+
+# Two state machines of 25 steps: about 15 s of the quick loop.
+pytestmark = pytest.mark.slow
 
 WORDS = ["quokka", "wombat", "numbat", "bilby", "dingo", "emu", "koala", "possum"]
 WORDS += ["连接池", "トークン", "데이터", "डेटाबेस", "ฐานข้อมูล"]  # what tokenizer version 1 made other terms of

@@ -68,6 +68,7 @@ def test_the_in_memory_client_finds_each_note_by_a_word_inside_it() -> None:
     anyio.run(go)
 
 
+@pytest.mark.slow
 def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
     with StdioServer("--state-dir", state) as server:
@@ -111,6 +112,7 @@ def _query_then_end(state: Path, query: str) -> tuple[list[str], str]:
         server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("version", "first", "reindexed", "then"),
     [
@@ -138,6 +140,7 @@ def test_an_index_saved_by_an_older_tokenizer_is_brought_up_to_date_not_rebuilt(
     assert found[:1] == [ids[then[1]]] and "tokenizer version" not in log
 
 
+@pytest.mark.slow
 def test_an_index_of_a_tokenizer_version_it_does_not_know_is_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -192,6 +195,7 @@ def test_near_copies_of_a_chinese_note_are_merged_by_compact_in_memory() -> None
     anyio.run(go)
 
 
+@pytest.mark.slow
 def test_near_copies_of_a_chinese_note_are_merged_by_compact_over_stdio(tmp_path: Path) -> None:
     notes, copies = _chinese_notes_and_near_copies()
     with StdioServer("--state-dir", str(tmp_path / "state")) as server:

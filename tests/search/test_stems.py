@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
@@ -117,6 +118,7 @@ def test_the_in_memory_client_finds_the_note_by_the_stems() -> None:
     anyio.run(go)
 
 
+@pytest.mark.slow
 def test_a_stdio_server_and_the_cli_find_it(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
     with StdioServer("--state-dir", state) as server:

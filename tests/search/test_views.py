@@ -302,6 +302,7 @@ def test_get_shows_the_view_and_query_ranks_it_first_over_the_protocol(store: St
     assert ranked[0] == view
 
 
+@pytest.mark.slow
 def test_a_view_over_stdio(tmp_path: Path):
     with StdioServer("--state-dir", str(tmp_path / "state")) as srv:
         stored = srv.ok("store", content="$ head -n 3 shop/tax.py\nRATE = 0.2\nBASE = 1\nCAP = 9")
@@ -328,6 +329,7 @@ def test_a_file_name_with_accents_is_one_file_however_they_were_typed(store: Sto
     assert _top(store, asked.rsplit("/", 1)[1], 1) == [view]
 
 
+@pytest.mark.slow
 def test_a_file_name_with_accents_over_stdio(tmp_path: Path):
     with StdioServer("--state-dir", str(tmp_path / "state")) as srv:
         command, mention = (
@@ -351,6 +353,7 @@ def test_a_file_name_in_a_script_with_vowel_signs_is_one_path(store: Store):
     assert _top(store, path, 1) == [view]
 
 
+@pytest.mark.slow
 def test_a_file_name_in_a_script_with_vowel_signs_over_stdio(tmp_path: Path):
     path = "docs/\u0921\u0947\u091f\u093e\u092c\u0947\u0938.md"
     with StdioServer("--state-dir", str(tmp_path / "state")) as srv:

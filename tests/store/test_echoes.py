@@ -73,6 +73,7 @@ def test_the_output_comes_first_over_the_protocol(store: Store):
     assert ranked[:2] == [output, command]
 
 
+@pytest.mark.slow
 def test_the_output_comes_first_over_stdio(tmp_path: Path):
     with StdioServer("--state-dir", str(tmp_path / "state")) as srv:
         command = srv.ok("store", content=RUN)["id"]

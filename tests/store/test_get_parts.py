@@ -82,6 +82,7 @@ def _cjk_text(chars: int) -> str:
     return "".join(rng.choice("数据库连接池配置错误最大导致超时ユーザー認証トークン의데이터") for _ in range(chars))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["code", "cjk"])
 def test_each_part_of_a_largest_item_stays_under_what_claude_code_takes(kind: str) -> None:
     """The structured result is what Claude Code gives the model (JSON, non-ASCII as it is): a
@@ -138,6 +139,7 @@ def test_an_offset_past_the_end_is_refused_in_one_sentence_and_the_end_itself_is
     anyio.run(go)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [C.GET_PAGE_CHARS, C.GET_PAGE_CHARS + 1])
 def test_parts_over_stdio(tmp_path: Path, size: int) -> None:
     text = _long_text(size, seed=size)

@@ -83,6 +83,7 @@ def test_a_large_memory_is_estimated_from_a_bounded_sample(clock: FakeClock):
     store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2_000, 8_000])
 def test_the_overview_reads_as_many_items_at_any_size(clock: FakeClock, n: int):
     store = filled(clock, n)

@@ -210,6 +210,7 @@ def test_an_error_whose_fix_was_stored_is_not_open(store: Store):
     assert other in _open_errors(store.recall().text)
 
 
+@pytest.mark.slow
 def test_an_error_whose_fix_was_stored_is_not_open_over_the_sdk_and_stdio(store: Store):
     import anyio
     from mcp import Client

@@ -241,6 +241,7 @@ def test_a_root_no_project_can_be_made_of_is_passed_over(tmp_path: Path):
     anyio.run(main)
 
 
+@pytest.mark.slow
 def test_a_server_started_in_a_deleted_directory_serves_that_project(tmp_path: Path, state_dir: Path):
     """Path.cwd() raises there (a removed worktree): the server died with a traceback, and the
     CLI said "No such file or directory". The scope is where the shell says it was; a relative

@@ -87,6 +87,7 @@ def _filled(store: Store) -> dict[int, str]:
     }
 
 
+@pytest.mark.slow
 def test_a_query_by_tags_alone_over_the_sdk_and_stdio_puts_the_most_important_first(store: Store):
     by_importance = _filled(store)
 

@@ -114,6 +114,7 @@ def test_no_module_reads_a_knob_except_through_the_tuning_value():
     assert not uses, "read these through Tuning (store._tuning) instead:\n" + "\n".join(uses)
 
 
+@pytest.mark.slow
 def test_the_evaluations_refuse_a_knob_that_tunes_nothing():
     for module in ("evals.replay", "evals.resume"):
         proc = subprocess.run(

@@ -122,7 +122,7 @@ class WriteFailures(RuleBasedStateMachine):
 WriteFailures.TestCase.settings = settings(
     max_examples=25, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
 )
-test_a_write_failing_at_any_step_leaves_memory_equal_to_disk = WriteFailures.TestCase
+test_a_write_failing_at_any_step_leaves_memory_equal_to_disk = pytest.mark.slow(WriteFailures.TestCase)
 
 
 def test_a_refused_forget_deletes_nothing_and_says_why(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

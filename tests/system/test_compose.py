@@ -57,6 +57,7 @@ def set_up(directory: Path) -> dict[str, str]:
     return dict(ln.split("=", 1) for ln in (directory / ".env").read_text().splitlines())
 
 
+@pytest.mark.slow
 def test_the_set_up_line_makes_the_secrets_private_and_their_owner_the_service_user(tmp_path: Path):
     env = set_up(tmp_path)
     assert set(env) == {"POSTGRES_PASSWORD", "COMPACTOR_USER"}  # the token is not in the environment
@@ -124,6 +125,7 @@ def test_the_compactor_service_serves_the_database_behind_the_token(pg_cluster, 
         assert anyio.run(rootless) == env["COMPACTOR_DEFAULT_SCOPE"] == "team"
 
 
+@pytest.mark.slow
 def test_the_postgres_healthcheck_answers_for_a_running_server(pg_cluster):
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     check = services["postgres"]["healthcheck"]["test"]
@@ -137,6 +139,7 @@ def test_the_postgres_healthcheck_answers_for_a_running_server(pg_cluster):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_the_readme_lines_make_the_secrets_and_read_the_token_back(tmp_path: Path):
     block = (ROOT / "README.md").read_text().split("## Team memory", 1)[1].split("```bash\n", 1)[1].split("```")[0]
     set_up_line, up, claude = block.strip().splitlines()

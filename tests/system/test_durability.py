@@ -490,6 +490,7 @@ def test_repair_restores_private_modes_and_leaves_a_healthy_dir(state_dir: Path)
     assert sorted(Store(state_dir=state_dir).ids()) == sorted(ids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["deleted", "moved"])
 def test_a_state_dir_taken_away_under_a_running_server_leaves_its_memory_readable(tmp_path: Path, how: str):
     """Deleted (rm -rf) or moved while the server ran: every call, reads included, failed with

@@ -37,6 +37,7 @@ def test_status_on_a_new_or_missing_state_dir_is_an_empty_memory(tmp_path):
     assert list(fresh.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_doctor_on_a_fresh_mkdir_is_healthy_or_at_most_warns(tmp_path):
     fresh = tmp_path / "fresh"
     fresh.mkdir(mode=0o755)
@@ -91,6 +92,7 @@ def test_every_error_has_one_shape(tmp_path):
         assert lines[0].startswith(f"compactor {argv[0]}: "), (argv, res.stderr)
 
 
+@pytest.mark.slow
 def test_a_warning_reaches_the_cli_user_as_a_message_not_a_log_line(tmp_path):
     """Loading a journal with a torn last line (a crash mid-write) warns; the CLI says so as
     `compactor status: ...`, not as `2026-... WARNING compactor.persistence.statedir: ...`."""
@@ -107,6 +109,7 @@ def test_a_warning_reaches_the_cli_user_as_a_message_not_a_log_line(tmp_path):
     assert line.startswith("compactor status: ") and "torn last line" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share", [True, False])
 def test_the_server_typed_at_a_terminal_says_what_it_is_and_ctrl_d_stops_it(tmp_path, share):
     """Run by hand, `compactor` waited on stdin without a word, looking hung. With stdin a
@@ -135,6 +138,7 @@ def test_the_server_typed_at_a_terminal_says_what_it_is_and_ctrl_d_stops_it(tmp_
     assert piped.returncode == 0 and b"serving MCP on stdio" not in piped.stderr
 
 
+@pytest.mark.slow
 def test_an_empty_state_dir_or_database_is_refused_and_the_working_directory_left_alone(tmp_path):
     """`--state-dir "$DIR"` with DIR unset made the working directory (a project, say) the
     state dir: the journal, snapshot, lock and log were written into it, and its mode set to

@@ -48,6 +48,7 @@ def drive(servers: list[StdioServer], log: Log, state_dir: Path) -> None:
     check_all(log, state_dir, "forget")
 
 
+@pytest.mark.slow
 def test_stdio_server_syncs_each_acknowledged_call_before_its_reply(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     log, env = recorded(tmp_path)
@@ -60,6 +61,7 @@ def test_stdio_server_syncs_each_acknowledged_call_before_its_reply(tmp_path: Pa
     assert check_unsynced_writes(log) >= 7  # each store, the update
 
 
+@pytest.mark.slow
 def test_shared_host_syncs_each_acknowledged_call_before_its_reply(tmp_path: Path) -> None:
     """Two relays share one host (sharing/relay.py), a fork of the first: the recorders are
     inherited, and the syncs are the host's."""

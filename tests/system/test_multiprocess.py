@@ -234,6 +234,7 @@ def test_background_snapshot_raced_by_another_rotation_is_discarded(state_dir: P
     assert doctor.check(state_dir).healthy
 
 
+@pytest.mark.slow
 def test_budget_flag_write_at_startup_is_made_under_the_lock(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
     from compactor.persistence.statedir import StateDir
 

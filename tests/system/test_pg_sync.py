@@ -59,6 +59,7 @@ def test_a_database_that_syncs_says_nothing(pg_url: str, caplog: pytest.LogCaptu
         store.close()
 
 
+@pytest.mark.slow
 def test_a_database_set_to_commit_asynchronously_is_warned_of_over_stdio_and_in_the_cli(pg_url: str) -> None:
     """Set on the database (ALTER DATABASE), not in the URL: every session of it is warned."""
     with psycopg.connect(pg_url, autocommit=True) as conn:

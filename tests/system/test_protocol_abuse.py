@@ -362,6 +362,7 @@ def test_a_hundred_megabyte_line_leaves_memory_flat_over_stdio_and_through_the_s
     print(f"\npeak RSS growth reading a 100 MB line: {grew:.0f} MB (shared host)")
 
 
+@pytest.mark.slow
 def test_server_still_works_and_exits_cleanly_after_all_of_it():
     """A fresh server given every abuse in one burst, then a normal store and get, then EOF."""
     with StdioServer("--log-level", "ERROR") as fresh:

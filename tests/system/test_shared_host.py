@@ -48,6 +48,7 @@ def host_files() -> set[str]:
     return {p.name for p in runtime_dir().iterdir()}
 
 
+@pytest.mark.slow
 def test_two_clients_share_one_host_that_exits_with_the_last_after_saving(state_dir: Path) -> None:
     before = host_files()
     a = StdioServer("--state-dir", str(state_dir))
@@ -83,6 +84,7 @@ def test_two_clients_share_one_host_that_exits_with_the_last_after_saving(state_
         loaded.close()
 
 
+@pytest.mark.slow
 def test_clients_started_together_get_one_host(state_dir: Path) -> None:
     procs = [
         subprocess.Popen(
@@ -107,6 +109,7 @@ def test_clients_started_together_get_one_host(state_dir: Path) -> None:
     wait_gone(hosts[0])
 
 
+@pytest.mark.slow
 def test_different_settings_get_different_hosts_on_the_same_state_dir(state_dir: Path) -> None:
     with (
         StdioServer("--state-dir", str(state_dir)) as a,
@@ -118,6 +121,7 @@ def test_different_settings_get_different_hosts_on_the_same_state_dir(state_dir:
         assert [i["id"] for i in b.ok("query", query="default budget host")["items"]] == [stored["id"]]
 
 
+@pytest.mark.slow
 def test_no_share_serves_in_the_clients_own_process(state_dir: Path) -> None:
     with StdioServer("--state-dir", str(state_dir), "--no-share") as a:
         a.ok("store", content="kept by this very process")
@@ -129,6 +133,7 @@ def test_no_share_serves_in_the_clients_own_process(state_dir: Path) -> None:
         assert b.ok("query", query="kept process")["items"]
 
 
+@pytest.mark.slow
 def test_a_killed_client_leaves_the_others_served(state_dir: Path) -> None:
     a = StdioServer("--state-dir", str(state_dir))
     b = StdioServer("--state-dir", str(state_dir))
@@ -150,6 +155,7 @@ def test_a_killed_client_leaves_the_others_served(state_dir: Path) -> None:
         loaded.close()
 
 
+@pytest.mark.slow
 def test_a_killed_host_ends_its_sessions_with_a_message_and_loses_nothing(state_dir: Path) -> None:
     a = StdioServer("--state-dir", str(state_dir))
     try:
@@ -167,6 +173,7 @@ def test_a_killed_host_ends_its_sessions_with_a_message_and_loses_nothing(state_
         assert hosts_of(b) and hosts_of(b) != [host]
 
 
+@pytest.mark.slow
 def test_a_host_that_cannot_start_says_why_on_the_clients_stderr(state_dir: Path) -> None:
     state_dir.mkdir(mode=0o700)
     (state_dir / "snapshot.json").write_text("{not json\n", encoding="utf-8")
@@ -184,6 +191,7 @@ def test_a_host_that_cannot_start_says_why_on_the_clients_stderr(state_dir: Path
     assert run.stdout == b""
 
 
+@pytest.mark.slow
 def test_start_warnings_reach_the_starting_client_and_later_logs_the_state_dir(state_dir: Path) -> None:
     with StdioServer("--state-dir", str(state_dir)) as a:
         a.ok("store", content="indexed, then its index file is removed")
@@ -210,6 +218,7 @@ def test_start_warnings_reach_the_starting_client_and_later_logs_the_state_dir(s
     assert os.stat(state_dir / host_mod.SHARED_LOG).st_mode & 0o077 == 0
 
 
+@pytest.mark.slow
 def test_each_client_keeps_the_project_scope_of_its_own_directory(tmp_path: Path, state_dir: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     for project in (one, two):
@@ -228,6 +237,7 @@ def test_each_client_keeps_the_project_scope_of_its_own_directory(tmp_path: Path
         assert [i["id"] for i in b.ok("query", query="belongs project")["items"]] == [second["id"]]
 
 
+@pytest.mark.slow
 def test_a_replaced_state_dir_gets_a_new_host(state_dir: Path) -> None:
     a = StdioServer("--state-dir", str(state_dir))
     try:
@@ -245,6 +255,7 @@ def test_a_replaced_state_dir_gets_a_new_host(state_dir: Path) -> None:
     wait_gone(old_host)
 
 
+@pytest.mark.slow
 def test_a_stale_socket_and_a_garbage_hello_do_not_stop_the_host(state_dir: Path) -> None:
     import socket
 
@@ -308,6 +319,7 @@ def test_the_host_log_is_moved_aside_past_its_limit(tmp_path: Path) -> None:
     assert log_path.read_bytes() == b"after the move\n"
 
 
+@pytest.mark.slow
 def test_starting_a_host_sweeps_what_killed_hosts_left(state_dir: Path) -> None:
     import fcntl
 
@@ -412,6 +424,7 @@ async def test_the_host_in_process_ignores_a_stray_connection_and_stops_with_its
         again.close()
 
 
+@pytest.mark.slow
 def test_a_changed_install_is_not_served_by_a_host_running_the_old_code(state_dir: Path) -> None:
     import compactor
 
@@ -432,6 +445,7 @@ def test_a_changed_install_is_not_served_by_a_host_running_the_old_code(state_di
             assert hosts_of(c) == [old_host]  # the same code again: the running host
 
 
+@pytest.mark.slow
 def test_a_relative_state_dir_is_reported_as_given_as_in_process(tmp_path: Path) -> None:
     for sharing in ((), ("--no-share",)):
         with StdioServer("--state-dir", "rel-state", *sharing, cwd=tmp_path) as a:
@@ -440,6 +454,7 @@ def test_a_relative_state_dir_is_reported_as_given_as_in_process(tmp_path: Path)
     assert (tmp_path / "rel-state" / "journal.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_hosts_live_in_the_runtime_dir_the_environment_names(state_dir: Path, tmp_path: Path) -> None:
     """Concurrent runs (two test sessions, two users' tools under one uid) keep apart by
     naming their own runtime dir: a socket of theirs is never found by ours."""

@@ -111,6 +111,7 @@ def test_a_server_ending_after_a_background_snapshot_saves_the_index_for_the_nex
     assert len(list(state_dir.glob("index.*.bin"))) == 1
 
 
+@pytest.mark.slow
 def test_in_memory_without_state_dir():
     with StdioServer() as srv:
         srv.ok("store", content="ephemeral")
@@ -134,6 +135,7 @@ def test_corrupt_state_stops_startup_with_a_message(state_dir: Path):
     assert (state_dir / "snapshot.json").read_bytes() == b"garbage"
 
 
+@pytest.mark.slow
 def test_bad_cli_arguments_exit_2():
     proc = subprocess.run(server_command("--budget", "abc"), capture_output=True, env=server_env(), timeout=30)
     assert proc.returncode == 2 and b"--budget" in proc.stderr
@@ -256,6 +258,7 @@ def test_requests_piped_before_stdin_closes_all_get_replies(tmp_path: Path, mode
             assert again.ok("status")["active_items"] == 16
 
 
+@pytest.mark.slow
 def test_a_resource_read_of_a_long_id_over_stdio_says_its_length_not_the_id(tmp_path: Path) -> None:
     with StdioServer("--state-dir", str(tmp_path / "state")) as server:
         reply = server.request("resources/read", {"uri": "memory://items/" + "q" * 5_000})
@@ -265,6 +268,7 @@ def test_a_resource_read_of_a_long_id_over_stdio_says_its_length_not_the_id(tmp_
         assert server.ok("status")["active_items"] == 0  # the server goes on
 
 
+@pytest.mark.slow
 def test_status_over_stdio_names_the_snapshot_an_earlier_run_wrote(state_dir: Path) -> None:
     """Issue 38 point 11, through a real process: the CLI saw the snapshot, the tool said "never"."""
     with StdioServer("--state-dir", str(state_dir)) as srv:
