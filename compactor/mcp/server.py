@@ -251,6 +251,11 @@ async def snapshots(store: Store, interval: float) -> None:
     index_failed = False  # not retried until something new is written
     while True:
         await anyio.sleep(interval)
+        if store.accesses_pending:  # queries found the writers' lock busy and nothing wrote since
+            try:
+                await anyio.to_thread.run_sync(store.flush_accesses)
+            except Exception as exc:
+                log.warning("access times not saved yet: %s", exc)
         if store.dirty:
             index_failed = False
             try:

@@ -12,6 +12,7 @@ history (`snapshot_now`, used by forget and repairs) makes every other process r
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -78,22 +79,36 @@ class ReentrantLock:
         me = threading.get_ident()
         wait = self.lock_wait_s
         deadline = None if wait is None else time.monotonic() + wait
+        ticket: object | None = None  # this thread's place in line, once it has to wait
         with _HOLDS:
+            line = self.__dict__.setdefault("_line", collections.deque())
             while True:
                 if self._holder == me:
                     self._lock_depth += 1
                     how = "nested"
                     break
-                if self._holder is None:
+                # First come, first served: with dozens of writers waiting, taking turns at
+                # random left some waiting for seconds.
+                if self._holder is None and (not line or line[0] is ticket):
+                    if ticket is not None:
+                        line.popleft()
                     self._holder, self._taking = me, True
                     how = "take"
                     break
-                if guest and not self._taking:
+                if guest and self._holder is not None and not self._taking:
+                    if ticket is not None:  # in line no more: a guest takes nothing
+                        line.remove(ticket)
+                        _HOLDS.notify_all()
                     how = "guest"
                     break
+                if ticket is None:
+                    ticket = object()
+                    line.append(ticket)
                 # A guest waits for a hold being taken, which that taker's own wait bounds.
                 left = None if deadline is None or guest else deadline - time.monotonic()
                 if left is not None and left <= 0:
+                    line.remove(ticket)
+                    _HOLDS.notify_all()  # the next in line may be first now
                     raise WriteLockTimeoutError(
                         f"Another call of this server held the writers' lock for more than {wait:g} s; "
                         "this call was not applied. Retry it in a moment."

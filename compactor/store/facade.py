@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -26,7 +27,7 @@ from .. import bounds
 from .. import constants as C
 from ..content.tags import merge_tags, parse_tags
 from ..content.tokens import TokenCounter, default_counter
-from ..errors import InvalidArgumentError, PersistenceError, WriteLockTimeoutError
+from ..errors import InvalidArgumentError, PersistenceError
 from ..models import CompactReport, Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.statedir import StateDir
@@ -58,10 +59,6 @@ def _without_source(item: Item, source: str) -> dict[str, Any]:
 
 
 log = logging.getLogger(__name__)
-
-# How long a query waits to record its accesses: a writer holds the lock for milliseconds, so
-# longer means a stalled one, and the answer matters more than an access count.
-ACCESS_LOCK_WAIT_S = 0.5
 
 # A store of the same content, scope and tags within this many seconds returns the first id: a
 # client retries within seconds of a failed answer, and a minute apart is a deliberate repeat.
@@ -110,6 +107,8 @@ class Store(_Recall, _Compaction, _Ledger):
         self._scope = scope
         self._call_scope = threading.local()  # a call's own scope, set by `serving`
         self._calls = CallLock()
+        self._access_pending = Counter()
+        self._access_guard = threading.Lock()
         self.default_read_scope: str | None = None
         self.counter = counter or default_counter()
         self.settings = Settings(token_budget=C.BUDGET_DEFAULT)
@@ -726,15 +725,8 @@ class Store(_Recall, _Compaction, _Ledger):
             raise InvalidArgumentError("Give a query, tags, or both.")
         with self._read():
             hits = self._search(text, tag_list, limit, include_archived, self._scopes(scope))
-        # The access is recorded after the search, under the writers' lock, waiting briefly:
-        # a query answers even while a stalled writer holds that lock (its access then goes
-        # unrecorded, on every server alike).
-        try:
-            with self._locked(wait_s=min(self.lock_wait_s, ACCESS_LOCK_WAIT_S)):
-                self._sync()
-                self._touch([h.item.id for h in hits if h.item.id in self._s.items])
-        except WriteLockTimeoutError as exc:
-            log.info("access times not recorded: %s", exc)
+        # The access is recorded after the search, never waiting for writers (`_touch`).
+        self._touch([h.item.id for h in hits])
         items = self._s.items
         return [Hit(items.get(h.item.id, h.item), h.score, h.matched) for h in hits]
 

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import sys
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Self
@@ -201,6 +202,11 @@ class CallLock:
     def held(self) -> bool:
         return self._owner == threading.get_ident()
 
+    @property
+    def depth(self) -> int:
+        """How deep the calling thread's holds are nested (0: it holds none)."""
+        return self._depth if self.held else 0
+
     def hand_over(self, thread: int) -> None:
         """Make `thread` the holder (see `_Journaled._locked_off_loop`)."""
         if self._owner is not None:
@@ -264,6 +270,10 @@ class _Journaled(_StateOps):
     # Calls run on worker threads (sessions overlap): each holds `_calls` while it uses
     # memory; one thread at a time holds the writers' lock (`ReentrantLock`).
     _calls: CallLock
+    # Accesses of queries that found the writers' lock busy, journaled by the next hold.
+    _access_pending: Counter[str]
+    _access_guard: threading.Lock
+    _access_at: float = 0.0
     lock_wait_s: float = C.LOCK_WAIT_S  # how long a write waits for the writers' lock
     # Told (done, total) items while a load indexes items again (an index of an older
     # tokenizer, or none saved): seconds per 10,000 items, worth a progress line on a terminal.
@@ -515,6 +525,8 @@ class _Journaled(_StateOps):
         with self._calls:
             backend = self._backend
             if backend is None:
+                if self._calls.depth == 1:
+                    self._flush_accesses()
                 yield
                 return
             if backend.held_here:  # nested in this thread's own hold (a write inside a read, say)
@@ -528,7 +540,51 @@ class _Journaled(_StateOps):
             # Memory may have moved on while the call lock was let go: the caller catches up
             # (`_sync`) under the lock, as always.
             with held:
+                self._flush_accesses()
                 yield
+
+    def _note_accesses(self, ids: Sequence[str]) -> None:
+        """Queries' accesses, for the next hold of the writers' lock to journal (`_locked`)."""
+        now = self._clock()
+        with self._access_guard:
+            self._access_pending.update(ids)
+            self._access_at = now
+
+    @property
+    def accesses_pending(self) -> bool:
+        return bool(self._access_pending)
+
+    def flush_accesses(self) -> None:
+        """Journal the accesses noted so far now (a server's quiet spell, its end)."""
+        if self._access_pending:
+            with self._locked():
+                pass
+
+    def _flush_accesses(self) -> None:
+        """Under the writers' lock: the accesses noted, as one entry journaled without fsync
+        (losing one on power loss is harmless); items forgotten meanwhile are left out."""
+        if not self._access_pending:
+            return
+        with self._access_guard:
+            counts, self._access_pending = self._access_pending, Counter()
+            at = self._access_at
+        self._sync()
+        items = self._s.items
+        ops: list[Op] = [
+            {"op": "patch", "id": i, "set": {"last_accessed_at": at, "access_count": it.access_count + n}}
+            for i, n in counts.items()
+            if (it := items.get(i)) is not None
+        ]
+        try:
+            self._commit(ops, sync=False)
+        except WriteConflictError:
+            # Another server wrote first: noted again, recorded at the next hold, caught up.
+            with self._access_guard:
+                self._access_pending.update(counts)
+        except PersistenceError as exc:
+            log.warning("access times not saved: %s", exc)
+            for op in ops:
+                self._apply(op)
 
     @contextlib.asynccontextmanager
     async def _locked_off_loop(self) -> AsyncIterator[None]:
@@ -733,6 +789,11 @@ class _Journaled(_StateOps):
 
     def close(self) -> None:
         if self._backend is not None:
+            if self._access_pending and self._backend.is_open:
+                try:
+                    self.flush_accesses()
+                except Exception as exc:  # closing goes on: an access time is worth a log line
+                    log.warning("access times not saved at close: %s", exc)
             self._backend.close()
 
     def close_with_snapshot(self) -> None:

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from ..errors import PersistenceError, WriteConflictError
-from ..models import Item, Op
+from ..errors import WriteLockTimeoutError
+from ..models import Item
 from ..search import scoring
 from ..search.views import covers, overlaps, parse_query
 from .journaled import _Journaled
@@ -28,6 +28,10 @@ VIEW_LIFT_MAX: Final = 16
 ECHO_MAX_CHARS: Final = 500
 
 log = logging.getLogger(__name__)
+
+# How long a query waits for the writers' lock to record its access before leaving it to the
+# next hold: not at all, in effect (a query must not queue behind writers).
+ACCESS_TRY_S = 0.001
 
 
 class _Search(_Journaled):
@@ -230,26 +234,15 @@ class _Search(_Journaled):
         return seen
 
     def _touch(self, ids: list[str]) -> None:
-        """A query is an access. Journaled without fsync: losing one on power loss is harmless.
-        Not recorded when `record_access` is off (a command that only reads)."""
+        """A query is an access: recorded under the writers' lock when it is free now, else
+        with this server's next hold of it (`_Journaled._locked` flushes what is noted), so a
+        query never waits for writers. Not recorded when `record_access` is off (a command that
+        only reads)."""
         if not ids or not self.record_access:
             return
-        now = self._clock()
-        ops: list[Op] = []
-        for item_id in ids:
-            item = self._s.items[item_id]
-            ops.append(
-                {
-                    "op": "patch",
-                    "id": item_id,
-                    "set": {"last_accessed_at": now, "access_count": item.access_count + 1},
-                }
-            )
+        self._note_accesses(ids)
         try:
-            self._commit(ops, sync=False)
-        except WriteConflictError:
-            raise  # the query runs again, caught up: its counts then build on the other server's
-        except PersistenceError as exc:
-            log.warning("access times not saved: %s", exc)
-            for op in ops:
-                self._apply(op)
+            with self._locked(wait_s=ACCESS_TRY_S):
+                pass  # taking the lock flushes what is noted
+        except WriteLockTimeoutError as exc:
+            log.debug("access times kept for the next hold of the writers' lock: %s", exc)
