@@ -125,6 +125,7 @@ def shoot(browser: Any, base: str, pages: dict[str, str], out: Path, widths: dic
             if name == "forget-confirm":
                 page.get_by_role("button", name="Forget…").click()
                 page.wait_for_selector("text=Forget it for good")
+                page.wait_for_load_state("load")  # its stylesheet applied
             shot = out / f"{name}-{width_name}.png"
             page.screenshot(path=str(shot), full_page=True)
             print(shot)

@@ -219,6 +219,8 @@ def test_every_page_fits_a_phone_and_has_the_accessibility_basics(base: str, ser
                 page.goto(f"{base}/item/{it['id']}")
                 page.get_by_role("button", name="Forget…").click()
                 page.get_by_role("button", name="Forget it for good").wait_for()
+                # Its stylesheet too: measured before it applies, the page is laid out unstyled.
+                page.wait_for_load_state("load")
             else:
                 page.goto(base + path)
             overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
