@@ -72,7 +72,15 @@ def cmd_ui(args: argparse.Namespace, out: Out) -> int:
     # create: a page that may pin or forget is a writer, and a server started later shares the dir.
     with opened(args, create=True) as store:
         try:
-            serve.serve_ui(store, host=args.host, port=args.port, token=token, source=source, state_dir=state_dir)
+            serve.serve_ui(
+                store,
+                host=args.host,
+                port=args.port,
+                token=token,
+                source=source,
+                state_dir=state_dir,
+                database=database,
+            )
         except OSError as exc:
             raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
         except KeyboardInterrupt:

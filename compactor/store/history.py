@@ -1,12 +1,13 @@
 """What memory looked like over time, read from the Store's public API: tokens stored per
 period with the compactions (summary nodes made) marked, the pinned share and counts per summary
 depth (from the items when there are few, else from an even sample of each tier: a glance must
-not cost a pass over 100,000 items), one item's story from its own fields, and what a state
-dir's journal records about one item since the last snapshot (`compactor show`, the memory
-page)."""
+not cost a pass over 100,000 items), one item's story from its own fields, and what a journal
+records about one item since the last snapshot (`compactor show`; the memory page, in words and
+with who made each change where a team server's tokens file names people)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -121,29 +122,179 @@ def timeline(raw: list[tuple[float, float]], made: list[tuple[float, float]], bi
     return Timeline(start, end, cumulative, [round(c) for c in compactions])
 
 
-def story(store: Store, item: Item) -> list[tuple[float, str]]:
-    """An item's history as its fields and its relatives' tell it, oldest first: stored, the
-    summaries made over it, merged, last read. (What changed since the last snapshot is in the
-    journal; adapters that can read it add those lines.)"""
-    events: list[tuple[float, str]] = [(item.created_at, "made by a compaction" if item.depth else "stored")]
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One line of an item's history, for a person: `what` happened, naming the item `ref` last
+    when it names one (a page links it); `who` made it (a team server's person, when its
+    tokens file named one); `at` when (None: the record does not say); `times`: how many
+    such events in a row (reads)."""
+
+    what: str
+    at: float | None = None
+    who: str | None = None
+    ref: str | None = None
+    times: int = 1
+
+
+@dataclass(slots=True)
+class Journal:
+    """What a journal records about one item since the last snapshot, oldest first; `note`
+    says why it was not read, when it was not."""
+
+    events: list[Event]
+    note: str | None = None
+
+
+def story(store: Store, item: Item) -> list[Event]:
+    """An item's history as its fields and its relatives' tell it, oldest first: stored (and by
+    whom), the summaries made over it (by whose call), last read. When a summary was made is
+    not recorded (a node carries its oldest child's time): those lines have no time. What
+    changed since the last snapshot, and by whom, is in the journal (`item_changes`)."""
+    if item.depth:
+        events = [Event("made by a compaction", None, item.stored_by)]
+    else:
+        events = [Event("stored", item.created_at, item.stored_by)]
     for parent_id in item.parents:
         try:
             parent = store.get(parent_id)
         except KeyError:
             continue
-        events.append((parent.created_at, f"compacted into summary {parent.id} (depth {parent.depth})"))
+        # The node was stored by the call that compacted: its person made this change.
+        events.append(Event(f"compacted into a depth-{parent.depth} summary", None, parent.stored_by, parent.id))
     if item.access_count:
-        events.append((item.last_accessed_at, f"last read (read {item.access_count} time(s))"))
-    now_state = [
-        "pinned" if item.pinned else "",
-        "archived" if item.tier == "archived" else "",
-        "shown as its summary" if item.view == "summary" else "",
-        f"merged into {item.merged_into}" if item.merged_into else "",
-    ]
-    state = ", ".join(s for s in now_state if s)
-    if state:
-        events.append((max(t for t, _ in events), f"now {state}"))
-    return sorted(events, key=lambda e: e[0])
+        events.append(Event("last read", item.last_accessed_at, times=item.access_count))
+    return events
+
+
+# Patch fields that say nothing to a person on their own (counts and caches beside a change).
+_QUIET_FIELDS: Final = frozenset(
+    {
+        "content_tokens",
+        "summary_tokens",
+        "last_accessed_at",
+        "access_count",
+        "changed_by",
+        "stored_by",
+        "quality",
+        "tags_from",
+        "file_command",
+        "file_paths",
+        "file_lines",
+        "children_tier",
+        "seq",
+    }
+)
+_ACCESS: Final = frozenset({"last_accessed_at", "access_count"})
+
+
+def _target(op: dict[str, Any]) -> object:
+    return op.get("id") or (op.get("item") or {}).get("id")
+
+
+def describe_change(op: dict[str, Any], batch: Sequence[dict[str, Any]] = ()) -> tuple[str, str | None]:
+    """One journal op on an item in words for a person, and the item id it names (last), if
+    any: "pinned", "archived, compacted into summary" + the node. `batch`: the ops written with
+    it, which tell a compaction (the node's put) from a dissolve (the node's delete)."""
+    kind = op.get("op")
+    if kind == "put":
+        return ("made by a compaction" if (op.get("item") or {}).get("depth") else "stored"), None
+    if kind == "del":
+        return "deleted", None
+    changes: dict[str, Any] = dict(op.get("set") or {})
+    if changes and changes.keys() <= _ACCESS:
+        return "read", None
+    parts: list[str] = []
+    ref: str | None = None
+    tail: tuple[str, str] | None = None  # the phrase that names an item, said last
+    for key, value in changes.items():
+        if key in _QUIET_FIELDS:
+            continue
+        if key == "pinned":
+            parts.append("pinned" if value else "unpinned")
+        elif key == "tier":
+            parts.append("archived" if value == "archived" else "back to the active tier")
+        elif key == "view":
+            parts.append("shown as its summary" if value == "summary" else "shown in full")
+        elif key in ("content", "summary"):
+            parts.append(f"{key} rewritten" if value else f"{key} removed")
+        elif key == "importance":
+            parts.append(f"importance set to {value}")
+        elif key == "tags":
+            shown = [str(t) for t in value or []]
+            parts.append(
+                f"tags set to {', '.join(shown[:6])}{', …' if len(shown) > 6 else ''}" if shown else "tags cleared"
+            )
+        elif key == "merged_into":
+            if value:
+                tail = ("merged into", str(value))
+            else:
+                parts.append("no longer merged")
+        elif key == "dup_of":
+            if value:
+                tail = ("noticed as a near-duplicate of", str(value))
+        elif key == "parents":
+            now = [str(p) for p in value or []]
+            made = {str(_target(o)) for o in batch if o.get("op") == "put"}
+            gone = [str(_target(o)) for o in batch if o.get("op") == "del" and _target(o) not in now]
+            new = [p for p in now if p in made]
+            if new:
+                tail = ("compacted into summary", new[-1])
+            elif gone:
+                tail = ("no longer covered by summary", gone[-1])
+            else:
+                parts.append("its summaries changed")
+        elif key == "children":
+            parts.append(f"now stands for {len(value or [])} children")
+        elif key == "gone_children":
+            parts.append("a child forgotten")
+        elif key == "scope":
+            parts.append(f"moved to scope {value or 'global'}")
+        else:
+            parts.append(f"{key} changed")
+    if tail is not None:
+        parts.append(tail[0])
+        ref = tail[1]
+    return (", ".join(parts) or "changed"), ref
+
+
+def item_changes(
+    batches: Iterable[tuple[float | None, list[dict[str, Any]]]], item_id: str, limit: int = SHOW_JOURNAL_ENTRIES
+) -> list[Event]:
+    """The journal's entries about one item, oldest first, the last `limit` of them: each
+    batch is (when it was written, None when the journal does not say; its ops). Reads in a
+    row by the same person are one event."""
+    found: list[Event] = []
+    for at, batch in batches:
+        for op in batch:
+            if _target(op) != item_id:
+                continue
+            what, ref = describe_change(op, batch)
+            who = op["who"] if isinstance(op.get("who"), str) else None
+            when = at
+            if when is None and op.get("op") == "put":
+                when = (op.get("item") or {}).get("created_at")
+            elif when is None and what == "read":
+                when = (op.get("set") or {}).get("last_accessed_at")
+            if found and what == "read" and found[-1].what == "read" and found[-1].who == who:
+                last = found[-1]
+                found[-1] = Event("read", when if when is not None else last.at, who, None, last.times + 1)
+                continue
+            found.append(Event(what, when if isinstance(when, (int, float)) else None, who, ref))
+    return found[-limit:]
+
+
+def state_dir_changes(path: Path, item_id: str, limit: int = SHOW_JOURNAL_ENTRIES) -> Journal:
+    """`item_changes` from a state dir's journal (which records who but not when: a put says
+    when the item was stored, a read when it was read)."""
+    try:
+        if (path / JOURNAL).stat().st_size > SHOW_JOURNAL_MAX_BYTES:
+            return Journal([], "the journal is too big to read for one item")
+        _, batches, _, _ = StateDir(path).read_journal()
+    except FileNotFoundError:
+        return Journal([])
+    except (OSError, StateCorruptError) as exc:
+        return Journal([], f"the journal could not be read: {exc}")
+    return Journal(item_changes(((None, b) for b in batches), item_id, limit))
 
 
 def journal_entries(path: Path, item_id: str, limit: int = SHOW_JOURNAL_ENTRIES) -> list[str]:

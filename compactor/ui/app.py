@@ -13,7 +13,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,10 +34,11 @@ from ..models import Item, Tier
 from ..persistence.statedir import JOURNAL
 from ..render import page_end
 from ..store import ALL_SCOPES, Hit, Store
-from ..store.history import journal_entries, overview
+from ..store.history import Journal, overview, state_dir_changes
 from ..store.ledger import LEDGER_MEMORY_MAX
 from . import pages as P
 from .html import Safe
+from .journal import database_changes
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +125,15 @@ class UI:
     """The routes, over one Store shared by the server's worker threads (one lock: the pages read
     several Store calls that belong together)."""
 
-    def __init__(self, store: Store, *, source: str, state_dir: Path | None) -> None:
+    def __init__(self, store: Store, *, source: str, state_dir: Path | None, database: str | None = None) -> None:
         self.store = store
         self.lock = threading.Lock()
         self.csrf = secrets.token_urlsafe(32)
-        journal = (lambda item_id: _journal(state_dir, item_id)) if state_dir is not None else None
+        journal: Callable[[str], Journal] | None = None
+        if state_dir is not None:
+            journal = lambda item_id: _journal(state_dir, item_id)  # noqa: E731
+        elif database is not None:
+            journal = lambda item_id: database_changes(database, item_id)  # noqa: E731
         self.ctx = P.Context(csrf=self.csrf, source=source, journal=journal)
 
     def html(self, body: Safe, status: int = 200) -> HTMLResponse:
@@ -181,17 +186,20 @@ class UI:
                         f"offset {offset:,} is past the end of {it.id}'s content ({len(it.content):,} characters)."
                     )
                 end = page_end(it.content, offset, self.store.counter.count)
-                covers = list(dict.fromkeys([*it.parents, *self.store.ancestors(it)]))
+                covers = _items(self.store, dict.fromkeys([*it.parents, *self.store.ancestors(it)]))
                 kids: list[Any] = []
                 total = 0
                 if it.depth:
                     _, kids, total = self.store.expand(it.id, offset=child_offset, limit=P.TREE_CHILDREN)
         except CompactorError as exc:
             return self.error(exc)
+        # Outside the lock: the journal is a file or a table of its own, read without the Store.
+        journal = self.ctx.journal(it.id) if self.ctx.journal is not None else None
         done = request.query_params.get("done")
         if notice is None and done in DONE:
             notice = P.note(DONE[done])
-        return self.html(P.item_page(self.ctx, self.store, it, offset, end, covers, kids, total, child_offset, notice))
+        page = P.item_page(self.ctx, self.store, it, offset, end, covers, kids, total, child_offset, notice, journal)
+        return self.html(page)
 
     async def act(self, request: Request) -> Response:
         name = request.path_params["action"]
@@ -236,17 +244,25 @@ class UI:
     def tree(self, request: Request) -> Response:
         offset = _int(request, "offset", 0, 1 << 40)
         root_id = request.query_params.get("root")
+        dissolved = _int(request, "dissolved", 0, 1 << 20)
+        notice = (
+            P.note(f"Dissolved: its {P.children_count(dissolved)} stand for themselves again.")
+            if "dissolved" in request.query_params
+            else None
+        )
         try:
             with self.lock:
                 if root_id:
                     root, kids, total = self.store.expand(root_id, offset=offset, limit=P.TREE_CHILDREN)
-                    body = P.tree_page(self.ctx, [], 0, offset, root, kids, total)
+                    stands = _stands_for(self.store, [root, *kids])
+                    body = P.tree_page(self.ctx, [], 0, offset, root, kids, total, stands, notice)
                 else:
                     # `roots` reads without catching up with other processes; `status` does.
                     self.store.status()
                     roots = self.store.roots(scope=None)
                     page = roots[offset : offset + P.PAGE_ITEMS]
-                    body = P.tree_page(self.ctx, page, len(roots), offset, None, [], 0)
+                    stands = _stands_for(self.store, page)
+                    body = P.tree_page(self.ctx, page, len(roots), offset, None, [], 0, stands, notice)
         except CompactorError as exc:
             return self.error(exc)
         return self.html(body)
@@ -257,9 +273,10 @@ class UI:
         try:
             with self.lock:
                 node, kids, total = self.store.expand(request.path_params["id"], offset=offset, limit=P.TREE_CHILDREN)
+                stands = _stands_for(self.store, kids)
         except CompactorError as exc:
             return PlainTextResponse(str(exc), status_code=404 if isinstance(exc, NotFoundError) else 400)
-        return self.html(P.children_list(node, kids, total, offset))
+        return self.html(P.children_list(node, kids, total, offset, stands))
 
     def ledger(self, request: Request) -> Response:
         offset = _int(request, "offset", 0, 1 << 40)
@@ -319,14 +336,38 @@ def newest(store: Store, offset: int, limit: int) -> tuple[list[Item], int]:
     return sorted([*pages[0], *pages[1]], key=lambda it: -it.seq)[:limit], total
 
 
-def _journal(state_dir: Path, item_id: str) -> list[str]:
+def _journal(state_dir: Path, item_id: str) -> Journal:
     try:
         size = (state_dir / JOURNAL).stat().st_size
     except OSError:
-        return []
+        return Journal([])
     if size > JOURNAL_PAGE_MAX_BYTES:
-        return [f"(the journal holds {size:,} bytes, too many to read for a page: `compactor show {item_id}` reads it)"]
-    return journal_entries(state_dir, item_id)
+        return Journal(
+            [], f"the journal holds {size:,} bytes, too many to read for a page (`compactor show {item_id}` reads it)"
+        )
+    return state_dir_changes(state_dir, item_id)
+
+
+def _items(store: Store, ids: Iterable[str]) -> list[Item]:
+    """The items of `ids` that are there (read without counting as an access), in that order."""
+    found = []
+    for item_id in ids:
+        try:
+            found.append(store.get(item_id))
+        except NotFoundError:
+            continue
+    return found
+
+
+def _stands_for(store: Store, nodes: Iterable[Item]) -> dict[str, int]:
+    """Summary node id -> the tokens of the children it condenses (their content), for the
+    nodes about to be shown (a node holds tens of children: a page reads hundreds of items)."""
+    out: dict[str, int] = {}
+    for node in nodes:
+        if node.depth:
+            _, kids, _ = store.expand(node.id, limit=C.LIST_LIMIT_MAX)
+            out[node.id] = sum(k.content_tokens for k in kids)
+    return out
 
 
 def _int(request: Request, name: str, default: int, high: int, *, low: int = 0) -> int:
@@ -348,15 +389,25 @@ def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
     return frozenset(f"{n}:{port}" for n in names) | (frozenset(names) if port == 80 else frozenset())
 
 
-def ui_app(store: Store, *, host: str, port: int, token: str | None, source: str, state_dir: Path | None) -> Starlette:
-    """The Starlette app. Raises InvalidArgumentError for a non-loopback `host` without a token."""
+def ui_app(
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    source: str,
+    state_dir: Path | None,
+    database: str | None = None,
+) -> Starlette:
+    """The Starlette app over memory in `state_dir` or `database` (whose journals say who made
+    each change). Raises InvalidArgumentError for a non-loopback `host` without a token."""
     if token is None and not is_loopback(host):
         raise InvalidArgumentError(
             f"refusing to serve on {host} without a token: anyone who can reach it could read and change memory. "
             "Pass --token-file FILE or set COMPACTOR_TOKEN (make one with `openssl rand -hex 32`), or serve on "
             "127.0.0.1."
         )
-    ui = UI(store, source=source, state_dir=state_dir)
+    ui = UI(store, source=source, state_dir=state_dir, database=database)
     routes = [
         Route("/", ui.overview),
         Route("/search", ui.search),

@@ -31,11 +31,20 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_ui(store: Store, *, host: str, port: int, token: str | None, source: str, state_dir: Path | None) -> None:
+def serve_ui(
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    source: str,
+    state_dir: Path | None,
+    database: str | None = None,
+) -> None:
     """Serve the pages until interrupted; the address goes to stdout, the first line printed."""
     sock = bind(host, port)
     actual = sock.getsockname()[1]
-    app = ui_app(store, host=host, port=actual, token=token, source=source, state_dir=state_dir)
+    app = ui_app(store, host=host, port=actual, token=token, source=source, state_dir=state_dir, database=database)
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     print(f"compactor ui: http://{shown}:{actual}/ (Ctrl-C stops it)", flush=True)
     if token is not None:

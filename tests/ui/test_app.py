@@ -170,19 +170,19 @@ def test_search_the_ledger_and_the_tree_are_paged_with_their_query(
     for i in range(45):
         mem.store(f"alpha finding number {i} " + "detail " * (i % 7), tags="alpha")
     first = client.get("/search", params={"q": "alpha", "tags": "alpha"}).text
-    assert first.count('class="hit"') == 20 and "hits 1 to 20" in first
+    assert first.count('class="hit"') == 20 and "Hits 1 to 20 for “alpha” tagged alpha" in first
     nxt = re.search(r'rel="next" href="(/search\?[^"]+)"', first)
     assert nxt and "q=alpha" in nxt.group(1) and "tags=alpha" in nxt.group(1)
     second = client.get(nxt.group(1).replace("&amp;", "&")).text
-    assert "hits 21 to 40" in second and 'rel="prev"' in second and 'start="21"' in second
+    assert "Hits 21 to 40" in second and 'rel="prev"' in second and 'start="21"' in second
     third = client.get("/search", params={"q": "alpha", "tags": "alpha", "offset": 40}).text
     assert third.count('class="hit"') == 5 and 'rel="next"' not in third
 
     for it in mem.list_items(limit=30).items:
         mem.forget(it.id)
     ledger = client.get("/ledger").text
-    assert ledger.count("<tr><td><code>") == 25 and 'rel="next" href="/ledger?offset=25"' in ledger
-    assert client.get("/ledger", params={"offset": 25}).text.count("<tr><td><code>") == 5
+    assert ledger.count('<tr><td><code class="id">') == 25 and 'rel="next" href="/ledger?offset=25"' in ledger
+    assert client.get("/ledger", params={"offset": 25}).text.count('<tr><td><code class="id">') == 5
 
     for i in range(80):
         mem.store(f"beta note {i}: " + "a longer body of words " * 10)
@@ -278,13 +278,14 @@ def test_on_the_team_database(pg_url: str):
     page_store = Store(database=pg_url)
     try:
         it = agent.store("team memory about the deploy").item
-        app = ui_app(page_store, host="127.0.0.1", port=PORT, token=None, source="db", state_dir=None)
+        app = ui_app(page_store, host="127.0.0.1", port=PORT, token=None, source="db", state_dir=None, database=pg_url)
         with TestClient(app, base_url=BASE, follow_redirects=False) as c:
             assert it.id in c.get("/").text
             later = agent.store("stored by the agent while the page runs").item
             assert later.id in c.get("/").text
             item = c.get(f"/item/{it.id}").text
-            assert "records when each change was written, not who made it" in item
+            # The database's journal is read: each change with when it was written.
+            assert re.search(r"<h3>Changes since the last snapshot</h3>.*<time [^>]*>20\d\d-.*stored", item, re.S)
             reply = c.post(f"/item/{it.id}/pin", data={"csrf": csrf(c, f"/item/{it.id}")}, headers=ORIGIN)
             assert reply.status_code == 303
         fresh = Store(database=pg_url)
@@ -295,3 +296,40 @@ def test_on_the_team_database(pg_url: str):
     finally:
         page_store.close()
         agent.close()
+
+
+def test_an_empty_memory_says_what_each_page_will_show(client: TestClient):
+    assert "Nothing stored yet." in client.get("/").text
+    assert "No summaries yet." in client.get("/tree").text
+    assert "Nothing forgotten yet." in client.get("/ledger").text
+    empty = client.get("/search").text
+    assert "ranked as the agent's <code>query</code> tool ranks them" in empty and " autofocus>" in empty
+    none = client.get("/search", params={"q": "parser", "tags": "x"}).text
+    assert "Nothing in memory matches “parser” tagged x. Try fewer tags." in none
+    assert " autofocus" not in none  # a page of results is for reading: no keyboard over it on a phone
+
+
+def test_the_tree_says_what_each_summary_condenses_and_a_dissolve_says_so(client: TestClient, mem: Store):
+    for i in range(30):
+        mem.store(f"step {i} of the migration: copy table t{i} q{i * 7} r{i * 13}; notes z{i} " * 3)
+    mem.configure(token_budget=1_000)
+    mem.compact()
+    node = next(r for r in mem.roots() if r.depth == 1)
+    kids = [mem.get(c) for c in node.children]
+    stands = f"{len(kids)} children · {sum(k.content_tokens for k in kids):,} → {node.view_tokens:,} tokens"
+    assert stands in client.get("/tree").text
+    assert stands in client.get("/tree", params={"root": node.id}).text
+    # A node's headline is its first child's line, not the "[d1 summary of ...]" header.
+    assert f"{node.content.splitlines()[1][2:].split(') ', 1)[1][:40]}" in client.get("/tree").text
+    reply = client.post(f"/item/{node.id}/dissolve", data={"csrf": csrf(client, f"/item/{node.id}")}, headers=ORIGIN)
+    assert reply.status_code == 303
+    assert (
+        f"Dissolved: its {len(kids)} children stand for themselves again." in client.get(reply.headers["location"]).text
+    )
+
+
+def test_the_ledger_says_why_in_words(client: TestClient, mem: Store):
+    it = mem.store("forget me").item
+    mem.forget(it.id)
+    page = client.get("/ledger").text
+    assert f'<code class="id">{it.id}</code>' in page and "forgotten on request" in page
