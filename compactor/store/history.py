@@ -7,6 +7,8 @@ with who made each change where a team server's tokens file names people)."""
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +66,8 @@ def overview(store: Store, sample: int = OVERVIEW_SAMPLE, bins: int = TIMELINE_B
     pinned = store.pinned_tokens
     per_depth: dict[int, dict[str, float]] = {}
     raw: list[tuple[float, float]] = []
-    made: list[tuple[float, float]] = []
+    nodes: list[tuple[Item, float]] = []
+    stored: list[tuple[int, float]] = []  # (seq, stored at) of the raw items read
     total = read = 0
     for tier in ("active", "archived"):
         picked, n = _spread(store, tier, sample)
@@ -74,11 +77,22 @@ def overview(store: Store, sample: int = OVERVIEW_SAMPLE, bins: int = TIMELINE_B
         for it in picked:
             if it.depth:
                 per_depth.setdefault(it.depth, {"active": 0.0, "archived": 0.0})[it.tier] += weight
-                made.append((it.created_at, weight))
+                nodes.append((it, weight))
             else:
                 raw.append((it.created_at, it.content_tokens * weight))
+                stored.append((it.seq, it.created_at))
+    stored.sort()
+    made = [(_made_at(node, stored), weight) for node, weight in nodes]
     depths = {d: {t: round(v) for t, v in c.items()} for d, c in sorted(per_depth.items())}
     return Overview(pinned, depths, timeline(raw, made, bins), total, read)
+
+
+def _made_at(node: Item, stored: list[tuple[int, float]]) -> float:
+    """When a compaction made `node`: a node carries its oldest child's time, but its seq is
+    taken when it is made, so the raw item stored last before it (of those read) tells the time
+    (the store that set the compaction off)."""
+    k = bisect.bisect_left(stored, (node.seq, -math.inf))
+    return max(stored[k - 1][1], node.created_at) if k else node.created_at
 
 
 def _spread(store: Store, tier: Tier, sample: int) -> tuple[list[Item], int]:

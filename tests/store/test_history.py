@@ -92,3 +92,21 @@ def test_the_overview_reads_as_many_items_at_any_size(clock: FakeClock, n: int):
     # A sample per tier, and one item per tier to learn its size.
     assert counting.read == ov.read + 2 <= 2 * SAMPLE + 2
     store.close()
+
+
+def test_a_compaction_is_marked_when_it_happened_not_when_its_oldest_item_was_stored(clock: FakeClock):
+    """A summary node carries its oldest child's time; the chart marked every compaction at
+    the far left, where that child was stored."""
+    store = Store(clock=clock)
+    store.configure(auto_compact=False, token_budget=2_000_000)
+    for day in range(10):
+        clock.advance(86_400)
+        store.bulk_store([StoreInput(content=f"day {day} note {i}: " + "word " * 40) for i in range(20)])
+    store.configure(token_budget=max(2_000, store.tokens_used // 3))
+    store.compact()  # on the tenth day: every node made now covers items from the first day on
+    store.configure(token_budget=2_000_000)
+    ov = overview(store, sample=SAMPLE * 10)
+    marks = ov.timeline.compactions
+    assert sum(marks) > 0
+    assert marks[-1] == sum(marks), f"compactions marked at {[k for k, n in enumerate(marks) if n]}"
+    store.close()
