@@ -33,7 +33,7 @@ def test_a_query_answers_while_another_server_holds_the_writers_lock(pg_url: str
     s = Store(database=pg_url)
     other = Store(database=pg_url)
     note = s.store("the ninja build caches objects in out/").item
-    holder, _ = _hold_lock(other, 1.0)
+    holder, _ = _hold_lock(other, 0.5)
     started = time.monotonic()
     assert [h.item.id for h in s.query("ninja build")] == [note.id]
     assert time.monotonic() - started < 0.3, "the query waited for the writer"
@@ -62,7 +62,7 @@ def test_accesses_noted_while_busy_are_saved_at_close_and_by_the_server_loop(pg_
     s = Store(database=pg_url)
     other = Store(database=pg_url)
     note = s.store("herons wade in the salt marsh").item
-    holder, _ = _hold_lock(other, 0.5)
+    holder, _ = _hold_lock(other, 0.3)
     s.query("herons marsh")
     holder.join(5)
     assert s.accesses_pending
@@ -71,13 +71,13 @@ def test_accesses_noted_while_busy_are_saved_at_close_and_by_the_server_loop(pg_
     assert again.get(note.id).access_count == 1
 
     # A server with nothing to write still journals them within a snapshot interval.
-    holder, _ = _hold_lock(other, 0.5)
+    holder, _ = _hold_lock(other, 0.3)
     again.query("salt marsh")
     holder.join(5)
     assert again.accesses_pending
 
     async def one_tick() -> None:
-        with anyio.move_on_after(0.5):
+        with anyio.move_on_after(0.3):
             await snapshots(again, 0.1)
 
     anyio.run(one_tick)
