@@ -137,11 +137,14 @@ _SCHEMA_DDL = f"""
 CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())
 """
 _TABLES = sorted({SCHEMA_TABLE, *(t for layout in LAYOUTS.values() for t in layout)})
-# The columns of whichever of those names the search path resolves, as queries resolve them.
+# The columns of those tables in the schema compactor creates its tables in (the first of the
+# search path that exists): where a first start would create them, and what queries then find.
 _COLUMNS_SQL = """
-SELECT t.name, a.attname, format_type(a.atttypid, a.atttypmod)
-FROM unnest(%s::text[]) AS t(name)
-JOIN pg_attribute a ON a.attrelid = to_regclass(t.name) AND a.attnum > 0 AND NOT a.attisdropped
+SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = current_schema()
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relname = ANY(%s)
 """
 # **Which database memory was read from: its epoch.** A restore from a backup (pg_restore
 # --clean, or into a new database) sends no notification and may leave the generation and the

@@ -119,13 +119,27 @@ _TABLES_CHANGED: Final = ("42P01", "42703", "23502")
 LANDED_WAIT_S: Final = 5.0
 
 
-def _head_of(row: Any, where: str) -> Head:
-    if row is None:
-        # Between a restore's creating the tables and its copying their rows, or a damaged database.
-        raise PersistenceError(
+def _undone(exc: BaseException) -> bool:
+    """Whether PostgreSQL undid a statement that is worth running again: a deadlock (with a
+    restore in one transaction taking the tables, say) or a serialization failure."""
+    return getattr(exc, "sqlstate", None) in ("40P01", "40001")
+
+
+class _NoHead(PersistenceError):
+    """No compactor_head row: a restore between creating the tables and copying their rows, a
+    transaction whose snapshot predates a restore it then waited for (`_read` tries once
+    more), or a damaged database."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(
             f"Database {where} has no compactor_head row (a restore in progress, or the row was deleted); "
             "this call was not applied. Retry when the restore is done, or restore the database from a backup."
         )
+
+
+def _head_of(row: Any, where: str) -> Head:
+    if row is None:
+        raise _NoHead(where)
     return int(row[0]), int(row[1]), int(row[2]), (int(row[3]), str(row[4]))
 
 
@@ -172,7 +186,9 @@ class PgBackend(ReentrantLock):
 
     # --- connections ----------------------------------------------------------------------
     def _fail(self, what: str, exc: BaseException) -> PersistenceError:
-        detail = without_password(str(exc).strip() or repr(exc), self.url)
+        # The server's own sentence, without the statement and caret it may quote on more lines.
+        primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+        detail = without_password(primary or one_line(exc) or repr(exc), self.url)
         if getattr(exc, "sqlstate", None) in _TABLES_CHANGED:
             # Never created here under a running server: that could be a restore half done.
             return PersistenceError(
@@ -196,6 +212,7 @@ class PgBackend(ReentrantLock):
         return conn
 
     def open(self) -> None:
+        psycopg = import_psycopg()
         conn = self._new_connection()
         try:
             if self._upgrade:
@@ -205,6 +222,9 @@ class PgBackend(ReentrantLock):
                 "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
             ).fetchone()
             warning = sync_warning(conn, self.where)
+        except psycopg.Error as exc:  # e.g. no right to create tables, no schema to create them in
+            conn.close()
+            raise self._fail("open compactor's tables", exc) from exc
         except BaseException:
             conn.close()
             raise
@@ -312,7 +332,7 @@ class PgBackend(ReentrantLock):
             except (psycopg.Error, PersistenceError) as exc:
                 # The lock may be held by now (a session lock outlives a failed statement):
                 # ending the session is what surely lets it go.
-                lost = conn is not None and (conn.closed or conn.broken)
+                lost = (conn is not None and (conn.closed or conn.broken)) or _undone(exc)
                 if conn is not None:
                     conn.close()
                 self._locker = None
@@ -384,9 +404,15 @@ class PgBackend(ReentrantLock):
         for attempt in (1, 2):
             try:
                 return query(self._live())
+            except _NoHead:
+                # A snapshot taken before a restore that this read then waited for sees its
+                # tables empty: a new transaction sees them whole.
+                if attempt == 1:
+                    continue
+                raise
             except psycopg.Error as exc:
-                if attempt == 1 and self._conn_lost():
-                    log.warning("the session of %s ended while reading (%s); reading again", self.where, one_line(exc))
+                if attempt == 1 and (self._conn_lost() or _undone(exc)):
+                    log.warning("reading %s again on a new try (%s)", self.where, one_line(exc))
                     continue
                 raise self._fail(what, exc) from exc
         raise AssertionError("unreachable")
@@ -462,10 +488,7 @@ class PgBackend(ReentrantLock):
                     )
                 head = conn.execute(f"SELECT h.gen, h.snap_id, h.snap_seq, {EPOCH} FROM compactor_head h").fetchone()
                 if head is None:
-                    raise StateCorruptError(
-                        f"Database {self.where} has no compactor_head row (a restore in progress, or it was "
-                        "deleted): wait for the restore to end, or restore the database from a backup."
-                    )
+                    raise _NoHead(self.where)
                 snap_id, snap_seq = head[1], int(head[2])
                 snap = None if snap_id is None else pg_rows.read_snapshot(conn, int(snap_id), self.where)
                 index = None if snap_id is None else pg_index.read_rows(conn, int(snap_id))
@@ -550,6 +573,12 @@ class PgBackend(ReentrantLock):
 
     def _refused(self, exc: Exception) -> NoReturn:
         """Raise what an append PostgreSQL refused means (the session still up: not applied)."""
+        if _undone(exc):  # a deadlock with a restore taking the tables, say: worth running again
+            self._missed = True
+            raise WriteConflictError(
+                f"Database {self.where} undid this call's write ({one_line(exc)}); this call was not applied. "
+                "Retry it: the next call catches up first."
+            ) from exc
         if getattr(exc, "sqlstate", None) in _TABLES_CHANGED:
             # Its tables are being dropped or made under it (a restore): not a failing
             # database, and the call run again reads what the restore leaves.

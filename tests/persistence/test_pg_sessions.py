@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 
@@ -229,3 +230,34 @@ def test_an_append_is_said_to_be_unknown_only_when_that_cannot_be_told(
     monkeypatch.undo()
     assert store.degraded is None
     assert len(store.ids()) == 1  # it had been: the next call's catch-up shows it
+
+
+@pytest.mark.slow
+def test_an_http_server_answers_every_call_after_its_sessions_are_ended(pg_url: str):
+    """Over the SDK's streamable HTTP client: before each call one of the server's sessions is
+    ended; every call answers, and every store is there once."""
+    from tests.system.test_http import call, connect, http_server
+
+    rng = random.Random(6)
+
+    async def calls(url: str, run: int) -> list[str]:
+        stored: list[str] = []
+        async with connect(url, None) as c:
+            for n in range(30):
+                terminate(pg_url, rng.choice(sessions(pg_url)))
+                if n % 3 == 0:
+                    note = f"run {run} note {n} about the ledger"
+                    stored.append((await call(c, "store", content=note, scope="global"))["id"])
+                elif n % 3 == 1:
+                    await call(c, "query", query="ledger", scope="all")
+                else:
+                    await call(c, "get", id=stored[-1])
+        return stored
+
+    with http_server("--database", pg_url) as url:
+        ids = anyio.run(calls, url, 1) + anyio.run(calls, url, 2)  # a call that failed raises here
+    fresh = Store(database=pg_url)
+    try:
+        assert sorted(fresh.ids()) == sorted(ids) and len(ids) == 20
+    finally:
+        fresh.close()

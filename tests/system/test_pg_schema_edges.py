@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from compactor.doctor import check_database, repair_database
-from compactor.errors import StateCorruptError
+from compactor.errors import PersistenceError, StateCorruptError
 from compactor.persistence.pg_sql import PG_SCHEMA_VERSION
 from compactor.store import Store
 from tests.conftest import server_command, server_env
@@ -172,3 +172,31 @@ def test_an_older_schema_is_upgraded_by_a_start_and_only_named_by_the_doctor(pg_
     finally:
         s.close()
     assert sql(pg_url, "SELECT max(version) FROM compactor_schema") == [(PG_SCHEMA_VERSION,)]
+
+
+def test_a_table_of_that_name_in_a_later_schema_of_the_search_path_is_left_alone(pg_url: str):
+    """compactor makes its tables in the first schema of the search path, where queries find
+    them first: someone else's compactor_journal further down the path is not in the way."""
+    sql(pg_url, "CREATE SCHEMA other")
+    sql(pg_url, "CREATE TABLE other.compactor_journal (id integer PRIMARY KEY, note text)")
+    url = pg_url + "?options=-csearch_path%3Dpublic,other"
+    s = Store(database=url)
+    try:
+        s.store("a note")
+        assert len(s.ids()) == 1
+    finally:
+        s.close()
+    assert sql(pg_url, "SELECT count(*) FROM other.compactor_journal") == [(0,)]
+    assert check_database(url).healthy
+
+
+def test_no_right_to_create_the_tables_is_one_sentence(pg_url: str):
+    sql(pg_url, "DROP ROLE IF EXISTS compactor_reader")
+    sql(pg_url, "CREATE ROLE compactor_reader LOGIN")
+    sql(pg_url, "REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    url = pg_url.replace("compactor@", "compactor_reader@")
+    with pytest.raises(
+        PersistenceError, match=r"Could not open compactor's tables in database .*permission denied"
+    ) as caught:
+        Store(database=url)
+    one_sentence(str(caught.value))
