@@ -364,7 +364,7 @@ class RestoresUnderLiveServers(RuleBasedStateMachine):
 @pytest.mark.slow
 def test_restores_under_live_servers_never_split_memory(pg_cluster: Any, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(RestoresUnderLiveServers, "cluster", pg_cluster)
-    machine = settings(max_examples=8, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck))(
+    machine = settings(max_examples=10, stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck))(
         RestoresUnderLiveServers
     )
     machine.TestCase().runTest()
