@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..doctor import check, check_database, render, repair
+from ..doctor import check, check_database, render, repair, repair_database
 from ..errors import CompactorError
 from .common import EXIT_ERROR, EXIT_USAGE, CliError, Out, add_json, add_state_dir, database_of
 from .progress import Progress
@@ -34,8 +34,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--repair",
         action="store_true",
-        help="fix what can be fixed under the state dir's lock: cut a damaged journal (kept aside, not deleted), "
-        "accept lost writes, rebuild the index; then check again",
+        help="fix what can be fixed under the writers' lock: cut a damaged journal (kept aside, not deleted), "
+        "accept lost writes, rebuild the index; in a database, set aside the journal entries that cannot be "
+        "used and record a missing schema version; then check again",
     )
 
 
@@ -77,10 +78,12 @@ def run(args: argparse.Namespace, *, step: Callable[[str], None], done: Callable
     database = database_of(args)
     if database is not None:
         if args.repair:
-            sys.stderr.write(
-                "compactor doctor --repair: repairs a state dir only; a database is repaired from its backups.\n"
-            )
-            return EXIT_USAGE
+            try:
+                for line in repair_database(database):
+                    sys.stdout.write(f"repaired: {line}\n")
+            except CompactorError as exc:
+                sys.stderr.write(f"compactor doctor --repair: {exc}\n")
+                return EXIT_ERROR
         try:
             report = check_database(database, step)
         finally:

@@ -1,10 +1,11 @@
-"""Checking and repairing a state dir or a database: `check` and `check_database` (checks.py)
-say what is wrong and how to fix it in a `DoctorReport` (report.py, `render` for people);
-`repair` (repair.py) fixes what can be fixed. Its command line is `compactor doctor`
-(cli/doctor.py)."""
+"""Checking and repairing a state dir or a database: `check` (checks.py) and `check_database`
+(database.py) say what is wrong and how to fix it in a `DoctorReport` (report.py, `render` for
+people); `repair` (repair.py) and `repair_database` (database.py) fix what can be fixed. Its
+command line is `compactor doctor` (cli/doctor.py)."""
 
-from .checks import check, check_database
+from .checks import check
+from .database import check_database, repair_database
 from .repair import repair
 from .report import DoctorReport, Problem, render
 
-__all__ = ["DoctorReport", "Problem", "check", "check_database", "render", "repair"]
+__all__ = ["DoctorReport", "Problem", "check", "check_database", "render", "repair", "repair_database"]

@@ -1,5 +1,5 @@
-"""The doctor's checks: `check` a state dir (`check_database` a PostgreSQL database) and say
-what is wrong and how to fix it, in a `DoctorReport` (doctor/report.py). `doctor/repair.py`
+"""The doctor's checks: `check` a state dir (doctor/database.py checks a PostgreSQL database)
+and say what is wrong and how to fix it, in a `DoctorReport` (doctor/report.py). `doctor/repair.py`
 fixes what can be fixed; `compactor doctor` (cli/doctor.py) is the command line.
 
 The check is read-only by construction: the state files are read once, under a shared flock on
@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -38,7 +39,7 @@ from typing import Any, Final
 
 import orjson
 
-from ..errors import CompactorError
+from .. import constants as C
 from ..models import CONTENT_TYPES, Item
 from ..persistence import indexfile
 from ..persistence.codec import SCHEMA_VERSION, JournalRecord, journal_header_len, parse_line, snapshot_checksum_problem
@@ -176,6 +177,14 @@ def _check_permissions(dir_: Path, report: DoctorReport) -> None:
                 f"{entry} is a temporary file left by an interrupted snapshot ({st.st_size:,} bytes).",
                 f"Harmless; compactor deletes it at its next start or snapshot, or delete it now: `rm {entry}`.",
             )
+
+
+_ID = re.compile(rb'"id":"([^"\\]{1,%d})"' % C.ID_MAX_CHARS)
+
+
+def _ids_in(raw: bytes) -> set[str]:
+    """The item ids journal bytes name (ops name theirs as "id"), read even from a damaged line."""
+    return {m.group(1).decode("utf-8", "replace") for m in _ID.finditer(raw)}
 
 
 # --- records -----------------------------------------------------------------------------------
@@ -764,51 +773,4 @@ def check(state_dir: Path, step: Callable[[str], None] = _no_step) -> DoctorRepo
     items = {it.id: it for it in store.iter_items()}
     _check_lineage(dir_, items, report)
     _check_ledger(dir_, ledger_raw, items, report)
-    return report
-
-
-def check_database(url: str, step: Callable[[str], None] = _no_step) -> DoctorReport:
-    """Check a PostgreSQL database the way `check` checks a state dir: the schema version,
-    every journal entry and the snapshot (loaded through the Store, checksums included), then
-    the index and the summary DAG. Creates nothing in a database compactor never used."""
-    from ..errors import PersistenceError
-    from ..persistence.pg_sql import display_url, schema_version
-
-    where = display_url(url)
-    report = DoctorReport(state_dir=where)
-    step(f"reading {where}…")
-    report.checks.append("database")
-    try:
-        version = schema_version(url)
-    except PersistenceError as exc:
-        report.error("database", str(exc), "Check the URL, that PostgreSQL is up, and the user's rights.")
-        return report
-    if version == 0:
-        report.facts["empty"] = True
-        return report
-    report.facts["schema"] = version
-    report.checks.append("load")
-    try:
-        store = Store(database=url)
-    except CompactorError as exc:
-        report.error(
-            "load",
-            str(exc),
-            "Restore the database from a backup (pg_dump/pg_restore or your provider's point-in-time "
-            "recovery); compactor never overwrites a row it cannot read.",
-        )
-        return report
-    try:
-        persistence = store.status().persistence
-        report.facts["journal"] = {
-            "gen": persistence.get("generation"),
-            "lines": persistence.get("journal_entries", 0),
-            "bytes": persistence.get("journal_bytes", 0),
-        }
-        step(f"checking the index and lineage of {len(store.ids()):,} items…")
-        items = _item_facts(store, report)
-        _check_index(Path(where), store, None, report)
-        _check_lineage(Path(where), items, report)
-    finally:
-        store.close()
     return report

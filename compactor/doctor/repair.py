@@ -8,7 +8,6 @@ items, not lines."""
 from __future__ import annotations
 
 import os
-import re
 import stat
 import time
 from pathlib import Path
@@ -16,13 +15,21 @@ from typing import Any
 
 import orjson
 
-from .. import constants as C
 from ..errors import StateCorruptError
 from ..models import Item
 from ..persistence.codec import ITEMS_LINE, SCHEMA_VERSION, snapshot_chunks
 from ..persistence.statedir import JOURNAL, SNAPSHOT, StateDir
 from ..store import Store
-from .checks import _batches_to_replay, _check_journal, _check_snapshot, _read, _record_problem, _replay, check
+from .checks import (
+    _batches_to_replay,
+    _check_journal,
+    _check_snapshot,
+    _ids_in,
+    _read,
+    _record_problem,
+    _replay,
+    check,
+)
 from .report import DoctorReport
 
 
@@ -92,14 +99,6 @@ def repair(state_dir: Path) -> list[str]:
         )
     done.append("rebuilt the search index from the items and wrote a fresh snapshot")
     return done
-
-
-_ID = re.compile(rb'"id":"([^"\\]{1,%d})"' % C.ID_MAX_CHARS)
-
-
-def _ids_in(raw: bytes) -> set[str]:
-    """The item ids journal bytes name (ops name theirs as "id"), read even from a damaged line."""
-    return {m.group(1).decode("utf-8", "replace") for m in _ID.finditer(raw)}
 
 
 def _acknowledged_but_missing(report: DoctorReport) -> str | None:

@@ -1,23 +1,33 @@
 """PostgreSQL's side of the team server that is not the backend itself: the tables and their
-migrations, the statements the backend runs, the driver imported with a message when it is
-missing, a database's URL shown without its password, its schema version read without writing,
-and whether it syncs what it acknowledges. `postgres.PgBackend` is the backend over them."""
+migrations (`migrate`), what a database holds of them read without writing (`inspect`, and what
+`schema_problem` says about it), the statements the backend runs, a journal entry's ops read
+(`parse_entry`), whether a session the server ended says so (`socket_ended`), the driver
+imported with a message when it is missing, a database's URL shown without its password, and
+whether it syncs what it acknowledges. `postgres.PgBackend` is the backend over them."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
+import socket
 import urllib.parse
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import PersistenceError
+import orjson
+
+from ..errors import PersistenceError, StateCorruptError
+from ..models import Op
 
 if TYPE_CHECKING:
     import psycopg
 
+_log = logging.getLogger(__name__)
+
 # The database schema compactor writes; a newer one is refused (upgrade compactor), an older
 # one is migrated at start under PG_MIGRATE_LOCK.
-PG_SCHEMA_VERSION: Final = 1
+PG_SCHEMA_VERSION: Final = 2
 # pg_advisory_lock keys: any constant that other software on the same database is unlikely to
 # pick; these spell "cmpw" (writers) and "cmpm" (migrations) in ASCII.
 PG_WRITE_LOCK: Final = 0x636D7077
@@ -62,20 +72,117 @@ MIGRATIONS: dict[int, str] = {
         entry bytea NOT NULL
     );
     """,
+    # The database's identity (see EPOCH below) and the journal entries a repair set aside.
+    2: """
+    ALTER TABLE compactor_head ADD COLUMN epoch uuid NOT NULL DEFAULT gen_random_uuid();
+    CREATE OR REPLACE FUNCTION compactor_new_epoch() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        NEW.epoch := gen_random_uuid();
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER compactor_head_epoch BEFORE INSERT ON compactor_head
+        FOR EACH ROW EXECUTE FUNCTION compactor_new_epoch();
+    CREATE TABLE compactor_journal_aside (
+        n bigserial PRIMARY KEY,
+        seq bigint NOT NULL,
+        ops bytea NOT NULL,
+        written_at timestamptz NOT NULL,
+        set_aside_at timestamptz NOT NULL DEFAULT now(),
+        why text NOT NULL
+    );
+    """,
 }
-# The head and the journal's last sequence number, read right after taking the lock.
-HEAD_SQL = """
-SELECT h.gen, h.trimmed, coalesce((SELECT max(seq) FROM compactor_journal), h.snap_seq)
+# Each version's tables and their columns: what `inspect` compares a database with, so that a
+# table compactor did not make is never written, and tables whose compactor_schema row went
+# missing are recognised as compactor's.
+_LAYOUT_1: dict[str, dict[str, str]] = {
+    "compactor_head": {
+        "id": "smallint",
+        "gen": "bigint",
+        "snap_id": "bigint",
+        "snap_seq": "bigint",
+        "trimmed": "bigint",
+    },
+    "compactor_journal": {"seq": "bigint", "ops": "bytea", "written_at": "timestamp with time zone"},
+    "compactor_snapshot": {
+        "id": "bigint",
+        "state": "text",
+        "gen": "bigint",
+        "upto_seq": "bigint",
+        "writer_pid": "integer",
+        "bytes": "bigint",
+        "written_at": "timestamp with time zone",
+    },
+    "compactor_snapshot_chunk": {"snapshot_id": "bigint", "n": "integer", "data": "bytea"},
+    "compactor_ledger": {"n": "bigint", "entry": "bytea"},
+}
+LAYOUTS: dict[int, dict[str, dict[str, str]]] = {
+    1: _LAYOUT_1,
+    2: {
+        **_LAYOUT_1,
+        "compactor_head": {**_LAYOUT_1["compactor_head"], "epoch": "uuid"},
+        "compactor_journal_aside": {
+            "n": "bigint",
+            "seq": "bigint",
+            "ops": "bytea",
+            "written_at": "timestamp with time zone",
+            "set_aside_at": "timestamp with time zone",
+            "why": "text",
+        },
+    },
+}
+SCHEMA_TABLE: Final = "compactor_schema"
+_SCHEMA_COLUMNS = {"version": "integer", "applied_at": "timestamp with time zone"}
+_SCHEMA_DDL = f"""
+CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())
+"""
+_TABLES = sorted({SCHEMA_TABLE, *(t for layout in LAYOUTS.values() for t in layout)})
+# The columns of those tables in the schema compactor creates its tables in (the first of the
+# search path that exists): where a first start would create them, and what queries then find.
+_COLUMNS_SQL = """
+SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = current_schema()
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relname = ANY(%s)
+"""
+# **Which database memory was read from: its epoch.** A restore from a backup (pg_restore
+# --clean, or into a new database) sends no notification and may leave the generation and the
+# journal's last sequence number as this server last saw them, so a server would go on serving
+# and appending to memory the database no longer holds. Every call therefore compares the
+# head's EPOCH with the one memory was loaded from: a write in the round trip that takes the
+# lock (and again in its append), a read in the one small query it makes for the head:
+#   - the head table's oid: a restore that drops and creates the tables (--clean, or a fresh
+#     database) makes a new one, even from a dump of this very database, whose rows are equal;
+#   - the head's epoch column: random at creation and set anew by a trigger whenever the head
+#     row is inserted, which outside the first start only a data-only restore does (its
+#     triggers are in place then; a --clean restore creates them after the data, hence the oid).
+# A journal that went back (its last entry before the one memory holds: a point-in-time
+# recovery) or a generation that changed also makes a server reload.
+EPOCH: Final = "h.tableoid::int8, h.epoch::text"
+# The head and the journal's last sequence number (the snapshot's when the journal holds none
+# after it), with the epoch: read right after taking the lock, and by every read.
+_LAST_SEQ = "greatest(h.snap_seq, coalesce((SELECT max(seq) FROM compactor_journal), 0))"
+HEAD_SQL = f"""
+SELECT h.gen, h.trimmed, {_LAST_SEQ}, {EPOCH}
 FROM compactor_head h
 """
-# Insert only if the writer is up to date: one statement, one transaction, then notify.
+# Whether a restore has put everything back: pg_restore creates the trigger and then the foreign
+# key (its last step) after copying every row, each step its own transaction unless it runs
+# with --single-transaction; a load made before would read a database half restored.
+RESTORED_SQL = """
+SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = to_regclass('compactor_snapshot_chunk') AND contype = 'f')
+   AND EXISTS (SELECT FROM pg_trigger WHERE tgrelid = to_regclass('compactor_head') AND tgname = 'compactor_head_epoch')
+"""
+# Insert only if the writer is up to date with the same database: one statement, one
+# transaction, then notify.
 APPEND_SQL = f"""
 WITH ins AS (
     INSERT INTO compactor_journal (ops)
     SELECT %(ops)s FROM compactor_head h
     WHERE h.gen = %(gen)s
-      AND NOT EXISTS (SELECT 1 FROM compactor_journal j WHERE j.seq > %(seq)s)
-      AND h.snap_seq <= %(seq)s
+      AND {_LAST_SEQ} = %(seq)s
+      AND h.tableoid = %(table)s::oid AND h.epoch = %(epoch)s::uuid
     RETURNING seq
 )
 SELECT seq, pg_notify('{PG_CHANNEL}', 's' || seq) FROM ins
@@ -172,21 +279,169 @@ def without_password(message: str, url: str) -> str:
     return message
 
 
-def schema_version(url: str) -> int:
-    """The compactor schema version of the database at `url`, 0 if compactor never wrote there
-    (read only: nothing is created). Raises PersistenceError if it cannot be reached."""
+@dataclass(slots=True)
+class Schema:
+    """What a database holds of compactor's tables (`inspect`): the version compactor_schema
+    records (None without that table) and the columns of each table with one of compactor's
+    names."""
+
+    version: int | None
+    columns: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        """Compactor never wrote here: none of its tables."""
+        return self.version is None and not self.columns
+
+    def unrecorded_version(self) -> int | None:
+        """The version whose tables these exactly are, when compactor_schema is missing."""
+        if self.version is not None or SCHEMA_TABLE in self.columns:
+            return None
+        return next((v for v, layout in sorted(LAYOUTS.items()) if self.columns == layout), None)
+
+
+def inspect(conn: psycopg.Connection[Any]) -> Schema:
+    """Read compactor's tables in the database `conn` is connected to, writing nothing."""
+    columns: dict[str, dict[str, str]] = {}
+    for table, column, kind in conn.execute(_COLUMNS_SQL, (_TABLES,)).fetchall():
+        columns.setdefault(str(table), {})[str(column)] = str(kind)
+    version = None
+    if columns.get(SCHEMA_TABLE) == _SCHEMA_COLUMNS:
+        row = conn.execute(f"SELECT max(version) FROM {SCHEMA_TABLE}").fetchone()
+        version = int(row[0]) if row and row[0] is not None else None
+        if version is None:  # an empty compactor_schema says no more than none
+            del columns[SCHEMA_TABLE]
+    return Schema(version, columns)
+
+
+def schema_problem(schema: Schema, where: str) -> tuple[str, str] | None:
+    """Why compactor may not use a database holding `schema`, and what to do about it (the
+    server and the CLI say both as one sentence, `refusal`; the doctor as a problem and its
+    fix); None if it may (an older version is upgraded by the next start)."""
+    version = schema.version
+    if version is not None and version > PG_SCHEMA_VERSION:
+        return (
+            f"Database {where} has compactor schema version {version}, and this compactor reads up to "
+            f"{PG_SCHEMA_VERSION}",
+            "upgrade compactor on this machine (to the version the other servers run); nothing was changed",
+        )
+    recorded = schema.unrecorded_version()
+    if recorded is not None:
+        return (
+            f"Database {where} holds compactor's tables but not the {SCHEMA_TABLE} table that records their "
+            "version (dropped, or left out of a restore)",
+            f"`compactor doctor --repair --database URL` records version {recorded} again; nothing was changed",
+        )
+    # Each table must have the columns of the version recorded (without one, of any version):
+    # a table by one of compactor's names that is not compactor's is never written to.
+    expected = LAYOUTS.get(version, {}) if version is not None else {}
+    foreign = sorted(
+        name
+        for name, cols in schema.columns.items()
+        if name != SCHEMA_TABLE
+        and cols != expected.get(name)
+        and (version is not None or all(cols != layout.get(name) for layout in LAYOUTS.values()))
+    )
+    if SCHEMA_TABLE in schema.columns and schema.columns[SCHEMA_TABLE] != _SCHEMA_COLUMNS:
+        foreign.insert(0, SCHEMA_TABLE)
+    if foreign:
+        return (
+            f"Database {where} already has {'a table' if len(foreign) == 1 else 'tables'} named "
+            f"{', '.join(foreign)} that compactor did not make (other columns), and compactor will not write to "
+            f"{'it' if len(foreign) == 1 else 'them'}",
+            "give compactor a database or a schema of its own (`CREATE SCHEMA compactor`, then "
+            "`?options=-csearch_path%3Dcompactor` in the URL), or rename that table; nothing was changed",
+        )
+    if version is None and schema.columns:
+        return (
+            f"Database {where} holds some of compactor's tables ({', '.join(sorted(schema.columns))}) but not "
+            f"the {SCHEMA_TABLE} table that records their version",
+            "restore the database from a backup; nothing was changed",
+        )
+    missing = sorted(set(expected) - set(schema.columns))
+    if missing:
+        return (
+            f"Database {where} records compactor schema version {version} but lacks its table(s) {', '.join(missing)}",
+            "restore the database from a backup; nothing was changed",
+        )
+    return None
+
+
+def refusal(problem: tuple[str, str]) -> str:
+    """A `schema_problem` as the one sentence the server and the CLI say."""
+    return f"{problem[0]}: {problem[1]}."
+
+
+def migrate(conn: psycopg.Connection[Any], where: str) -> None:
+    """Create the tables on first start and upgrade an older schema, under PG_MIGRATE_LOCK;
+    refuse (StateCorruptError, `schema_problem`'s sentence) a database compactor may not use."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_MIGRATE_LOCK,))
+        schema = inspect(conn)
+        problem = schema_problem(schema, where)
+        if problem is not None:
+            raise StateCorruptError(refusal(problem))
+        if schema.version is None:
+            conn.execute(_SCHEMA_DDL)
+        for step in range((schema.version or 0) + 1, PG_SCHEMA_VERSION + 1):
+            conn.execute(MIGRATIONS[step])
+            conn.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (%s)", (step,))
+            _log.info("database %s: compactor schema version %d", where, step)
+
+
+def record_schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
+    """`compactor doctor --repair`: recreate a missing compactor_schema over tables that are
+    exactly some version's; that version, or None if there was nothing to do."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_MIGRATE_LOCK,))
+        version = inspect(conn).unrecorded_version()
+        if version is None:
+            return None
+        conn.execute(_SCHEMA_DDL)
+        conn.cursor().executemany(
+            f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (%s)", [(v,) for v in range(1, version + 1)]
+        )
+        _log.info("database %s: recorded compactor schema version %d", where, version)
+        return version
+
+
+def read_schema(url: str) -> Schema:
+    """`inspect` the database at `url` (nothing is created). Raises PersistenceError if it
+    cannot be reached."""
     driver = import_psycopg()
     try:
         with driver.connect(url, autocommit=True, connect_timeout=PG_CONNECT_TIMEOUT_S) as conn:
-            row = conn.execute("SELECT to_regclass('compactor_schema') IS NOT NULL").fetchone()
-            if not row or not row[0]:
-                return 0
-            got = conn.execute("SELECT coalesce(max(version), 0) FROM compactor_schema").fetchone()
-            return int(got[0]) if got else 0
+            return inspect(conn)
     except driver.Error as exc:
         raise PersistenceError(
             f"Cannot connect to database {display_url(url)}: {without_password(one_line(exc), url)}."
         ) from exc
+
+
+def parse_entry(raw: bytes) -> tuple[list[Op], str | None]:
+    """A journal entry's ops, or why they cannot be read (a list of objects is expected)."""
+    try:
+        ops = orjson.loads(raw)
+    except ValueError as exc:
+        return [], str(exc)
+    if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
+        return [], "not a list of ops"
+    return ops, None
+
+
+def socket_ended(fd: int) -> bool:
+    """Whether what an idle session's socket holds next is the server's goodbye: the error
+    that ends a session (a FATAL message, type E) or end of file. Looks without reading."""
+    sock = socket.socket(fileno=fd)
+    try:
+        first = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.detach()
+    return first in (b"", b"E")
 
 
 def one_line(exc: BaseException) -> str:

@@ -5,7 +5,7 @@ Tables (schema version in `compactor_schema`, created and migrated on first star
 
     compactor_head       one row: gen (bumped when history is rewritten: forget, prune, repair),
                          snap_id/snap_seq (the snapshot in use and the last entry it holds),
-                         trimmed (entries up to here may be deleted)
+                         trimmed (entries up to here may be deleted), epoch (see below)
     compactor_journal    seq bigserial, ops bytea: one row per call, its ops as JSON
     compactor_snapshot   one row per snapshot: pending (being written) or current, and the
                          sequence number it holds everything up to
@@ -14,6 +14,7 @@ Tables (schema version in `compactor_schema`, created and migrated on first star
                          the search index it names (n = -1 its reference, n <= -2 its arrays
                          in the index file's layout)
     compactor_ledger     the forget ledger: ids and times, never content
+    compactor_journal_aside   entries `compactor doctor --repair` set aside (unreadable ones)
 
 **Writers take an advisory lock, not SERIALIZABLE.** A call holds `pg_advisory_lock` (session
 level) from before it catches up until after its last append, exactly as a state-dir call holds
@@ -27,9 +28,19 @@ one transaction, that inserts only if the head's generation and the journal's la
 number are still the writer's: being up to date is checked where the entry is written.
 
 **Other writers' changes arrive by LISTEN/NOTIFY.** Every append notifies its sequence number
-and every rewrite its generation; a server compares them with its own position, so a call that
-no other server raced costs no query to find that out. Taking the lock reads the head in the
-same round trip (pipelined), so a writer never relies on a notification having arrived.
+and every rewrite its generation; a server compares them with its own position. Taking the lock
+reads the head in the same round trip (pipelined), so a writer never relies on a notification.
+
+**A restored database is noticed, not written over.** The head carries an epoch (pg_sql.EPOCH)
+that a restore changes; every write compares it in the round trip that takes the lock and in
+the append itself, and every read asks the head. A changed epoch, or a journal that went back,
+makes the server reload: it then serves exactly what the database holds.
+
+**A session the server ended is replaced before anything is sent** (`_ended`: the socket of an
+idle session holds the goodbye); a read that loses its session on the way is run again on a new
+one, taking the lock too. An append that did looks, once that session's process is gone,
+whether its entry was committed (`_landed`): if so it is done, if not it is written once more;
+only when that cannot be told is it "may or may not have been applied".
 
 **Snapshots are rows written in the background**: serialised in a worker thread on a second
 connection as a pending snapshot, then made current under the lock; start-up reads the current
@@ -37,12 +48,7 @@ snapshot plus the entries after it. Entries before the previous snapshot are the
 server that lagged past them reloads from the snapshot). A pending snapshot whose writer is
 gone (its backend pid no longer in pg_stat_activity) is deleted at the next start or snapshot.
 
-**The search index is saved with a snapshot, as rows of it.** `save_index` lays the arrays out
-as the state dir's index file (`compactor.persistence.indexfile`) and the snapshot that names
-them writes them as its chunks below zero; a background snapshot, which names an older index,
-copies those rows from the snapshot that holds them inside the server (`INSERT ... SELECT`), so
-their bytes never cross the wire again. A start reads them in the snapshot's transaction and
-the index reads its arrays in place from that one buffer: no base64, no copy per array.
+**The search index is saved with a snapshot, as rows of it** (`compactor.persistence.pg_index`).
 
 **Forget** writes a fresh snapshot without the item and deletes, in the same transaction, every
 journal entry (the item's ops among them) and every other snapshot with the index rows they
@@ -53,13 +59,13 @@ generation and reload. Deleted rows stay in the table's pages until VACUUM reuse
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
+import select
 import threading
 import time
-import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar
 
 import orjson
 
@@ -71,82 +77,79 @@ from ..errors import (
     WriteLockTimeoutError,
 )
 from ..models import Item, Op
-from . import indexfile
+from . import pg_index, pg_rows
 from .base import Loaded, ReentrantLock
-from .codec import INDEX_REF, ITEMS_LINE, SnapshotItems, snapshot_chunks
-from .indexfile import IndexFileError
+from .codec import INDEX_REF, snapshot_chunks
 from .pg_sql import (
     APPEND_ASYNC_SQL,
     APPEND_SQL,
-    COPY_INDEX_SQL,
     DEAD_PENDING_SQL,
+    EPOCH,
     HEAD_SQL,
-    INDEX_LABEL,
-    INDEX_ROW_BYTES,
-    INDEX_ROWS_SQL,
-    MIGRATIONS,
     PG_CHANNEL,
     PG_CONNECT_TIMEOUT_S,
-    PG_MIGRATE_LOCK,
-    PG_SCHEMA_VERSION,
     PG_WRITE_LOCK,
+    RESTORED_SQL,
     display_url,
     import_psycopg,
+    migrate,
     one_line,
+    parse_entry,
+    socket_ended,
     sync_warning,
     without_password,
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
     import psycopg
-from .codec import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# Which database memory was read from (pg_sql.EPOCH): the head table's oid and its epoch.
+Epoch: TypeAlias = tuple[int, str]
+# What the head says (pg_sql.HEAD_SQL): generation, trimmed, last sequence number, epoch.
+Head: TypeAlias = tuple[int, int, int, Epoch]
 
 
-def _label(ref: Mapping[str, Any]) -> bytes:
-    """The row that names a saved index: its reference, as a snapshot's header keeps it."""
-    return orjson.dumps({"name": ref.get("name"), "size": ref.get("size"), "crc32": ref.get("crc32")})
+# No such table, no such column, a sequence number without its default: tables dropped or
+# made under a running server, which a restore does.
+_TABLES_CHANGED: Final = ("42P01", "42703", "23502")
+# How long an append whose session ended waits for that session's process to be gone before
+# it looks whether its entry was committed (a terminated backend exits in milliseconds).
+LANDED_WAIT_S: Final = 5.0
 
 
-# A saved index's bytes in this process: a numpy buffer, not a bytearray, which the index would
-# take for a blob of its own to grow in place (`Vocab._grown_blob`) rather than a view to copy.
-Image: TypeAlias = "npt.NDArray[np.uint8]"
+def _undone(exc: BaseException) -> bool:
+    """Whether PostgreSQL undid a statement that is worth running again: a deadlock (with a
+    restore in one transaction taking the tables, say) or a serialization failure."""
+    return getattr(exc, "sqlstate", None) in ("40P01", "40001")
 
 
-def _assemble(pieces: Iterable[Any], size: int) -> Image | None:
-    """One buffer of `size` bytes filled from `pieces` (bytes-like, in order) as each arrives,
-    so no second copy is made; None if they add up to another size."""
-    import numpy as np
+class _NoHead(PersistenceError):
+    """No compactor_head row: a restore between creating the tables and copying their rows, a
+    transaction whose snapshot predates a restore it then waited for (`_read` tries once
+    more), or a damaged database."""
 
-    image = np.empty(size, dtype=np.uint8)
-    at = 0
-    for piece in pieces:
-        data = np.frombuffer(piece, dtype=np.uint8)
-        end = at + len(data)
-        if end > size:
-            return None
-        image[at:end] = data
-        at = end
-    return image if at == size else None
+    def __init__(self, where: str) -> None:
+        super().__init__(
+            f"Database {where} has no compactor_head row (a restore in progress, or the row was deleted); "
+            "this call was not applied. Retry when the restore is done, or restore the database from a backup."
+        )
 
 
-def _name_of(label: bytes) -> object:
-    """The index name a label row gives (None if it is damaged)."""
-    try:
-        got = orjson.loads(label)
-    except ValueError:
-        return None
-    return got.get("name") if isinstance(got, dict) else None
+def _head_of(row: Any, where: str) -> Head:
+    if row is None:
+        raise _NoHead(where)
+    return int(row[0]), int(row[1]), int(row[2]), (int(row[3]), str(row[4]))
 
 
 class PgBackend(ReentrantLock):
     """Memory kept in a PostgreSQL database (see the module docstring)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, upgrade: bool = True) -> None:
         self.url = url
+        # Whether opening creates or upgrades the tables (not for the doctor, which only reads).
+        self._upgrade = upgrade
         self.where = display_url(url)
         self.gen = 0
         self.offset = 0  # the last journal sequence number applied to memory
@@ -156,13 +159,16 @@ class PgBackend(ReentrantLock):
         self._bg: psycopg.Connection[Any] | None = None  # background snapshots' own connection
         self._bg_lock = threading.Lock()
         self._pid = 0  # our main connection's backend pid: marks our pending snapshots
+        self._session: tuple[int, Any] = (0, None)  # that pid and when its session started
+        self._opened = False
         self._lock_conn: psycopg.Connection[Any] | None = None  # the connection that holds the lock
         self._locker: psycopg.Connection[Any] | None = None  # the one the lock is taken on
-        self._head: tuple[int, int, int] | None = None  # (gen, trimmed, last seq) at lock time
+        self._head: Head | None = None  # what the head said when the lock was taken
+        self._epoch: Epoch | None = None  # the database memory was loaded from (pg_sql.EPOCH)
         self._heard_seq = 0  # the highest sequence number another writer announced
         self._heard_gen = 0
         self._missed = True  # notifications may have been missed (new connection)
-        self._pending: int | None = None  # id of our pending snapshot row
+        self._pending: tuple[int, Epoch | None] | None = None  # our pending snapshot row, and where
         self.durability_warning: str | None = None  # from `sync_warning` at open; shown by status
         # Access-time entries (not fsynced on a state dir either) held until the lock is released,
         # then sent in the same round trip as the unlock: a query costs one round trip less.
@@ -170,7 +176,7 @@ class PgBackend(ReentrantLock):
         # A saved index in hand, by its label: laid out by `save_index` for the snapshot that
         # names it, or read with the snapshot by `load`. Handed to `load_index` (the
         # index then reads its arrays from it), so no second copy stays.
-        self._index: tuple[bytes, Image] | None = None
+        self._index: pg_index.Held | None = None
 
     @classmethod
     def connect(cls, url: str) -> PgBackend:
@@ -180,7 +186,16 @@ class PgBackend(ReentrantLock):
 
     # --- connections ----------------------------------------------------------------------
     def _fail(self, what: str, exc: BaseException) -> PersistenceError:
-        detail = without_password(str(exc).strip() or repr(exc), self.url)
+        # The server's own sentence, without the statement and caret it may quote on more lines.
+        primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+        detail = without_password(primary or one_line(exc) or repr(exc), self.url)
+        if getattr(exc, "sqlstate", None) in _TABLES_CHANGED:
+            # Never created here under a running server: that could be a restore half done.
+            return PersistenceError(
+                f"Could not {what} in database {self.where}: its tables are not the ones this compactor reads "
+                f"({one_line(exc)}): a restore is under way, or a backup of an older compactor was restored. Once "
+                "it is done, restart this server, which upgrades the tables; this call was not applied."
+            )
         return PersistenceError(f"Could not {what} in database {self.where}: {detail}.")
 
     def _new_connection(self) -> psycopg.Connection[Any]:
@@ -197,12 +212,19 @@ class PgBackend(ReentrantLock):
         return conn
 
     def open(self) -> None:
+        psycopg = import_psycopg()
         conn = self._new_connection()
         try:
-            self._migrate(conn)
+            if self._upgrade:
+                migrate(conn, self.where)
             conn.execute(f"LISTEN {PG_CHANNEL}")
-            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+            row = conn.execute(
+                "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+            ).fetchone()
             warning = sync_warning(conn, self.where)
+        except psycopg.Error as exc:  # e.g. no right to create tables, no schema to create them in
+            conn.close()
+            raise self._fail("open compactor's tables", exc) from exc
         except BaseException:
             conn.close()
             raise
@@ -210,38 +232,46 @@ class PgBackend(ReentrantLock):
             log.warning("%s", warning)
         self.durability_warning = warning
         self._pid = int(row[0]) if row else 0
+        self._session = (self._pid, row[1] if row else None)
         self._conn = conn
+        self._opened = True
         self._missed = True
-
-    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Create the tables on first start; refuse a schema newer than this compactor's."""
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_MIGRATE_LOCK,))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS compactor_schema "
-                "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            row = conn.execute("SELECT coalesce(max(version), 0) FROM compactor_schema").fetchone()
-            version = int(row[0]) if row else 0
-            if version > PG_SCHEMA_VERSION:
-                raise StateCorruptError(
-                    f"Database {self.where} has compactor schema version {version}; this compactor reads up "
-                    f"to {PG_SCHEMA_VERSION}. Upgrade compactor. Nothing was changed."
-                )
-            for step in range(version + 1, PG_SCHEMA_VERSION + 1):
-                conn.execute(MIGRATIONS[step])
-                conn.execute("INSERT INTO compactor_schema (version) VALUES (%s)", (step,))
-                log.info("database %s: created compactor schema version %d", self.where, step)
 
     def _conn_lost(self) -> bool:
         """Whether the main connection broke (rather than never opened)."""
         conn = self._conn
         return conn is not None and (conn.closed or conn.broken)
 
+    def _ended(self, conn: psycopg.Connection[Any] | None) -> bool:
+        """Whether a session that looks open was ended by the server (pg_terminate_backend, a
+        restart): told without a round trip, so that a call opens a new one before it sends
+        anything rather than fail. An idle session hears nothing but notifications until the
+        server ends it; then its socket holds the error that says so, and end of file."""
+        if conn is None or conn.closed or conn.broken:
+            return True
+        try:
+            fd = conn.fileno()
+            if not select.select([fd], [], [], 0)[0]:
+                return False
+            if conn is self._conn:
+                self._drain_notifications()  # notifications first: they are ours to read
+            with conn.lock:  # no statement of another thread is under way meanwhile
+                return conn.closed or conn.broken or (bool(select.select([fd], [], [], 0)[0]) and socket_ended(fd))
+        except (OSError, ValueError):
+            return True
+
+    def _background(self) -> psycopg.Connection[Any]:
+        """The background snapshots' connection (under `_bg_lock`), opened anew if it ended."""
+        if self._bg is None or self._ended(self._bg):
+            if self._bg is not None:
+                self._bg.close()
+            self._bg = self._new_connection()
+        return self._bg
+
     def _live(self) -> psycopg.Connection[Any]:
         """The main connection, opened anew if it broke (notifications may then be missed)."""
         conn = self._conn
-        if conn is not None and not conn.closed and not conn.broken:
+        if conn is not None and not self._ended(conn):
             return conn
         if conn is not None:
             conn.close()
@@ -253,7 +283,9 @@ class PgBackend(ReentrantLock):
 
     @property
     def is_open(self) -> bool:
-        return self._conn is not None
+        # Opened and not closed: a session that ended and could not be reopened yet is still
+        # open, so that the next read tries again rather than serve memory without catching up.
+        return self._opened
 
     def close(self) -> None:
         self._index = None
@@ -261,6 +293,7 @@ class PgBackend(ReentrantLock):
             if conn is not None:
                 conn.close()
         self._conn = self._bg = self._locker = None
+        self._opened = False
 
     def __del__(self) -> None:
         # A Store dropped without close() (as a state dir's file descriptor would be): close
@@ -272,29 +305,49 @@ class PgBackend(ReentrantLock):
     def _acquire(self, exclusive: bool) -> None:
         """pg_advisory_lock (`ReentrantLock`), waiting at most `lock_wait_s`; the head is read
         in the same round trip. The lock is waited for on a connection of its own, so that the
-        main one stays free for reads meanwhile."""
+        main one stays free for reads meanwhile. A session the server ended is replaced, and
+        taking the lock is tried once more if it ended on the way: a session that is gone
+        holds no lock."""
         psycopg = import_psycopg()
-        conn = self._locker
-        try:
-            if conn is None or conn.closed or conn.broken:
-                conn = self._locker = self._new_connection()
-            wait_ms = max(1, round((self.lock_wait_s or 0) * 1000)) if self.lock_wait_s else 0
-            with conn.pipeline():
-                conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(wait_ms),))
-                conn.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
-                cur = conn.execute(HEAD_SQL)
-            row = cur.fetchone()
-        except psycopg.errors.LockNotAvailable as exc:
-            raise WriteLockTimeoutError(
-                f"Another compactor server has held the writers' lock of {self.where} for more than "
-                f"{self.lock_wait_s or 0:g} s (busy, stopped or stuck); this call was not applied. Retry it "
-                "in a moment."
-            ) from exc
-        except psycopg.Error as exc:
-            raise self._fail("take the writers' lock", exc) from exc
-        assert row is not None
-        self._head = (int(row[0]), int(row[1]), int(row[2]))
-        self._lock_conn = conn
+        for attempt in (1, 2):
+            conn = self._locker
+            try:
+                if self._ended(conn):
+                    if conn is not None:
+                        conn.close()
+                    conn = self._locker = self._new_connection()
+                assert conn is not None
+                wait_ms = max(1, round((self.lock_wait_s or 0) * 1000)) if self.lock_wait_s else 0
+                with conn.pipeline():
+                    conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(wait_ms),))
+                    conn.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
+                    cur = conn.execute(HEAD_SQL)
+                self._head = _head_of(cur.fetchone(), self.where)
+            except psycopg.errors.LockNotAvailable as exc:
+                raise WriteLockTimeoutError(
+                    f"Another compactor server has held the writers' lock of {self.where} for more than "
+                    f"{self.lock_wait_s or 0:g} s (busy, stopped or stuck); this call was not applied. Retry it "
+                    "in a moment."
+                ) from exc
+            except (psycopg.Error, PersistenceError) as exc:
+                # The lock may be held by now (a session lock outlives a failed statement):
+                # ending the session is what surely lets it go.
+                lost = (conn is not None and (conn.closed or conn.broken)) or _undone(exc)
+                if conn is not None:
+                    conn.close()
+                self._locker = None
+                if attempt == 1 and lost and isinstance(exc, psycopg.Error):
+                    log.warning(
+                        "the session taking the writers' lock of %s ended (%s); taking it again",
+                        self.where,
+                        one_line(exc),
+                    )
+                    continue
+                if isinstance(exc, PersistenceError):
+                    raise
+                raise self._fail("take the writers' lock", exc) from exc
+            self._lock_conn = conn
+            return
 
     def _release(self) -> None:
         psycopg = import_psycopg()
@@ -344,142 +397,123 @@ class PgBackend(ReentrantLock):
             log.warning("could not read notifications from %s: %s", self.where, exc)
             self._missed = True
 
+    def _read(self, what: str, query: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """`query` on the main connection, run once more on a new one if the session ended
+        under it (terminated, the server restarted): a read is safe to repeat."""
+        psycopg = import_psycopg()
+        for attempt in (1, 2):
+            try:
+                return query(self._live())
+            except _NoHead:
+                # A snapshot taken before a restore that this read then waited for sees its
+                # tables empty: a new transaction sees them whole.
+                if attempt == 1:
+                    continue
+                raise
+            except psycopg.Error as exc:
+                if attempt == 1 and (self._conn_lost() or _undone(exc)):
+                    log.warning("reading %s again on a new try (%s)", self.where, one_line(exc))
+                    continue
+                raise self._fail(what, exc) from exc
+        raise AssertionError("unreachable")
+
+    def _moved(self, head: Head) -> bool:
+        """Whether the head says memory is not the database's any more: another database
+        (restored, replaced), a rewritten history, or a journal that went back."""
+        gen, _, last, epoch = head
+        return epoch != self._epoch or gen != self.gen or last < self.offset
+
     def journal_changed(self) -> bool:
         """Under the lock: what the head said when it was taken. Otherwise: whether another
-        writer announced an entry after ours or a new generation."""
+        writer announced an entry or a new generation, else what the head says now. That small
+        query (~60 µs on loopback) is the round trip a read adds: a restore announces nothing,
+        and an entry committed a moment ago may not have been announced here yet."""
         if self._head is not None:
-            gen, _, last = self._head
-            return gen != self.gen or last != self.offset
+            return self._moved(self._head) or self._head[2] != self.offset
         self._drain_notifications()
-        return self._missed or self._heard_seq > self.offset or self._heard_gen > self.gen
+        if self._missed or self._heard_seq > self.offset or self._heard_gen > self.gen:
+            return True
+        head = self._read("read the journal", lambda conn: _head_of(conn.execute(HEAD_SQL).fetchone(), self.where))
+        return self._moved(head) or head[2] != self.offset
 
     def read_new(self) -> list[list[Op]] | None:
-        psycopg = import_psycopg()
-        try:
-            conn = self._live()
+        def query(conn: psycopg.Connection[Any]) -> tuple[Head, list[tuple[Any, ...]]]:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                head = conn.execute("SELECT gen, trimmed FROM compactor_head").fetchone()
-                assert head is not None
-                if int(head[0]) != self.gen or self.offset < int(head[1]):
-                    return None  # history was rewritten, or trimmed past us: reload
+                head = _head_of(conn.execute(HEAD_SQL).fetchone(), self.where)
+                if self._moved(head) or self.offset < head[1]:
+                    return head, []  # restored, rewritten, or trimmed past us: reload
                 rows = conn.execute(
                     "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq", (self.offset,)
                 ).fetchall()
-        except psycopg.Error as exc:
-            raise self._fail("read the journal", exc) from exc
+            return head, rows
+
+        head, rows = self._read("read the journal", query)
+        if self._moved(head) or self.offset < head[1]:
+            if head[3] != self._epoch:
+                log.warning(
+                    "database %s is not the one memory was read from (restored from a backup?): reloading", self.where
+                )
+            return None
         batches = [self._parse_ops(int(seq), bytes(ops)) for seq, ops in rows]
         if rows:
             self.offset = int(rows[-1][0])
         self._missed = False
         if self._head is not None:
-            self._head = (self.gen, self._head[1], self.offset)
+            self._head = (self.gen, self._head[1], self.offset, self._head[3])
         return batches
 
     def _parse_ops(self, seq: int, raw: bytes) -> list[Op]:
-        try:
-            ops = orjson.loads(raw)
-            if not isinstance(ops, list):
-                raise ValueError("ops is not a list")
-        except ValueError as exc:
+        ops, why = parse_entry(raw)
+        if why is not None:
             raise StateCorruptError(
-                f"Journal entry {seq} in database {self.where} is damaged ({exc}): compactor will not build on "
-                f"it. Nothing was changed; `compactor doctor --database URL` shows what is wrong."
-            ) from exc
+                f"Journal entry {seq} in database {self.where} is damaged ({why}) and compactor will not build on "
+                "it: `compactor doctor --repair --database URL` sets it aside (kept in compactor_journal_aside) "
+                "and says which items it touched; nothing was changed."
+            )
         return ops
 
     def load(self) -> Loaded:
-        psycopg = import_psycopg()
-        try:
-            conn = self._live()
-            self._drain_notifications()
+        self._drain_notifications()
+
+        def query(conn: psycopg.Connection[Any]) -> tuple[tuple[Any, ...], Any, Any, list[tuple[Any, ...]]]:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                head = conn.execute("SELECT gen, snap_id, snap_seq FROM compactor_head").fetchone()
+                restored = conn.execute(RESTORED_SQL).fetchone()
+                if not restored or not restored[0]:
+                    raise PersistenceError(
+                        f"Database {self.where} is being restored (its tables are not all in place yet), so this "
+                        "server does not read it; this call was not applied. Retry when the restore is done (or, if "
+                        "it failed, restore again)."
+                    )
+                head = conn.execute(f"SELECT h.gen, h.snap_id, h.snap_seq, {EPOCH} FROM compactor_head h").fetchone()
                 if head is None:
-                    raise StateCorruptError(f"Database {self.where} has no compactor_head row. Restore it from backup.")
-                gen, snap_id, snap_seq = int(head[0]), head[1], int(head[2])
-                snap = None if snap_id is None else self._read_snapshot(conn, int(snap_id))
-                self._index = None if snap_id is None else self._read_index_rows(conn, int(snap_id))
+                    raise _NoHead(self.where)
+                snap_id, snap_seq = head[1], int(head[2])
+                snap = None if snap_id is None else pg_rows.read_snapshot(conn, int(snap_id), self.where)
+                index = None if snap_id is None else pg_index.read_rows(conn, int(snap_id))
                 rows = conn.execute(
                     "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq", (snap_seq,)
                 ).fetchall()
-            batches = [self._parse_ops(int(seq), bytes(ops)) for seq, ops in rows]
-        except psycopg.Error as exc:
-            raise self._fail("load memory", exc) from exc
+            return head, snap, index, rows
+
+        head, snap, self._index, rows = self._read("load memory", query)
+        batches = [self._parse_ops(int(seq), bytes(ops)) for seq, ops in rows]
+        gen, snap_seq = int(head[0]), int(head[2])
         self.gen = gen
+        self._epoch = (int(head[3]), str(head[4]))
         self.offset = int(rows[-1][0]) if rows else snap_seq
         self._heard_gen = max(self._heard_gen, gen)
         self._missed = False
         if self._head is not None:
-            self._head = (self.gen, self._head[1], self.offset)
+            self._head = (self.gen, self._head[1], self.offset, self._epoch)
         self.remove_dead_temp_files()
         return Loaded(snapshot=snap, batches=batches, gen=gen, offset=self.offset)
 
-    def _corrupt(self, snap_id: int) -> Callable[[object], StateCorruptError]:
-        def corrupt(reason: object) -> StateCorruptError:
-            return StateCorruptError(
-                f"Snapshot {snap_id} in database {self.where} is corrupt ({reason}). Nothing was changed; "
-                "`compactor doctor --database URL` shows what is wrong."
-            )
-
-        return corrupt
-
-    def _read_snapshot(self, conn: psycopg.Connection[Any], snap_id: int) -> dict[str, Any]:
-        """The snapshot's header, its items an `ItemRecords` read line by line (checksummed
-        as in a state dir: the bytes are the same layout)."""
-        chunks = conn.execute(
-            "SELECT data FROM compactor_snapshot_chunk WHERE snapshot_id = %s AND n >= 0 ORDER BY n", (snap_id,)
-        ).fetchall()
-        corrupt = self._corrupt(snap_id)
-        if not chunks:
-            raise corrupt("it has no data")
-        fh = io.BytesIO(b"".join(bytes(c[0]) for c in chunks))
-        del chunks
-        first = fh.readline()
-        if not first.endswith(ITEMS_LINE):
-            raise corrupt("its first line is damaged")
-        try:
-            header = orjson.loads(first[: -len(ITEMS_LINE)] + b"}")
-            if not isinstance(header, dict):
-                raise ValueError("not a compactor snapshot")
-        except ValueError as exc:
-            raise corrupt(exc) from exc
-        version = header.get("schema")
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
-            raise StateCorruptError(
-                f"Snapshot {snap_id} in database {self.where} has schema version {version!r}; this compactor "
-                f"reads up to {SCHEMA_VERSION}. Upgrade compactor."
-            )
-        header["items"] = SnapshotItems(fh, corrupt, zlib.crc32(first))
-        return header
-
-    @staticmethod
-    def _read_index_rows(conn: psycopg.Connection[Any], snap_id: int) -> tuple[bytes, Image] | None:
-        """The index the snapshot holds (its label and bytes), read a row at a time into one
-        buffer; None if it holds none or its rows do not add up (`load_index` then says so)."""
-        row = conn.execute(
-            "SELECT data FROM compactor_snapshot_chunk WHERE snapshot_id = %s AND n = %s", (snap_id, INDEX_LABEL)
-        ).fetchone()
-        if row is None:
-            return None
-        label = bytes(row[0])
-        try:
-            size = orjson.loads(label)["size"]
-            if not isinstance(size, int) or size < 0:
-                return None
-        except (ValueError, KeyError, TypeError):
-            return None
-        rows = conn.cursor().stream(
-            "SELECT data FROM compactor_snapshot_chunk WHERE snapshot_id = %s AND n < %s ORDER BY n DESC",
-            (snap_id, INDEX_LABEL),
-        )
-        image = _assemble((data for (data,) in rows), size)
-        return None if image is None else (label, image)
-
     # --- writing --------------------------------------------------------------------------
     def _append_params(self, ops: list[Op]) -> dict[str, Any]:
-        return {"ops": orjson.dumps(ops), "gen": self.gen, "seq": self.offset}
+        table, epoch = self._epoch or (0, str(uuid.UUID(int=0)))
+        return {"ops": orjson.dumps(ops), "gen": self.gen, "seq": self.offset, "table": table, "epoch": epoch}
 
     def _appended(self, row: Any, ops: list[Op]) -> None:
         """Note where deferred access-time entries landed (or that they did not)."""
@@ -504,21 +538,28 @@ class PgBackend(ReentrantLock):
             return
         self._flush_deferred()
         params = self._append_params(ops)
-        try:
-            row = self._live().execute(APPEND_SQL if sync else APPEND_ASYNC_SQL, params).fetchone()
-        except psycopg.Error as exc:
-            if exc.sqlstate is None and self._conn_lost():
-                # The connection went while the entry was on its way or committing: whether
-                # PostgreSQL committed it is unknown (the next call's catch-up shows it).
+        for attempt in (1, 2):
+            session = self._session
+            try:
+                row = self._live().execute(APPEND_SQL if sync else APPEND_ASYNC_SQL, params).fetchone()
+                break
+            except psycopg.Error as exc:
+                if not self._conn_lost():
+                    self._refused(exc)
+                # The session ended while the entry was on its way or committing (one the server
+                # had ended before is replaced by `_live` before anything is sent): look.
+                landed = self._landed(params["ops"], session)
+                if landed:
+                    row = (landed,)
+                    break
+                if landed == 0 and attempt == 1:
+                    log.warning("the session of %s ended before this entry was written; writing it again", self.where)
+                    continue
                 raise AmbiguousCommitError(
                     f"The connection to database {self.where} was lost while this call was being saved "
                     f"({str(exc).strip()}): it may or may not have been applied. Retrying a store within "
                     f"a minute returns the first one's id rather than a duplicate."
                 ) from exc
-            raise PersistenceError(
-                f"Could not write to the journal in database {self.where}: {str(exc).strip()}. This call was "
-                "not applied; check that PostgreSQL is up and retry."
-            ) from exc
         if row is None:
             # Someone wrote without the lock, or a rewrite slipped past: catch up, then retry.
             self._missed = True
@@ -528,7 +569,47 @@ class PgBackend(ReentrantLock):
             )
         self.offset = int(row[0])
         if self._head is not None:
-            self._head = (self.gen, self._head[1], self.offset)
+            self._head = (self.gen, self._head[1], self.offset, self._head[3])
+
+    def _refused(self, exc: Exception) -> NoReturn:
+        """Raise what an append PostgreSQL refused means (the session still up: not applied)."""
+        if _undone(exc):  # a deadlock with a restore taking the tables, say: worth running again
+            self._missed = True
+            raise WriteConflictError(
+                f"Database {self.where} undid this call's write ({one_line(exc)}); this call was not applied. "
+                "Retry it: the next call catches up first."
+            ) from exc
+        if getattr(exc, "sqlstate", None) in _TABLES_CHANGED:
+            # Its tables are being dropped or made under it (a restore): not a failing
+            # database, and the call run again reads what the restore leaves.
+            self._missed = True
+            raise WriteConflictError(str(self._fail("write to the journal", exc))) from exc
+        raise PersistenceError(
+            f"Could not write to the journal in database {self.where}: {str(exc).strip()}. This call was "
+            "not applied; check that PostgreSQL is up and retry."
+        ) from exc
+
+    def _landed(self, entry: bytes, session: tuple[int, Any]) -> int | None:
+        """After the session that sent `entry` ended: its sequence number if it was committed,
+        0 if it surely was not, None if that cannot be told. Surely: once that session's
+        process is gone its transaction is over, and a committed entry would be the first after
+        ours (it was appended only if none was, and anyone else's after it)."""
+        deadline = time.monotonic() + LANDED_WAIT_S
+        try:
+            conn = self._live()
+            while conn.execute(
+                "SELECT FROM pg_stat_activity WHERE pid = %s AND backend_start = %s", session
+            ).fetchone():
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.01)
+            row = conn.execute(
+                "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq LIMIT 1", (self.offset,)
+            ).fetchone()
+        except Exception as exc:  # unreachable still, or restarting: unknown
+            log.warning("could not tell whether an entry reached %s: %s", self.where, exc)
+            return None
+        return int(row[0]) if row is not None and bytes(row[1]) == entry else 0
 
     def _write_snapshot_rows(
         self,
@@ -536,7 +617,7 @@ class PgBackend(ReentrantLock):
         state: str,
         header: dict[str, Any],
         items: list[Item],
-        index: tuple[bytes, Image] | None = None,
+        index: pg_index.Held | None = None,
     ) -> int:
         """Insert a snapshot row and its chunks (inside the caller's transaction); its id. The
         index its header names goes with it: from `index` when that is the one named, else
@@ -555,23 +636,8 @@ class PgBackend(ReentrantLock):
         conn.execute("UPDATE compactor_snapshot SET bytes = %s WHERE id = %s", (size, snap_id))
         ref = header.get(INDEX_REF)
         if isinstance(ref, dict):
-            self._write_index_rows(conn, snap_id, _label(ref), index)
+            pg_index.write_rows(conn, snap_id, pg_index.label_of(ref), index, self.where)
         return snap_id
-
-    def _write_index_rows(
-        self, conn: psycopg.Connection[Any], snap_id: int, label: bytes, index: tuple[bytes, Image] | None
-    ) -> None:
-        if index is not None and index[0] == label:
-            view = index[1].data
-            with conn.cursor().copy("COPY compactor_snapshot_chunk (snapshot_id, n, data) FROM STDIN") as copy:
-                copy.write_row((snap_id, INDEX_LABEL, label))
-                for k, lo in enumerate(range(0, view.nbytes, INDEX_ROW_BYTES)):
-                    copy.write_row((snap_id, INDEX_LABEL - 1 - k, view[lo : lo + INDEX_ROW_BYTES]))
-            return
-        copied = conn.execute(COPY_INDEX_SQL, {"snap": snap_id, "label": label}).rowcount
-        if not copied:
-            # Dropped meanwhile (a forget, a repair): the start that reads this snapshot rebuilds it.
-            log.info("the index snapshot %d names is no longer in %s", snap_id, self.where)
 
     def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
         psycopg = import_psycopg()
@@ -582,6 +648,14 @@ class PgBackend(ReentrantLock):
         try:
             conn = self._live()
             with conn.transaction():
+                # It replaces everything: only over the database and the history memory holds.
+                head = _head_of(conn.execute(HEAD_SQL + " FOR UPDATE OF h").fetchone(), self.where)
+                if self._moved(head) or head[2] != self.offset:
+                    self._missed = True
+                    raise WriteConflictError(
+                        f"Database {self.where} changed under this server (another writer, or a restore from a "
+                        "backup); nothing was written. Retry: the next call reads it first."
+                    )
                 snap_id = self._write_snapshot_rows(conn, "current", header, items, self._index)
                 conn.execute("DELETE FROM compactor_snapshot WHERE id <> %s", (snap_id,))
                 conn.execute("DELETE FROM compactor_journal WHERE seq <= %s", (self.offset,))
@@ -595,7 +669,7 @@ class PgBackend(ReentrantLock):
         self.gen = new_gen
         self._heard_gen = max(self._heard_gen, new_gen)
         if self._head is not None:
-            self._head = (new_gen, self.offset, self.offset)
+            self._head = (new_gen, self.offset, self.offset, self._head[3])
         self._pending = None
         self.last_snapshot_seconds = time.perf_counter() - started
         self.last_snapshot_at = time.time()
@@ -603,12 +677,15 @@ class PgBackend(ReentrantLock):
     def write_pending_snapshot(self, header: dict[str, Any], items: list[Item]) -> None:
         psycopg = import_psycopg()
         started = time.perf_counter()
+        epoch = self._epoch
         with self._bg_lock:
             try:
-                if self._bg is None or self._bg.closed or self._bg.broken:
-                    self._bg = self._new_connection()
-                with self._bg.transaction():
-                    self._pending = self._write_snapshot_rows(self._bg, "pending", header, items)
+                bg = self._background()
+                with bg.transaction():
+                    row = bg.execute(f"SELECT {EPOCH} FROM compactor_head h").fetchone()
+                    if row is None or (int(row[0]), str(row[1])) != epoch:
+                        raise PersistenceError(f"database {self.where} was restored or replaced meanwhile")
+                    self._pending = (self._write_snapshot_rows(bg, "pending", header, items), epoch)
             except psycopg.Error as exc:
                 raise self._fail("write a snapshot", exc) from exc
         self.last_snapshot_seconds = time.perf_counter() - started
@@ -618,14 +695,19 @@ class PgBackend(ReentrantLock):
     ) -> Callable[[], None] | None:
         psycopg = import_psycopg()
         self._flush_deferred()
-        snap_id, self._pending = self._pending, None
-        if snap_id is None:
+        pending, self._pending = self._pending, None
+        if pending is None:
             return None
+        snap_id, epoch = pending
         try:
             conn = self._live()
             with conn.transaction():
-                head = conn.execute("SELECT snap_id, snap_seq FROM compactor_head FOR UPDATE").fetchone()
+                head = conn.execute(
+                    f"SELECT h.snap_id, h.snap_seq, {EPOCH} FROM compactor_head h FOR UPDATE OF h"
+                ).fetchone()
                 assert head is not None
+                if (int(head[2]), str(head[3])) != epoch or epoch != self._epoch:
+                    return None  # written into a database since restored: that row is not ours
                 if int(head[1]) > offset:  # another server installed a newer one meanwhile
                     conn.execute("DELETE FROM compactor_snapshot WHERE id = %s", (snap_id,))
                     return None
@@ -645,94 +727,115 @@ class PgBackend(ReentrantLock):
             raise self._fail("install a snapshot", exc) from exc
         self.last_snapshot_at = time.time()
         if self._head is not None:
-            self._head = (self._head[0], int(head[1]), self._head[2])
+            self._head = (self._head[0], int(head[1]), self._head[2], self._head[3])
         return lambda: self._drop_snapshots_before(snap_id)
 
     def _drop_snapshots_before(self, snap_id: int) -> None:
-        """Off the event loop: delete the snapshots the one in use replaced."""
+        """Off the event loop: delete the snapshots the one in use replaced (never the one the
+        head names: a restore may have come in between)."""
         with self._bg_lock:
             try:
-                if self._bg is None or self._bg.closed or self._bg.broken:
-                    self._bg = self._new_connection()
-                self._bg.execute("DELETE FROM compactor_snapshot WHERE id < %s AND state = 'current'", (snap_id,))
+                self._background().execute(
+                    "DELETE FROM compactor_snapshot WHERE id < %s AND state = 'current' "
+                    "AND id IS DISTINCT FROM (SELECT snap_id FROM compactor_head)",
+                    (snap_id,),
+                )
             except Exception as exc:
                 log.warning("could not delete the replaced snapshot: %s", exc)
 
     def discard_pending_snapshot(self) -> None:
-        snap_id, self._pending = self._pending, None
-        if snap_id is None:
+        pending, self._pending = self._pending, None
+        if pending is None or pending[1] is None:
             return
+        snap_id, (table, epoch) = pending[0], pending[1]
         with contextlib.suppress(Exception):
-            self._live().execute("DELETE FROM compactor_snapshot WHERE id = %s AND state = 'pending'", (snap_id,))
+            self._live().execute(
+                "DELETE FROM compactor_snapshot s USING compactor_head h WHERE s.id = %s AND s.state = 'pending' "
+                "AND h.tableoid = %s::oid AND h.epoch = %s::uuid",
+                (snap_id, table, epoch),
+            )
 
     def read_across_rotation(self) -> list[list[Op]] | None:
         return None  # a rewritten history is reloaded
 
     def purge_kept_aside(self, needles: Sequence[bytes]) -> list[str]:
-        return []  # a repair keeps nothing aside in a database
+        """Entries holding a forgotten item leave compactor_journal_aside (where a repair set
+        aside the ones it could not use): each holds one call, so the rest stays."""
+        psycopg = import_psycopg()
+        try:
+            gone = pg_rows.purge_aside(self._live(), needles) if needles else 0
+        except psycopg.Error as exc:
+            raise self._fail("purge the entries a repair set aside", exc) from exc
+        return [pg_rows.ASIDE_TABLE] if gone else []
+
+    # --- what `compactor doctor` reads and sets aside (`pg_rows`) -------------------------
+    def read_raw(self) -> tuple[int, dict[str, Any] | None, list[tuple[int, bytes]]]:
+        """The generation, the snapshot in use (its items checked as they are read) and every
+        journal entry after it as stored, not decoded: what the doctor checks and repairs."""
+
+        def query(conn: psycopg.Connection[Any]) -> tuple[int, dict[str, Any] | None, list[tuple[int, bytes]]]:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                head = conn.execute("SELECT snap_id, snap_seq, gen FROM compactor_head").fetchone()
+                if head is None:
+                    raise StateCorruptError(
+                        f"Database {self.where} has no compactor_head row: restore it from a backup."
+                    )
+                snap = None if head[0] is None else pg_rows.read_snapshot(conn, int(head[0]), self.where)
+                if snap is not None:  # read now, inside the transaction
+                    snap["items"] = list(snap["items"])
+                rows = conn.execute(
+                    "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq", (int(head[1]),)
+                ).fetchall()
+            return int(head[2]), snap, [(int(seq), bytes(ops)) for seq, ops in rows]
+
+        return self._read("read the journal", query)
+
+    def set_aside(self, why: Mapping[int, str]) -> int:
+        """Under the lock: move the journal entries `why` names (seq -> reason) aside and start
+        a new generation, which makes every server reload without them (`pg_rows.set_aside`)."""
+        psycopg = import_psycopg()
+        try:
+            return pg_rows.set_aside(self._live(), why)
+        except psycopg.Error as exc:
+            raise self._fail("set journal entries aside", exc) from exc
+
+    def aside_count(self) -> int:
+        """How many journal entries a repair set aside (kept in compactor_journal_aside)."""
+        return self._read("count the entries set aside", pg_rows.aside_count)
 
     def remove_dead_temp_files(self) -> None:
         with contextlib.suppress(Exception):
             self._live().execute(DEAD_PENDING_SQL)
 
-    # --- the saved search index: rows of the snapshot that names it -----------------------
+    # --- the saved search index: rows of the snapshot that names it (`pg_index`) ----------
     def save_index(self, gen: int, arrays: Mapping[str, memoryview]) -> dict[str, Any]:
         """Lay the arrays out as an index file's bytes, in hand until the snapshot that names
         the reference returned writes them (`snapshot_now`)."""
-        pieces = indexfile.encode(arrays)
-        ref = indexfile.reference(f"index.{gen}", pieces)
-        image = _assemble(pieces, ref["size"])
-        assert image is not None  # the size is theirs
-        self._index = (_label(ref), image)
+        ref, self._index = pg_index.lay_out(gen, arrays)
         return ref
 
     def load_index(self, ref: Mapping[str, Any], *, verify: bool = True) -> dict[str, memoryview]:
-        label = _label(ref)
+        label = pg_index.label_of(ref)
         where = f"the saved index {ref.get('name')!r} in database {self.where}"
         held = self._index
         if held is not None and held[0] == label:
             self._index = None  # the index's arrays now read it: it is theirs
             image = held[1]
         else:
-            image = self._fetch_index(label, ref.get("size"), where)
-        if len(image) != ref.get("size"):
-            raise IndexFileError(f"{where} is {len(image):,} bytes, not the {ref.get('size')!r} the snapshot recorded")
-        if verify and zlib.crc32(image.data) != ref.get("crc32"):
-            raise IndexFileError(f"{where} does not match its checksum: some bytes changed after it was written")
-        image.flags.writeable = False  # read in place, as an index file's memory map is
-        return indexfile.parse(image.data, where)
-
-    def _fetch_index(self, label: bytes, size: object, where: str) -> Image:
-        """The index's bytes from whichever snapshot holds them (one this process did not read)."""
-        psycopg = import_psycopg()
-        if not isinstance(size, int) or size < 0:
-            raise IndexFileError(f"{where} has no valid size in the snapshot's reference")
-        try:
-            with self._live().cursor() as cur:
-                rows = cur.stream(INDEX_ROWS_SQL, {"label": label, "snap": 0})
-                image = _assemble((data for (data,) in rows), size)
-        except psycopg.Error as exc:
-            raise IndexFileError(f"{where} cannot be read: {one_line(exc)}") from exc
-        if image is None:
-            raise IndexFileError(f"{where} is missing or cut short")
-        return image
+            image = pg_index.fetch(self._live(), label, ref.get("size"), where)
+        return pg_index.open_image(image, ref, where, verify=verify)
 
     def keep_only_index(self, name: str | None) -> None:
         """After `snapshot_now`, which deleted every other snapshot with its index rows: also
         those of a snapshot another server was still writing then (a forget must leave no
         index that holds the forgotten item's terms)."""
         held = self._index
-        if held is not None and _name_of(held[0]) != name:
+        if held is not None and pg_index.name_of(held[0]) != name:
             self._index = None
         psycopg = import_psycopg()
         try:
-            conn = self._live()
-            labels = conn.execute(
-                "SELECT snapshot_id, data FROM compactor_snapshot_chunk WHERE n = %s", (INDEX_LABEL,)
-            ).fetchall()
-            other = [int(snap) for snap, data in labels if _name_of(bytes(data)) != name]
-            if other:
-                conn.execute("DELETE FROM compactor_snapshot_chunk WHERE n < 0 AND snapshot_id = ANY(%s)", (other,))
+            pg_index.drop_others(self._live(), name)
         except psycopg.Error as exc:
             log.warning("could not drop the index rows no snapshot names in %s: %s", self.where, exc)
 

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
-from ..errors import AmbiguousCommitError, PersistenceError, WriteConflictError
+from ..errors import AmbiguousCommitError, CompactorError, PersistenceError, StateCorruptError, WriteConflictError
 from ..models import Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.codec import SCHEMA_VERSION, ItemRecords
@@ -297,9 +297,15 @@ class _Journaled(_StateOps):
             for batch in loaded.batches:
                 for op in batch:
                     self._apply(op)
-        except Exception:
+        except Exception as exc:
             self._s, self.settings, self._index_stale = old_state, old_settings, old_stale
-            raise
+            if isinstance(exc, CompactorError):
+                raise
+            raise StateCorruptError(
+                f"A journal entry cannot be applied ({type(exc).__name__}: {exc!s:.120}), so compactor will not "
+                "build on it: if a newer compactor also serves this memory, upgrade this one; otherwise `compactor "
+                "doctor --repair` (with this --state-dir or --database) sets the entry aside. Nothing was changed."
+            ) from exc
         self._on_disk = saved
         if snap is not None:  # what a start cost, in the server's log (`--log-level INFO`)
             how = f"the saved one, {len(changed)} re-indexed" if derived else "rebuilt from the items"

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from mcp.client import Client
 
-from compactor.errors import AmbiguousCommitError
+from compactor.errors import AmbiguousCommitError, PersistenceError
 from compactor.mcp import build_server
 from compactor.persistence.pg_sql import APPEND_SQL
 from compactor.store import Store
@@ -60,6 +60,11 @@ def test_a_connection_lost_at_commit_is_said_to_be_unknown(pg_url: str, monkeypa
                 return getattr(self.conn, name)
 
         monkeypatch.setattr(backend, "_live", lambda: LostAtCommit(live()))
+
+        def unreachable() -> None:  # so whether it landed cannot be looked up either
+            raise PersistenceError("Cannot connect to database: Connection refused.")
+
+        monkeypatch.setattr(backend, "open", unreachable)
         with pytest.raises(AmbiguousCommitError, match="may or may not have been applied"):
             store.store("deploys go out on Tuesdays", tags=["deploy"])
         monkeypatch.undo()

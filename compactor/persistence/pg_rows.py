@@ -1,0 +1,98 @@
+"""PostgreSQL rows read or moved off the hot path of `compactor.persistence.postgres`: a
+snapshot's chunks read back as the state dir reads snapshot.json (`read_snapshot`, the same
+bytes and checksums), and the journal entries `compactor doctor --repair` sets aside in
+compactor_journal_aside (`set_aside`), which a forget purges of the item it deletes
+(`purge_aside`)."""
+
+from __future__ import annotations
+
+import io
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..errors import StateCorruptError
+from .codec import ITEMS_LINE, SCHEMA_VERSION, SnapshotItems
+from .pg_sql import PG_CHANNEL
+
+if TYPE_CHECKING:
+    import psycopg
+
+ASIDE_TABLE = "compactor_journal_aside"
+
+
+def _corrupt(snap_id: int, where: str) -> Callable[[object], StateCorruptError]:
+    def corrupt(reason: object) -> StateCorruptError:
+        return StateCorruptError(
+            f"Snapshot {snap_id} in database {where} is corrupt ({reason}), and compactor will not build on it: "
+            "restore the database from a backup (docs/team.md, 'Backups and restores'); nothing was changed."
+        )
+
+    return corrupt
+
+
+def read_snapshot(conn: psycopg.Connection[Any], snap_id: int, where: str) -> dict[str, Any]:
+    """The snapshot's header, its items an `ItemRecords` read line by line (checksummed as in a
+    state dir: the bytes are the same layout)."""
+    chunks = conn.execute(
+        "SELECT data FROM compactor_snapshot_chunk WHERE snapshot_id = %s AND n >= 0 ORDER BY n", (snap_id,)
+    ).fetchall()
+    corrupt = _corrupt(snap_id, where)
+    if not chunks:
+        raise corrupt("it has no data")
+    fh = io.BytesIO(b"".join(bytes(c[0]) for c in chunks))
+    del chunks
+    first = fh.readline()
+    if not first.endswith(ITEMS_LINE):
+        raise corrupt("its first line is damaged")
+    try:
+        header = orjson.loads(first[: -len(ITEMS_LINE)] + b"}")
+        if not isinstance(header, dict):
+            raise ValueError("not a compactor snapshot")
+    except ValueError as exc:
+        raise corrupt(exc) from exc
+    version = header.get("schema")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise StateCorruptError(
+            f"Snapshot {snap_id} in database {where} has schema version {version!r}; this compactor reads up to "
+            f"{SCHEMA_VERSION}. Upgrade compactor."
+        )
+    header["items"] = SnapshotItems(fh, corrupt, zlib.crc32(first))
+    return header
+
+
+def set_aside(conn: psycopg.Connection[Any], why: Mapping[int, str]) -> int:
+    """Move the journal entries `why` names (seq -> reason) to compactor_journal_aside and start
+    a new generation, announced, which makes every server reload without them; in one
+    transaction. Returns how many moved."""
+    seqs = sorted(why)
+    with conn.transaction():
+        conn.execute(
+            f"INSERT INTO {ASIDE_TABLE} (seq, ops, written_at, why) "
+            "SELECT j.seq, j.ops, j.written_at, w.why FROM compactor_journal j "
+            "JOIN unnest(%s::bigint[], %s::text[]) AS w(seq, why) ON w.seq = j.seq",
+            (seqs, [why[seq] for seq in seqs]),
+        )
+        moved = conn.execute("DELETE FROM compactor_journal WHERE seq = ANY(%s)", (seqs,)).rowcount
+        row = conn.execute("UPDATE compactor_head SET gen = gen + 1 RETURNING gen").fetchone()
+        assert row is not None
+        conn.execute("SELECT pg_notify(%s, %s)", (PG_CHANNEL, f"g{int(row[0])}"))
+    return int(moved)
+
+
+def purge_aside(conn: psycopg.Connection[Any], needles: Sequence[bytes]) -> int:
+    """Delete the set-aside entries holding any of `needles`; how many went."""
+    return int(
+        conn.execute(
+            f"DELETE FROM {ASIDE_TABLE} "
+            "WHERE EXISTS (SELECT FROM unnest(%s::bytea[]) AS n(needle) WHERE position(n.needle IN ops) > 0)",
+            ([bytes(n) for n in needles],),
+        ).rowcount
+    )
+
+
+def aside_count(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(f"SELECT count(*) FROM {ASIDE_TABLE}").fetchone()
+    return int(row[0]) if row else 0
