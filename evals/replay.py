@@ -26,6 +26,7 @@ Store is tuned with (compactor.store.tuning) for the run (a lever tried on the t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -51,6 +52,7 @@ from mcp.client.stdio import stdio_client
 
 from compactor.store.tuning import Tuning, parse_overrides
 from evals.halves import half_of
+from evals.lookups import bare_query, strict_relevant
 from evals.revisits import (
     REPO_ROOT,
     REVISIT_TYPES,
@@ -402,6 +404,8 @@ def _cpu_seconds() -> float:
 
 # ---- halves, derivations and runs (ISSUE 15.1) ----
 
+# `--fast`'s row of file re-reads scored against the views that show what the query asks for.
+STRICT = "file_reread strict"
 DERIVATIONS = ("first", "second")  # evals/revisits.py, evals/revisits2.py
 BUDGET_NAMES = ("generous", "tight")
 QUICK_TRAJS = 8  # --quick: the first trajectories by name, one run
@@ -493,6 +497,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--half", choices=["tuning", "test", "all"], default=None, help="only this half (default: all; --fast: tuning)")
     add("--fast", action="store_true", help="in process, a Store per trajectory: for iterating, not the measurement")
     add("--set", action="append", default=[], metavar="NAME=VALUE", help="with --fast: override a knob")
+    add(
+        "--bare-lookups",
+        action="store_true",
+        help="with --fast: ask each first-derivation file re-read that names a symbol or lines as"
+        " 'path symbol' or 'path lines A-B' (evals/lookups.py)",
+    )
     args = parser.parse_args(argv)
     if args.set and not args.fast:
         parser.error("--set tunes the Store of this process: it works with --fast only")
@@ -516,6 +526,12 @@ def _chosen(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
     return budgets, list(DERIVATIONS) if args.derivation == "both" else [args.derivation]
 
 
+def _bare(r: Revisit) -> Revisit:
+    """A file re-read that names a symbol or lines, asked as the path and that alone."""
+    query = bare_query(r.detail, r.query) if r.type == "file_reread" else None
+    return dataclasses.replace(r, query=query) if query is not None else r
+
+
 def run_fast(args: argparse.Namespace) -> int:
     """The evaluation in process: a Store per trajectory, the same stores, queries and scoring."""
     from compactor.store import Store
@@ -536,6 +552,14 @@ def run_fast(args: argparse.Namespace) -> int:
             for traj, events in groups:
                 own = [r for r in first if r.traj == traj]
                 revisits = own if derivation == "first" else derive_revisits(derivation, events, args.revisits)
+                content_of = {ev.seq: ev.content for ev in events}
+                strict_of = {
+                    r.seq: strict_relevant(r.query, r.relevant, content_of)
+                    for r in revisits
+                    if r.type == "file_reread" and derivation == "first"
+                }
+                if args.bare_lookups:
+                    revisits = [_bare(r) for r in revisits] if derivation == "first" else revisits
                 pending = _queries_by_step(revisits)
                 store = Store(budget=budget, tuning=args.tuning)
                 seq_of: dict[str, int] = {}
@@ -549,11 +573,14 @@ def run_fast(args: argparse.Namespace) -> int:
                             rank = first_relevant_rank(returned, r.relevant)
                             ranks[r.type].append(rank)
                             ranks["overall"].append(rank)
+                            strict = strict_of.get(r.seq, ())
+                            if strict:  # evals/lookups.py: the views that show what the query asks for
+                                ranks[STRICT].append(first_relevant_rank(returned, strict))
                     stored = store.store(**_store_arguments(ev))
                     seq_of[stored.item.id] = ev.seq
             cells = "  ".join(
                 f"{t} {recall_at(ranks[t]):.3f}/{mean_reciprocal_rank(ranks[t]):.3f} ({len(ranks[t])})"
-                for t in [*REVISIT_TYPES, "overall"]
+                for t in [*REVISIT_TYPES, "overall", *([STRICT] if ranks[STRICT] else [])]
             )
             print(f"{derivation:6s} {name:8s} {half}: {cells}", flush=True)
     latencies.sort()

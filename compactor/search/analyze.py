@@ -54,7 +54,9 @@ _NEW_IN_2: Final = re.compile(f"[{_UNSPACED_CHARS}{_MARKS}]")
 # 2: before text was brought to its composed form (NFC): "é" typed as e and an accent, or a
 # path from macOS (decomposed), made other terms than the same word composed.
 # 3: before a word of prose was indexed by its Snowball stem too (`STEM_MARK`).
-TERMS_VERSION: Final = 4
+# 4: before a field's length counted its words as written rather than its terms (the terms are
+# the same; the lengths, which the saved index holds, differ: `index_tokens`).
+TERMS_VERSION: Final = 5
 _MIN_LEN: Final = 2
 # Longer runs are blobs (base64, hex dumps, minified code): nobody searches for them whole, and
 # one would cost a vocabulary entry of its full size. Their parts are still indexed.
@@ -99,7 +101,7 @@ _STEMMABLE: Final = re.compile(r"[A-Za-z][a-z]{2,39}")
 # The C Snowball (PyStemmer) stems a word in ~0.13 us; snowballstemmer, its pure-Python twin,
 # in ~24 us, which would be most of the cost of indexing prose. Its own cache remembers words.
 _STEMMER: Final = Stemmer.Stemmer("english")
-_stem_cache: dict[str, tuple[tuple[str, ...], bool]] = {}
+_stem_cache: dict[str, tuple[tuple[str, ...], int]] = {}
 
 
 def stem(word: str) -> str:
@@ -172,12 +174,17 @@ def unspaced_pair(term: str) -> bool:
 
 
 def terms_changed(version: int, text: str) -> bool:
-    """Whether tokenizer `version` (older than TERMS_VERSION) made other terms of `text`."""
-    if version not in (1, 2, 3):
+    """Whether tokenizer `version` (older than TERMS_VERSION) made other terms of `text`, or
+    gave it another length."""
+    if version not in (1, 2, 3, 4):
         raise ValueError(f"tokenizer version {version!r} is not one this one can bring up to date")
-    if index_tokens(text)[1]:  # a word with a stem of its own: no version before 4 made that
+    terms, extra = index_tokens(text)
+    stems = sum(t.startswith(STEM_MARK) for t in terms)
+    if extra > stems:  # a compound of parts: versions before 5 counted each part in the length
         return True
-    if version == 3 or text.isascii():
+    if stems and version < 4:  # a word with a stem term: no version before 4 made that
+        return True
+    if version >= 3 or text.isascii():
         return False
     return not unicodedata.is_normalized("NFC", text) or (version == 1 and _NEW_IN_2.search(text) is not None)
 
@@ -243,30 +250,34 @@ def tokenize(text: str) -> list[str]:
 
 def index_tokens(text: str) -> tuple[list[str], int]:
     """`tokenize(text)` with each word of prose whose Snowball stem differs from it followed by
-    its stem term (STEM_MARK + stem), and how many of the terms are stem terms (a field's
-    length counts the words alone, so lengths and scores of exact terms stay as they were)."""
+    its stem term (STEM_MARK + stem), and how many of the terms a field's length leaves out.
+    A field's length is its words as written: a compound (a path, a dotted or snake_case name)
+    is one word, not the whole and every part it is also indexed by, and a stem term is no word
+    either. Counting the parts made a tool output full of paths and identifiers several times
+    "longer" than a note of as many words, so its matches weighed less for a length it does not
+    have (evals/KNOBS.md). A run of unspaced script counts its character pairs, as a query does."""
     cache = _stem_cache
     out: list[str] = []
     extend = out.extend
-    stems = 0
+    extra = 0
     for raw in compounds(text):
         found = cache.get(raw)
         if found is None:
             terms = _cache.get(raw) or _expand(raw)
-            stemmed = False
             word = raw.lower()
             if _STEMMABLE.fullmatch(raw) and word not in QUERY_STOPWORDS:
                 root = stem(word)
                 if root != word:
-                    terms, stemmed = (*terms, STEM_MARK + root), True
-            found = (terms, stemmed)
+                    terms = (*terms, STEM_MARK + root)
+            words = (len(_unspaced_terms(raw, query=True)) if _unspaced(raw) else 1) if terms else 0
+            found = (terms, len(terms) - words)
             if len(raw) <= _CACHE_KEY_MAX:
                 if len(cache) >= _CACHE_MAX:
                     cache.clear()
                 cache[raw] = found
         extend(found[0])
-        stems += found[1]
-    return out, stems
+        extra += found[1]
+    return out, extra
 
 
 def query_stems(text: str) -> list[tuple[str, list[str]]]:

@@ -103,6 +103,18 @@ _GLOB = re.compile(r"[*?\[\]{}$`]")
 _QUERY_TOKEN = re.compile(rf"(?:~?/|\.\.?/)?[{_WC}](?:[{_WC}./+@~-]*[{_WC}])?")
 _PATH_LINE = re.compile(rf"([{_WC}./+@~-]*[{_WC}]\.\w+|[{_WC}.+@~-]*/[{_WC}./+@~-]*[{_WC}]):(\d+)(?:[-:](\d+))?")
 _LINES_PHRASE = re.compile(r"\blines?\s+(\d+)(?:\s*(?:-|\u2013|to|\.\.|through)\s*(\d+))?", re.IGNORECASE)
+# A symbol named in prose: a name in backticks (a call's "()" aside), dotted or not.
+_TICKED = re.compile(r"`([^`\n]{1,100})`")
+_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+# A name that is code written bare in prose: snake_case, camelCase or CapWords with an inner
+# capital, a dunder ("parse_headers", "getInlines", "QuerySet", "__init__").
+_CODE_NAME = re.compile(r"_*[A-Za-z][A-Za-z0-9]*(?:_+[A-Za-z0-9]+)+_*|_*[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*")
+# What a grep pattern matches as written once escapes, anchors and wildcards are taken out.
+_PATTERN_SPLIT = re.compile(r"\.\*|\.\+|\[[^\]]*\]|\\[|()+?{}]|[*?{}]")
+# A symbol shorter than this is in every view of a file ("x", "if").
+SYMBOL_MIN_CHARS: Final = 3
+# Symbols taken from one query at most: a thought may name many, the first ones say what it is after.
+SYMBOLS_MAX: Final = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +128,12 @@ class FileView:
 
 @dataclass(frozen=True, slots=True)
 class ViewQuery:
-    """What a query names: paths (as written) and the lines it asks about, if any."""
+    """What a query names: paths (as written), the lines it asks about, if any, and the symbols
+    it asks to see in them (a grep's pattern, a `name` in backticks), as they are written."""
 
     paths: tuple[str, ...]
     lines: Lines | None = None
+    symbols: tuple[str, ...] = ()
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -574,6 +588,8 @@ def parse_query(text: str, known: Container[str] | None = None) -> ViewQuery | N
     shown_lines: Lines | None = None
     prose: dict[str, None] = {}
     prose_lines: Lines | None = None
+    greps: dict[str, None] = {}
+    ticked: dict[str, None] = {}
     commands = False
     for raw in text.split("\n"):
         line = raw.strip()
@@ -592,6 +608,7 @@ def parse_query(text: str, known: Container[str] | None = None) -> ViewQuery | N
             if view is not None:
                 shown.update(dict.fromkeys(view.paths))
                 shown_lines = shown_lines or (view.lines if view.lines != (1, 0) else None)
+                greps.update(dict.fromkeys(_grep_patterns(line)))
             continue
         if program in _RUNNERS or _runs_a_program(first):
             commands = True
@@ -606,10 +623,37 @@ def parse_query(text: str, known: Container[str] | None = None) -> ViewQuery | N
         for w in _QUERY_TOKEN.findall(line):
             if "/" in w or "." in w.strip(".") or (known is not None and w.lower() in known):
                 prose[w] = None
+        spans = [*_TICKED.findall(line), *(w for w in _QUERY_TOKEN.findall(line) if _CODE_NAME.fullmatch(w))]
+        for span in spans:
+            name = span.strip().removesuffix("()")
+            if _NAME.fullmatch(name) and not (known is not None and name.lower() in known):
+                ticked[name] = None  # a file's name in backticks is the file, not a symbol in it
     paths, lines = (shown, shown_lines) if commands else (prose, prose_lines)
     if not paths:
         return None
-    return ViewQuery(tuple(paths), lines)
+    # A grep's pattern is what the asker wants to see; else the names the prose puts in backticks.
+    symbols = [s for s in (greps or ticked) if len(s) >= SYMBOL_MIN_CHARS and s not in paths]
+    return ViewQuery(tuple(paths), lines, tuple(symbols[:SYMBOLS_MAX]))
+
+
+def _grep_patterns(line: str) -> list[str]:
+    """What the grep commands of a command line look for, as the text a matching line holds:
+    the pattern's longest stretch free of wildcards, escapes and anchors."""
+    out: list[str] = []
+    for command in _commands(line):
+        for seg in command:
+            prog, args = _program(seg)
+            if prog not in _GREPS:
+                continue
+            operands, flags = _split_flags(prog, args)
+            if any(f == "-f" for f, _ in flags):
+                continue
+            for pattern in [v for f, v in flags if f == "-e"] or operands[:1]:
+                pieces = _PATTERN_SPLIT.split(pattern.removeprefix("^").removesuffix("$").replace("\\.", "."))
+                piece = max(pieces, key=len).strip() if pieces else ""
+                if piece:
+                    out.append(piece)
+    return out
 
 
 def _runs_a_program(words: Sequence[str]) -> bool:

@@ -198,6 +198,9 @@ class _Search(_Journaled):
         if query is None:
             return {}
         found = sorted((s.items[i] for i in s.views.lookup(query.paths, VIEW_LIFT_MAX)), key=lambda it: -it.seq)
+        # The views that hold a symbol the query names (a grep's pattern, a `name`): those show
+        # what it asks for, another view of the same file does not. Told apart only when some do.
+        holders = {it.id for it in found if any(sym in it.content for sym in query.symbols)}
         lifts: dict[str, float] = {}
         newer: list[Item] = []
         for it in found[:VIEW_LIFT_MAX]:
@@ -218,6 +221,8 @@ class _Search(_Journaled):
             lift = tuning.view_path_lift
             if query.lines is not None and overlaps(lines, query.lines):
                 lift *= tuning.view_range_lift
+            if it.id in holders:
+                lift *= tuning.view_symbol_lift
             lifts[it.id] = lift
         return lifts
 

@@ -27,7 +27,10 @@ class Tuning:
     # A view of a file the query names ranks ahead of items that only mention it, further ahead
     # when it shows the lines asked for; bounded, so a far better text match wins (evals/KNOBS.md).
     view_path_lift: float = 3.0
-    view_range_lift: float = 1.25
+    view_range_lift: float = 2.0
+    # A view of the file that holds a symbol the query names (a grep's pattern, a `name`) ranks
+    # ahead of the file's views that do not: they show what it asks for (evals/KNOBS.md).
+    view_symbol_lift: float = 2.0
     # An older view whose lines a newer view also shows: ahead of mentions, behind the newer one.
     view_superseded_lift: float = 1.5
     # An edit in place (sed -i) says which lines changed, not what they hold: no lift.

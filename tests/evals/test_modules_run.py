@@ -26,6 +26,20 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     ("args", "printed"),
     [
         (("evals.replay", "--fast", "--half", "all", "--limit-trajs", "2"), "2 trajectories"),
+        (
+            (
+                "evals.replay",
+                "--fast",
+                "--half",
+                "all",
+                "--limit-trajs",
+                "2",
+                "--derivation",
+                "first",
+                "--bare-lookups",
+            ),
+            "file_reread strict",
+        ),
         (("evals.resume", "--fast", "--half", "all", "--limit-trajs", "2", "--cuts", "60"), "60%: recall"),
         (("evals.other_words", "--half", "all"), "exact MRR"),
         (("evals.questions", "--half", "all"), "reworded recall@5"),

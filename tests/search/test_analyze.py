@@ -260,12 +260,16 @@ def test_terms_change_only_for_texts_terms_changed_names(text: str, version: int
     assert tokenize(text) == before or analyze.terms_changed(version, text)
 
 
-def test_terms_changed_knows_versions_1_to_3_only():
-    assert analyze.terms_changed(2, "cafe\u0301") and not analyze.terms_changed(2, "caf\u00e9 连接池")
+def test_terms_changed_knows_versions_1_to_4_only():
+    assert analyze.terms_changed(2, "cafe\u0301") and not analyze.terms_changed(2, "caf\u00e9 donn\u00e9es")
     assert analyze.terms_changed(1, "caf\u00e9 连接池") and not analyze.terms_changed(1, "plain ascii")
-    # Version 3 made no stem terms: a text holding a word whose stem is another changed, and
-    # only such a text (identifiers and paths are not stemmed).
+    # Version 3 made no stem terms: a text holding a word whose stem is another changed.
     assert analyze.terms_changed(3, "the pools") and analyze.terms_changed(1, "Running")
-    assert not analyze.terms_changed(3, "pool pool_sizes src/pools.py poolSizes")
-    with pytest.raises(ValueError, match="tokenizer version 4 is not one this one can bring up to date"):
-        analyze.terms_changed(4, "text")
+    # Before version 5 a field's length counted a compound's parts and an unspaced run's
+    # characters: a text holding one has another length now, a text of plain words does not.
+    for version in (1, 2, 3, 4):
+        assert analyze.terms_changed(version, "src/pools.py") and analyze.terms_changed(version, "poolSizes")
+        assert analyze.terms_changed(version, "pool_sizes") and analyze.terms_changed(version, "caf\u00e9 连接池")
+        assert not analyze.terms_changed(version, "pool size of one")
+    with pytest.raises(ValueError, match="tokenizer version 5 is not one this one can bring up to date"):
+        analyze.terms_changed(5, "text")

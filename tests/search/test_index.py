@@ -3,6 +3,7 @@ import contextlib
 import dataclasses
 import math
 import random
+import re
 from array import array
 from collections import Counter
 from itertools import accumulate
@@ -18,7 +19,7 @@ from compactor.search import index as index_mod
 from compactor.search import index as index_module
 from compactor.search import postings as postings_module
 from compactor.search import topk as topk_module
-from compactor.search.analyze import query_terms, tokenize
+from compactor.search.analyze import index_tokens, query_terms, tokenize
 from compactor.search.index import BM25Index, IndexHit
 from compactor.search.topk import BM25_B, BM25_K1, SUMMARY_B, SUMMARY_WEIGHT, TAG_B, TAG_WEIGHT, WEIGHTS
 
@@ -39,6 +40,14 @@ def _first_contents(n: int) -> list[str]:
 
 
 class _OurIdfOkapi(BM25Okapi):
+    """rank_bm25's Okapi with our idf, over `tokenize`'s terms, a document's length counted in
+    its words as written (a path or identifier is one word however many parts it is indexed by)."""
+
+    def __init__(self, texts, **kwargs):
+        super().__init__([tokenize(t) for t in texts], **kwargs)
+        self.doc_len = [len(terms) - extra for terms, extra in map(index_tokens, texts)]
+        self.avgdl = sum(self.doc_len) / len(self.doc_len)
+
     def _calc_idf(self, nd):
         for word, freq in nd.items():
             self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
@@ -58,7 +67,7 @@ def real():
     index = BM25Index()
     for i, d in enumerate(docs):
         index.add(str(i), d)
-    ref = _OurIdfOkapi(tokens, k1=BM25_K1, b=BM25_B)
+    ref = _OurIdfOkapi(docs, k1=BM25_K1, b=BM25_B)
     df = Counter(t for toks in tokens for t in set(toks))
     return index, ref, df
 
@@ -198,6 +207,19 @@ def test_a_summary_match_is_not_diluted_by_the_length_of_the_content():
     assert scores["short"][0] == pytest.approx(scores["long"][0], rel=1e-12)
 
 
+def test_a_fields_length_counts_its_words_as_written_not_the_parts_of_a_path():
+    """A tool output of paths and identifiers is as long as a note of as many words: each path
+    is one word, though it is indexed whole, by its tails and by its parts (ISSUE 40)."""
+    index = BM25Index()
+    index.add("paths", "retry " + " ".join(f"src/pkg{i}/module_{i}.py parseHeader{i}" for i in range(20)))
+    index.add("words", "retry " + " ".join(f"word{i} other{i}" for i in range(20)))
+    index.add("stems", "retry " + " ".join(f"pools{i} running" for i in range(20)))
+    index.add("none", "nothing here")
+    scores = index.search_scores("retry")
+    assert scores["paths"][0] == pytest.approx(scores["words"][0], rel=1e-12)
+    assert scores["stems"][0] == pytest.approx(scores["words"][0], rel=1e-12)
+
+
 def test_a_term_in_a_short_summary_counts_more_than_in_a_long_one():
     index = BM25Index()
     index.add("terse", "body", summary="migration squash")
@@ -221,7 +243,7 @@ def test_very_frequent_term_keeps_its_exact_frequency():
     index = BM25Index()
     for i, text in enumerate(texts):
         index.add(str(i), text)
-    ref = _OurIdfOkapi([tokenize(t) for t in texts], k1=BM25_K1, b=BM25_B)
+    ref = _OurIdfOkapi(texts, k1=BM25_K1, b=BM25_B)
     got = index.search("spam")
     want = _reference_top(ref, "spam", 10)
     assert [h.doc_id for h in got] == [doc for doc, _ in want] == ["0", "1"]
@@ -461,11 +483,18 @@ def test_any_sequence_of_writes_searches_like_a_fresh_rebuild(
             assert [(h.doc_id, h.score) for h in want] == [(d, s) for d, (s, _) in full]
 
 
+def _words(text):
+    """A field's length: its words as written, a compound ("query.py", "tag-x") one word, a
+    word too short to be a term none."""
+    return sum(1 for word in re.findall(r"\w(?:[\w./-]*\w)?", text) if tokenize(word))
+
+
 def _bm25f_reference(docs, query):
     """Scores straight from the BM25F formula, for documents given as (content, summary, tags)."""
     toks = [(tokenize(c), tokenize(s) if s else [], [t for tag in tags for t in tokenize(tag)]) for c, s, tags in docs]
+    lens = [(_words(c), _words(s or ""), sum(_words(tag) for tag in tags)) for c, s, tags in docs]
     n = len(docs)
-    avg = [sum(len(d[f]) for d in toks) / n for f in range(3)]
+    avg = [sum(d[f] for d in lens) / n for f in range(3)]
     weights, bs = (1.0, SUMMARY_WEIGHT, TAG_WEIGHT), (BM25_B, SUMMARY_B, TAG_B)
     out = {}
     for i, fields in enumerate(toks):
@@ -478,7 +507,7 @@ def _bm25f_reference(docs, query):
             for f in range(3):
                 count = fields[f].count(term)
                 if count:
-                    tf += weights[f] * count / (1 - bs[f] + bs[f] * len(fields[f]) / avg[f])
+                    tf += weights[f] * count / (1 - bs[f] + bs[f] * lens[i][f] / avg[f])
             if tf:
                 matched = True
                 idf = math.log(1 + (n - df + 0.5) / (df + 0.5))

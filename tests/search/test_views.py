@@ -168,6 +168,30 @@ def test_what_a_query_names():
     assert q("what did we decide about caching") is None
 
 
+def test_the_symbols_a_query_names():
+    def symbols(text: str) -> tuple[str, ...]:
+        found = parse_query(text)
+        assert found is not None
+        return found.symbols
+
+    # A grep's pattern, as a matching line holds it: escapes, anchors and wildcards taken out.
+    assert symbols('grep -n "def find_ordering_name" django/db/models/sql/compiler.py') == ("def find_ordering_name",)
+    assert symbols('nl -ba lib/contour.py | grep -C 5 "def get_paths"') == ("def get_paths",)
+    assert symbols('grep -n "^class Matrix.*Base" sympy/dense.py') == ("class Matrix",)
+    assert symbols('grep -n "cbook\\." lib/patches.py') == ("cbook.",)
+    # Beside a reader command, the grep decides; the names in backticks when there is none.
+    assert symbols("Let's read `SQLiteNumericMixin`.\nsed -n '18,35p' django/db/expressions.py") == (
+        "SQLiteNumericMixin",
+    )
+    # In prose: names in backticks (a call's parentheses aside) and names that are code as written.
+    assert symbols("`get_inlines()` and QuerySet in django/contrib/admin/options.py") == ("get_inlines", "QuerySet")
+    assert symbols("shop/cart.py apply_discount getTotal") == ("apply_discount", "getTotal")
+    # Plain words, short names and the file's own name are not symbols.
+    assert symbols("why does shop/cart.py round the total") == ()
+    assert symbols("`ab` in shop/cart.py") == ()
+    assert symbols("`cart.py` in shop/cart.py") == ()
+
+
 def test_the_view_index_matches_a_path_however_it_is_rooted():
     index = ViewIndex()
     index.add("a", ["django/db/models/query.py"])
