@@ -198,7 +198,7 @@ async def run_team(database: str | None, http: bool, sizes: list[int], seed: int
                             rows[label] = await measure(srv, floor, items, size, queries, calls)
             results["sizes"][size] = rows
         if database and http:
-            results["scaling"] = await run_scaling(database, errlog, seed)
+            results["scaling"] = await run_scaling(database, errlog, seed, quick)
     return results
 
 
@@ -239,7 +239,9 @@ async def http_servers(command: list[str], count: int, errlog: Any) -> AsyncIter
                 proc.wait()
 
 
-async def scaling_run(urls: list[str], token: str, clients: int, items: list[corpus.Item]) -> dict[str, Any]:
+async def scaling_run(
+    urls: list[str], token: str, clients: int, items: list[corpus.Item], calls: int = SCALING_CALLS
+) -> dict[str, Any]:
     """`clients` sessions spread over the servers, all at once, each alternating store and
     query: calls per second over the whole run, and the latency of every call."""
     latencies: list[float] = []
@@ -257,8 +259,8 @@ async def scaling_run(urls: list[str], token: str, clients: int, items: list[cor
             if connected == clients:
                 ready.set()
             await ready.wait()
-            for n in range(SCALING_CALLS):
-                item = items[(k * SCALING_CALLS + n) % len(items)]
+            for n in range(calls):
+                item = items[(k * calls + n) % len(items)]
                 tool, args = (
                     ("store", item.store_args()) if n % 2 == 0 else ("query", {"query": item.content[:60], "limit": 5})
                 )
@@ -278,16 +280,19 @@ async def scaling_run(urls: list[str], token: str, clients: int, items: list[cor
     return {"calls_per_s": len(latencies) / elapsed, "p50": stats["p50"], "p99": stats["p99"], "errors": errors}
 
 
-async def run_scaling(database: str, errlog: Any, seed: int) -> dict[str, Any]:
-    """The team run: 1, 4, 16 and 64 clients on one and on two HTTP servers sharing a database."""
-    items = corpus.generate(seed, max(SCALING_CLIENTS) * SCALING_CALLS)
+async def run_scaling(database: str, errlog: Any, seed: int, quick: bool = False) -> dict[str, Any]:
+    """The team run: 1, 4, 16 and 64 clients on one and on two HTTP servers sharing a database
+    (`quick`: 1 and 4 clients, a few calls each: a smoke run)."""
+    counts = SCALING_CLIENTS[:2] if quick else SCALING_CLIENTS
+    calls = SCALING_CALLS // 4 if quick else SCALING_CALLS
+    items = corpus.generate(seed, max(counts) * calls)
     rows: dict[str, Any] = {}
     for servers in (1, 2):
-        for clients in SCALING_CLIENTS:
+        for clients in counts:
             with fresh_database(database, f"compactor_bench_{os.getpid()}_scale") as url:
                 cmd = [sys.executable, "-m", "compactor", "--database", url, "--transport", "streamable-http"]
                 async with http_servers(cmd, servers, errlog) as (urls, token):
-                    rows[f"{servers}x{clients}"] = await scaling_run(urls, token, clients, items)
+                    rows[f"{servers}x{clients}"] = await scaling_run(urls, token, clients, items, calls)
     return rows
 
 

@@ -141,7 +141,7 @@ _real_popen_init = subprocess.Popen.__init__
 
 def _popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
     argv = [str(a) for a in args] if isinstance(args, list | tuple) else [str(args)]
-    if any("compactor" in a or os.path.basename(a) in {"npx", "claude", "uvx"} for a in argv[:4]):
+    if any(a == "compactor" or os.path.basename(a) in {"compactor", "npx", "claude", "uvx"} for a in argv[:6]):
         _STARTED.append(" ".join(argv[:4]))
     _real_popen_init(self, args, *rest, **kwargs)
 

@@ -89,6 +89,7 @@ def test_the_in_memory_client_ranks_the_view_that_shows_the_symbol_first() -> No
     anyio.run(go)
 
 
+@pytest.mark.slow
 def test_a_stdio_server_ranks_the_view_that_shows_the_symbol_first(tmp_path: Path) -> None:
     with StdioServer("--state-dir", str(tmp_path / "state")) as server:
         ids = [server.ok("store", content=c, summary=_summary(c))["id"] for c in CONTENTS]
