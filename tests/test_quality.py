@@ -28,6 +28,7 @@ def test_ruff_format_is_clean():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_mypy_strict_is_clean():
     proc = run(sys.executable, "-m", "mypy", "--strict", "compactor")
     assert proc.returncode == 0, proc.stdout + proc.stderr
