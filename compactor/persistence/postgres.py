@@ -201,10 +201,8 @@ class PgBackend(ReentrantLock):
     def _new_connection(self) -> psycopg.Connection[Any]:
         driver = import_psycopg()
         try:
-            # prepare_threshold=None: no statement is prepared by the driver. psycopg 3.3 counts a
-            # statement as prepared when the round that prepares it is cut short in a pipeline (a
-            # lock timeout, which a query's one-millisecond try makes routine), and every later
-            # use on that session then fails; planning these small statements costs little.
+            # No statement prepared by the driver: psycopg 3.3 counts one as prepared when a lock
+            # timeout (routine: queries try the lock for 1 ms) cuts short the pipeline preparing it.
             conn: psycopg.Connection[Any] = driver.connect(
                 self.url,
                 autocommit=True,
