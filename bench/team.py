@@ -245,6 +245,7 @@ async def scaling_run(
     """`clients` sessions spread over the servers, all at once, each alternating store and
     query: calls per second over the whole run, and the latency of every call."""
     latencies: list[float] = []
+    by_tool: dict[str, list[float]] = {"store": [], "query": []}
     errors = 0
     ready = anyio.Event()
     connected = 0
@@ -267,6 +268,7 @@ async def scaling_run(
                 started = time.perf_counter()
                 res = await c.call_tool(tool, args)
                 latencies.append((time.perf_counter() - started) * 1000)
+                by_tool[tool].append(latencies[-1])
                 errors += bool(res.is_error)
 
     began = 0.0
@@ -277,7 +279,9 @@ async def scaling_run(
         began = time.perf_counter()
     elapsed = time.perf_counter() - began
     stats = summarize(latencies)
-    return {"calls_per_s": len(latencies) / elapsed, "p50": stats["p50"], "p99": stats["p99"], "errors": errors}
+    per_tool = {f"{tool}_{q}": summarize(ms)[q] for tool, ms in by_tool.items() for q in ("p50", "p99")}
+    totals = {"calls_per_s": len(latencies) / elapsed, "p50": stats["p50"], "p99": stats["p99"], "errors": errors}
+    return totals | per_tool
 
 
 async def run_scaling(database: str, errlog: Any, seed: int, quick: bool = False) -> dict[str, Any]:
@@ -298,11 +302,15 @@ async def run_scaling(database: str, errlog: Any, seed: int, quick: bool = False
 
 def render_scaling(rows: dict[str, Any]) -> str:
     out = ["\nTeam run: HTTP + PostgreSQL, clients alternating store and query (calls/s; ms)"]
-    out.append(f"{'servers':>7} {'clients':>7} {'calls/s':>8} {'p50':>8} {'p99':>8} {'errors':>6}")
+    out.append(
+        f"{'servers':>7} {'clients':>7} {'calls/s':>8} {'p50':>8} {'p99':>8} {'errors':>6}"
+        f" {'store p50':>9} {'p99':>8} {'query p50':>9} {'p99':>8}"
+    )
     for key, r in rows.items():
         servers, clients = key.split("x")
         out.append(
             f"{servers:>7} {clients:>7} {r['calls_per_s']:>8.1f} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['errors']:>6}"
+            f" {r['store_p50']:>9.1f} {r['store_p99']:>8.1f} {r['query_p50']:>9.1f} {r['query_p99']:>8.1f}"
         )
     return "\n".join(out) + "\n"
 

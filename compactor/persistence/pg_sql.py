@@ -13,7 +13,7 @@ import re
 import socket
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import orjson
 
@@ -167,6 +167,36 @@ HEAD_SQL = f"""
 SELECT h.gen, h.trimmed, {_LAST_SEQ}, {EPOCH}
 FROM compactor_head h
 """
+# Which database memory was read from (EPOCH): the head table's oid and its epoch.
+Epoch: TypeAlias = tuple[int, str]
+# What the head says (HEAD_SQL): generation, trimmed, last sequence number, epoch.
+Head: TypeAlias = tuple[int, int, int, Epoch]
+
+
+def undone(exc: BaseException) -> bool:
+    """Whether PostgreSQL undid a statement that is worth running again: a deadlock (with a
+    restore in one transaction taking the tables, say) or a serialization failure."""
+    return getattr(exc, "sqlstate", None) in ("40P01", "40001")
+
+
+class NoHead(PersistenceError):
+    """No compactor_head row: a restore between creating the tables and copying their rows, a
+    transaction whose snapshot predates a restore it then waited for (the backend's read tries
+    once more), or a damaged database."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(
+            f"Database {where} has no compactor_head row (a restore in progress, or the row was deleted); "
+            "this call was not applied. Retry when the restore is done, or restore the database from a backup."
+        )
+
+
+def head_of(row: Any, where: str) -> Head:
+    if row is None:
+        raise NoHead(where)
+    return int(row[0]), int(row[1]), int(row[2]), (int(row[3]), str(row[4]))
+
+
 # Whether a restore has put everything back: pg_restore creates the trigger and then the foreign
 # key (its last step) after copying every row, each step its own transaction unless it runs
 # with --single-transaction; a load made before would read a database half restored.

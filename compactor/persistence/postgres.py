@@ -65,7 +65,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import orjson
 
@@ -90,13 +90,18 @@ from .pg_sql import (
     PG_CONNECT_TIMEOUT_S,
     PG_WRITE_LOCK,
     RESTORED_SQL,
+    Epoch,
+    Head,
+    NoHead,
     display_url,
+    head_of,
     import_psycopg,
     migrate,
     one_line,
     parse_entry,
     socket_ended,
     sync_warning,
+    undone,
     without_password,
 )
 
@@ -105,10 +110,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-# Which database memory was read from (pg_sql.EPOCH): the head table's oid and its epoch.
-Epoch: TypeAlias = tuple[int, str]
-# What the head says (pg_sql.HEAD_SQL): generation, trimmed, last sequence number, epoch.
-Head: TypeAlias = tuple[int, int, int, Epoch]
 
 
 # No such table, no such column, a sequence number without its default: tables dropped or
@@ -117,30 +118,6 @@ _TABLES_CHANGED: Final = ("42P01", "42703", "23502")
 # How long an append whose session ended waits for that session's process to be gone before
 # it looks whether its entry was committed (a terminated backend exits in milliseconds).
 LANDED_WAIT_S: Final = 5.0
-
-
-def _undone(exc: BaseException) -> bool:
-    """Whether PostgreSQL undid a statement that is worth running again: a deadlock (with a
-    restore in one transaction taking the tables, say) or a serialization failure."""
-    return getattr(exc, "sqlstate", None) in ("40P01", "40001")
-
-
-class _NoHead(PersistenceError):
-    """No compactor_head row: a restore between creating the tables and copying their rows, a
-    transaction whose snapshot predates a restore it then waited for (`_read` tries once
-    more), or a damaged database."""
-
-    def __init__(self, where: str) -> None:
-        super().__init__(
-            f"Database {where} has no compactor_head row (a restore in progress, or the row was deleted); "
-            "this call was not applied. Retry when the restore is done, or restore the database from a backup."
-        )
-
-
-def _head_of(row: Any, where: str) -> Head:
-    if row is None:
-        raise _NoHead(where)
-    return int(row[0]), int(row[1]), int(row[2]), (int(row[3]), str(row[4]))
 
 
 class PgBackend(ReentrantLock):
@@ -328,8 +305,10 @@ class PgBackend(ReentrantLock):
                     conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(wait_ms),))
                     conn.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
                     cur = conn.execute(HEAD_SQL)
-                self._head = _head_of(cur.fetchone(), self.where)
+                self._head = head_of(cur.fetchone(), self.where)
             except psycopg.errors.LockNotAvailable as exc:
+                if conn is not None:
+                    self._let_go_of(conn)
                 raise WriteLockTimeoutError(
                     f"Another compactor server has held the writers' lock of {self.where} for more than "
                     f"{self.lock_wait_s or 0:g} s (busy, stopped or stuck); this call was not applied. Retry it "
@@ -338,7 +317,7 @@ class PgBackend(ReentrantLock):
             except (psycopg.Error, PersistenceError) as exc:
                 # The lock may be held by now (a session lock outlives a failed statement):
                 # ending the session is what surely lets it go.
-                lost = (conn is not None and (conn.closed or conn.broken)) or _undone(exc)
+                lost = (conn is not None and (conn.closed or conn.broken)) or undone(exc)
                 if conn is not None:
                     conn.close()
                 self._locker = None
@@ -355,6 +334,15 @@ class PgBackend(ReentrantLock):
             self._lock_conn = conn
             return
 
+    def _let_go_of(self, conn: psycopg.Connection[Any]) -> None:
+        """After a timeout the session may hold the lock anyway: PostgreSQL keeps one granted
+        as its timer fired, and the head read after the grant can time out too."""
+        try:
+            conn.execute("SELECT pg_advisory_unlock_all()")
+        except import_psycopg().Error:
+            conn.close()  # which lets go of it too
+            self._locker = None
+
     def _release(self) -> None:
         psycopg = import_psycopg()
         conn, self._lock_conn = self._lock_conn, None
@@ -370,7 +358,9 @@ class PgBackend(ReentrantLock):
                     # transaction the lock went first, and another server could take it and
                     # read a head without this entry, then have its own append refused.
                     pipe.sync()
-                conn.execute("SELECT pg_advisory_unlock(%s)", (PG_WRITE_LOCK,))
+                # All of the session's advisory locks (it takes no other): a hold taken twice
+                # unawares (see `_let_go_of`) is let go of too.
+                conn.execute("SELECT pg_advisory_unlock_all()")
             self._appended(sent.fetchone() if sent is not None else None, deferred)
         except psycopg.Error as exc:
             # Closing the session releases the lock too; the next call reconnects.
@@ -410,14 +400,14 @@ class PgBackend(ReentrantLock):
         for attempt in (1, 2):
             try:
                 return query(self._live())
-            except _NoHead:
+            except NoHead:
                 # A snapshot taken before a restore that this read then waited for sees its
                 # tables empty: a new transaction sees them whole.
                 if attempt == 1:
                     continue
                 raise
             except psycopg.Error as exc:
-                if attempt == 1 and (self._conn_lost() or _undone(exc)):
+                if attempt == 1 and (self._conn_lost() or undone(exc)):
                     log.warning("reading %s again on a new try (%s)", self.where, one_line(exc))
                     continue
                 raise self._fail(what, exc) from exc
@@ -439,14 +429,14 @@ class PgBackend(ReentrantLock):
         self._drain_notifications()
         if self._missed or self._heard_seq > self.offset or self._heard_gen > self.gen:
             return True
-        head = self._read("read the journal", lambda conn: _head_of(conn.execute(HEAD_SQL).fetchone(), self.where))
+        head = self._read("read the journal", lambda conn: head_of(conn.execute(HEAD_SQL).fetchone(), self.where))
         return self._moved(head) or head[2] != self.offset
 
     def read_new(self) -> list[list[Op]] | None:
         def query(conn: psycopg.Connection[Any]) -> tuple[Head, list[tuple[Any, ...]]]:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                head = _head_of(conn.execute(HEAD_SQL).fetchone(), self.where)
+                head = head_of(conn.execute(HEAD_SQL).fetchone(), self.where)
                 if self._moved(head) or self.offset < head[1]:
                     return head, []  # restored, rewritten, or trimmed past us: reload
                 rows = conn.execute(
@@ -494,7 +484,7 @@ class PgBackend(ReentrantLock):
                     )
                 head = conn.execute(f"SELECT h.gen, h.snap_id, h.snap_seq, {EPOCH} FROM compactor_head h").fetchone()
                 if head is None:
-                    raise _NoHead(self.where)
+                    raise NoHead(self.where)
                 snap_id, snap_seq = head[1], int(head[2])
                 snap = None if snap_id is None else pg_rows.read_snapshot(conn, int(snap_id), self.where)
                 index = None if snap_id is None else pg_index.read_rows(conn, int(snap_id))
@@ -579,7 +569,7 @@ class PgBackend(ReentrantLock):
 
     def _refused(self, exc: Exception) -> NoReturn:
         """Raise what an append PostgreSQL refused means (the session still up: not applied)."""
-        if _undone(exc):  # a deadlock with a restore taking the tables, say: worth running again
+        if undone(exc):  # a deadlock with a restore taking the tables, say: worth running again
             self._missed = True
             raise WriteConflictError(
                 f"Database {self.where} undid this call's write ({one_line(exc)}); this call was not applied. "
@@ -655,7 +645,7 @@ class PgBackend(ReentrantLock):
             conn = self._live()
             with conn.transaction():
                 # It replaces everything: only over the database and the history memory holds.
-                head = _head_of(conn.execute(HEAD_SQL + " FOR UPDATE OF h").fetchone(), self.where)
+                head = head_of(conn.execute(HEAD_SQL + " FOR UPDATE OF h").fetchone(), self.where)
                 if self._moved(head) or head[2] != self.offset:
                     self._missed = True
                     raise WriteConflictError(
