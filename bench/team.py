@@ -246,6 +246,7 @@ async def scaling_run(
     query: calls per second over the whole run, and the latency of every call."""
     latencies: list[float] = []
     by_tool: dict[str, list[float]] = {"store": [], "query": []}
+    refusals: list[str] = []  # the first few, to say why
     errors = 0
     ready = anyio.Event()
     connected = 0
@@ -269,7 +270,10 @@ async def scaling_run(
                 res = await c.call_tool(tool, args)
                 latencies.append((time.perf_counter() - started) * 1000)
                 by_tool[tool].append(latencies[-1])
-                errors += bool(res.is_error)
+                if res.is_error:
+                    errors += 1
+                    if len(refusals) < 5:
+                        refusals.append(" ".join(getattr(c, "text", "") for c in res.content)[:300])
 
     began = 0.0
     async with anyio.create_task_group() as tg:
@@ -281,7 +285,7 @@ async def scaling_run(
     stats = summarize(latencies)
     per_tool = {f"{tool}_{q}": summarize(ms)[q] for tool, ms in by_tool.items() for q in ("p50", "p99")}
     totals = {"calls_per_s": len(latencies) / elapsed, "p50": stats["p50"], "p99": stats["p99"], "errors": errors}
-    return totals | per_tool
+    return totals | per_tool | {"refusals": refusals}
 
 
 async def run_scaling(database: str, errlog: Any, seed: int, quick: bool = False) -> dict[str, Any]:

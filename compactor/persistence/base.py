@@ -54,6 +54,10 @@ class ReentrantLock:
     # How long taking the lock may wait for another holder (another thread, and where the
     # backend can bound it another process); the Store sets it before each hold.
     lock_wait_s: float | None = None
+    # What is left of the wait when the holder takes the lock from other processes: written by
+    # the holder alone (one at a time), read by `_acquire`.
+    _acquire_wait_s: float | None = None
+    _asked_wait_s: float | None = None  # the whole wait of that call, for its message
 
     def _acquire(self, exclusive: bool) -> None:
         raise NotImplementedError
@@ -74,10 +78,11 @@ class ReentrantLock:
                 self._holder = thread
 
     @contextlib.contextmanager
-    def locked(self, exclusive: bool = True, *, guest: bool = False) -> Iterator[None]:
-        """Hold the writers' lock around a critical section (see the class docstring)."""
+    def locked(self, exclusive: bool = True, *, guest: bool = False, wait_s: float | None = None) -> Iterator[None]:
+        """Hold the writers' lock around a critical section (see the class docstring), waiting
+        at most `wait_s` (given per call: threads ask for different waits), else `lock_wait_s`."""
         me = threading.get_ident()
-        wait = self.lock_wait_s
+        wait = self.lock_wait_s if wait_s is None else wait_s
         deadline = None if wait is None else time.monotonic() + wait
         ticket: object | None = None  # this thread's place in line, once it has to wait
         with _HOLDS:
@@ -125,8 +130,9 @@ class ReentrantLock:
                     self._lock_depth -= 1
             return
         try:
-            if deadline is not None:  # what is left of the wait is the other processes' share
-                self.lock_wait_s = max(deadline - time.monotonic(), 0.001)
+            # What is left of the wait is the other processes' share.
+            self._asked_wait_s = wait
+            self._acquire_wait_s = None if deadline is None else max(deadline - time.monotonic(), 0.001)
             self._acquire(exclusive)
         except BaseException:
             self._let_go()
@@ -170,7 +176,9 @@ class Persistence(Protocol):
 
     def close(self) -> None: ...
 
-    def locked(self, exclusive: bool = True, *, guest: bool = False) -> AbstractContextManager[None]:
+    def locked(
+        self, exclusive: bool = True, *, guest: bool = False, wait_s: float | None = None
+    ) -> AbstractContextManager[None]:
         """Hold the writers' lock (re-entrant; `ReentrantLock`): no other process appends
         meanwhile."""
         ...

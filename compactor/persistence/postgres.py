@@ -286,7 +286,7 @@ class PgBackend(ReentrantLock):
 
     # --- the writers' lock ----------------------------------------------------------------
     def _acquire(self, exclusive: bool) -> None:
-        """pg_advisory_lock (`ReentrantLock`), waiting at most `lock_wait_s`; the head is read
+        """pg_advisory_lock (`ReentrantLock`), waiting at most what is left of the call's wait; the head is read
         in the same round trip. The lock is waited for on a connection of its own, so that the
         main one stays free for reads meanwhile. A session the server ended is replaced, and
         taking the lock is tried once more if it ended on the way: a session that is gone
@@ -300,7 +300,8 @@ class PgBackend(ReentrantLock):
                         conn.close()
                     conn = self._locker = self._new_connection()
                 assert conn is not None
-                wait_ms = max(1, round((self.lock_wait_s or 0) * 1000)) if self.lock_wait_s else 0
+                wait_s = self._acquire_wait_s
+                wait_ms = max(1, round(wait_s * 1000)) if wait_s else 0
                 with conn.pipeline():
                     conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(wait_ms),))
                     conn.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
@@ -311,7 +312,7 @@ class PgBackend(ReentrantLock):
                     self._let_go_of(conn)
                 raise WriteLockTimeoutError(
                     f"Another compactor server has held the writers' lock of {self.where} for more than "
-                    f"{self.lock_wait_s or 0:g} s (busy, stopped or stuck); this call was not applied. Retry it "
+                    f"{self._asked_wait_s or 0:g} s (busy, stopped or stuck); this call was not applied. Retry it "
                     "in a moment."
                 ) from exc
             except (psycopg.Error, PersistenceError) as exc:

@@ -541,8 +541,7 @@ class _Journaled(_StateOps):
                 return
             held = contextlib.ExitStack()
             with self._calls.suspended():
-                backend.lock_wait_s = self.lock_wait_s if wait_s is None else wait_s
-                held.enter_context(backend.locked())
+                held.enter_context(backend.locked(wait_s=self.lock_wait_s if wait_s is None else wait_s))
             # Memory may have moved on while the call lock was let go: the caller catches up
             # (`_sync`) under the lock, as always.
             with held:

@@ -6,6 +6,8 @@ store then failed with `prepared statement "_pg3_2" does not exist` (CI, two ser
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -13,6 +15,7 @@ import pytest
 
 from compactor.errors import WriteLockTimeoutError
 from compactor.persistence.pg_sql import PG_WRITE_LOCK
+from compactor.persistence.postgres import PgBackend
 from compactor.store import Store
 
 
@@ -84,3 +87,42 @@ def test_a_lock_timeout_after_the_lock_was_granted_leaves_it_free(pg_url: str, s
         store.store("and the first one still writes")
     finally:
         second.close()
+
+
+def test_a_write_waits_its_own_wait_whatever_a_query_asks_meanwhile(
+    pg_url: str, store: Store, monkeypatch: pytest.MonkeyPatch
+):
+    """A store waits up to `lock_wait_s` for another server; a query meanwhile tries the lock for
+    a millisecond. The wait was one attribute of the backend that each call set before taking
+    the lock, so a store could wait a query's millisecond and be refused "held ... for more than
+    0.001 s" (two servers, 64 clients: 1-2 stores a run)."""
+    store.lock_wait_s = 5
+    real_acquire = PgBackend._acquire
+    query_tried = threading.Event()
+
+    def acquire_after_a_query_tried(self: PgBackend, exclusive: bool) -> None:
+        if threading.current_thread() is writer:
+            query_tried.wait(5)
+        real_acquire(self, exclusive)
+
+    monkeypatch.setattr(PgBackend, "_acquire", acquire_after_a_query_tried)
+    outcome: list[object] = []
+    with psycopg.connect(pg_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
+        writer = threading.Thread(target=lambda: outcome.append(_store_or_error(store)))
+        writer.start()
+        time.sleep(0.1)  # the writer is taking the lock
+        with pytest.raises(WriteLockTimeoutError), store._locked(wait_s=0.001):
+            pass
+        query_tried.set()
+        time.sleep(0.3)  # the other server holds on a while
+        holder.execute("SELECT pg_advisory_unlock(%s)", (PG_WRITE_LOCK,))
+        writer.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], str), outcome
+
+
+def _store_or_error(store: Store) -> object:
+    try:
+        return store.store("stored after waiting for the other server").item.id
+    except WriteLockTimeoutError as exc:
+        return exc
