@@ -457,7 +457,9 @@ class PgBackend(ReentrantLock):
             self.offset = int(rows[-1][0])
         self._missed = False
         if self._head is not None:
-            self._head = (self.gen, self._head[1], self.offset, self._head[3])
+            # Not below the head a writer read when it took the lock meanwhile (it waits for the
+            # lock without the call lock that this read holds): that writer catches up to it.
+            self._head = (self.gen, self._head[1], max(self._head[2], self.offset), self._head[3])
         return batches
 
     def _parse_ops(self, seq: int, raw: bytes) -> list[Op]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -126,3 +127,59 @@ def _store_or_error(store: Store) -> object:
         return store.store("stored after waiting for the other server").item.id
     except WriteLockTimeoutError as exc:
         return exc
+
+
+def test_a_read_catching_up_while_a_write_takes_the_lock_leaves_that_write_its_head(
+    pg_url: str, store: Store, monkeypatch: pytest.MonkeyPatch
+):
+    """A write waits for the writers' lock without the call lock, so a read may be catching up
+    when the write gets it; the head the write read when it took the lock must survive that
+    read, or the write skips what another server appended just before and is refused (two
+    servers, 64 clients: ~25 access-time entries a run lost as "another writer was ahead")."""
+    other = Store(database=pg_url)
+    try:
+        store.store("the first server's note")
+        other.store("the second server's first note")  # the first server is behind now
+        real_read, real_acquire = PgBackend._read, PgBackend._acquire
+        other_holds, read_done, lock_taken = threading.Event(), threading.Event(), threading.Event()
+        reader = threading.current_thread()
+
+        def read_then_wait(self: PgBackend, what: str, query: Any) -> Any:
+            result = real_read(self, what, query)
+            if threading.current_thread() is reader and self is store._backend and not read_done.is_set():
+                read_done.set()  # the other server appends and lets go; the write takes the lock
+                assert lock_taken.wait(10)
+            return result
+
+        def acquire_and_say(self: PgBackend, exclusive: bool) -> None:
+            real_acquire(self, exclusive)
+            if self is store._backend:
+                lock_taken.set()
+
+        def other_server() -> None:
+            with other._locked():
+                other_holds.set()
+                assert read_done.wait(10)
+                other.store("the second server's second note, just before the first server's write")
+
+        outcome: list[object] = []
+
+        def write() -> None:
+            try:
+                outcome.append(store.store("the first server writes after both").item.id)
+            except Exception as exc:
+                outcome.append(exc)
+
+        monkeypatch.setattr(PgBackend, "_read", read_then_wait)
+        monkeypatch.setattr(PgBackend, "_acquire", acquire_and_say)
+        threads = [threading.Thread(target=other_server), threading.Thread(target=write)]
+        threads[0].start()
+        assert other_holds.wait(10)
+        threads[1].start()
+        time.sleep(0.3)  # the write waits for the other server's hold
+        store.list_items()  # the read: catches up to the second server's first note
+        for t in threads:
+            t.join(10)
+        assert len(outcome) == 1 and isinstance(outcome[0], str), outcome
+    finally:
+        other.close()
