@@ -53,7 +53,7 @@ def cmd_ui(args: argparse.Namespace, out: Out) -> int:
     It reads the memory live, beside running servers. Every project's items unless --scope is
     given. Stops on Ctrl-C."""
     http = importlib.import_module("compactor.mcp.http_server")
-    serve = importlib.import_module("compactor.ui.serve")
+    ui = importlib.import_module("compactor.ui")
     try:
         token = http.load_token(args.token_file) if args.token_file or os.environ.get("COMPACTOR_TOKEN") else None
     except InvalidArgumentError as exc:
@@ -69,18 +69,13 @@ def cmd_ui(args: argparse.Namespace, out: Out) -> int:
     database = database_of(args)
     state_dir = None if database is not None else state_dir_of(args)
     source = f"database {display_url(database)}" if database else f"state dir {state_dir}"
+    options = ui.UIOptions(
+        host=args.host, port=args.port, token=token, source=source, state_dir=state_dir, database=database
+    )
     # create: a page that may pin or forget is a writer, and a server started later shares the dir.
     with opened(args, create=True) as store:
         try:
-            serve.serve_ui(
-                store,
-                host=args.host,
-                port=args.port,
-                token=token,
-                source=source,
-                state_dir=state_dir,
-                database=database,
-            )
+            ui.serve_ui(store, options)
         except OSError as exc:
             raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
         except KeyboardInterrupt:

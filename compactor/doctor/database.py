@@ -208,8 +208,7 @@ def repair_database(url: str) -> list[str]:
         return done
     store = Store(database=url)
     try:
-        store.rebuild_and_snapshot()
-        present = set(store.ids())
+        present = store.rebuild_and_list_ids()
     finally:
         store.close()
     lost, changed = len(touched - present), len(touched & present)

@@ -87,8 +87,7 @@ def repair(state_dir: Path) -> list[str]:
         sd.close()
     store = Store(state_dir=dir_)
     try:
-        store.rebuild_and_snapshot()
-        present = set(store.ids())
+        present = store.rebuild_and_list_ids()
     finally:
         store.close()
     if cut is not None:

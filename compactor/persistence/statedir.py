@@ -40,7 +40,7 @@ import zlib
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, Final
 
 import orjson
 
@@ -57,10 +57,10 @@ from .codec import (
     journal_header,
     journal_header_len,
     journal_line,
-    parse_line,
     snapshot_chunks,
 )
 from .files import NOFOLLOW, fsync_dir, pid_alive, read_nofollow, temp_file_pid, write_fsynced
+from .journalfile import JournalReader
 
 FORGET_LEDGER: Final = "forget-ledger.jsonl"
 
@@ -107,6 +107,9 @@ class StateDir(ReentrantLock):
         self.last_snapshot_seconds: float | None = None
         self._ledger_seen = (0, 0)  # (bytes counted, lines in them)
         self._record: JournalRecord | None = None  # the lock file's record as last read or written
+        self._journal = JournalReader(
+            self.journal_path, hint=self._hint(self.journal_path), repair_hint=self._repair_hint()
+        )
 
     # --- setup ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -253,81 +256,11 @@ class StateDir(ReentrantLock):
         header["items"] = SnapshotItems(fh, self._corrupt, zlib.crc32(first))
         return header
 
-    def _open_journal(self, path: Path | None = None) -> BinaryIO:
-        return os.fdopen(os.open(path or self.journal_path, os.O_RDONLY | NOFOLLOW), "rb")
-
-    def _bad_header(self, exc: object) -> StateCorruptError:
-        return StateCorruptError(
-            f"Journal {self.journal_path} has a bad header ({exc}). {self._hint(self.journal_path)}"
-        )
-
-    def _parse_header(self, first: bytes) -> tuple[int, int]:
-        """(version, generation) of a journal's first line."""
-        try:
-            if not first.endswith(b"\n"):
-                raise ValueError("no complete header line")
-            header = orjson.loads(first)
-            gen = int(header["gen"])
-            version = int(header.get("journal", 1))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise self._bad_header(exc) from exc
-        return version, gen
-
     def read_journal(
         self, start: int | None = None, expect_gen: int | None = None
     ) -> tuple[int, list[list[Op]], int, list[str]]:
-        """Return (gen, batches from `start` (default: after the header), end offset, warnings).
-
-        A torn final line (no line break: a crash mid-write) is reported as a warning and not
-        returned; any other bad line, a line whose checksum does not match included, raises
-        StateCorruptError. With `expect_gen`, a journal of another generation returns
-        (gen, [], 0, []) unread: `start` is an offset into a file that no longer exists, and
-        parsing from it would land mid-line.
-        """
-        try:
-            with self._open_journal() as fh:
-                first = fh.readline()
-                if not first:
-                    return 0, [], 0, []
-                version, gen = self._parse_header(first)
-                if expect_gen is not None and gen != expect_gen:
-                    return gen, [], 0, []
-                pos = len(first) if start is None else start
-                fh.seek(pos)
-                data = fh.read()
-        except FileNotFoundError:
-            return 0, [], 0, []
-        except OSError as exc:
-            raise StateCorruptError(f"Cannot read {self.journal_path}: {exc}. {self._hint(self.journal_path)}") from exc
-        batches: list[list[Op]] = []
-        at = 0
-        while at < len(data):
-            end = data.find(b"\n", at)
-            if end < 0:
-                return (
-                    gen,
-                    batches,
-                    pos + at,
-                    [f"{self.journal_path}: skipped a torn last line ({len(data) - at} bytes) left by a crash"],
-                )
-            try:
-                batches.append(parse_line(data[at:end], version))
-            except ValueError as exc:
-                lineno = self._line_number(pos + at)
-                raise StateCorruptError(
-                    f"Journal {self.journal_path} line {lineno} is damaged ({exc}): compactor will not "
-                    f"build on it. {self._repair_hint()}"
-                ) from exc
-            at = end + 1
-        return gen, batches, pos + at, []
-
-    def _line_number(self, offset: int) -> int:
-        """The 1-based line of the journal that starts at byte `offset` (for messages only)."""
-        try:
-            with self._open_journal() as fh:
-                return fh.read(offset).count(b"\n") + 1
-        except OSError:
-            return 0
+        """Return (gen, batches from `start`, end offset, warnings): `JournalReader.read`."""
+        return self._journal.read(start, expect_gen)
 
     def _repair_hint(self) -> str:
         return (
@@ -338,14 +271,7 @@ class StateDir(ReentrantLock):
 
     def journal_gen(self) -> int:
         """The journal's generation from its header; 0 if there is no journal yet."""
-        try:
-            with self._open_journal() as fh:
-                first = fh.readline()
-        except FileNotFoundError:
-            return 0
-        if not first:
-            return 0
-        return self._parse_header(first)[1]
+        return self._journal.gen()
 
     # --- the journal record in the lock file ----------------------------------------------
     def read_record(self) -> JournalRecord | None:
@@ -442,7 +368,7 @@ class StateDir(ReentrantLock):
             # Crash between writing the snapshot and rotating the journal: finish the rotation.
             _, batches, end, warnings = self.read_journal(start=prev_offset)
             self.check_against_record(jgen, end, exists=True)
-            tail = self._journal_bytes(prev_offset, end)
+            tail = self._journal.bytes_between(prev_offset, end)
             self._write_journal(snap_gen, tail)
             end = len(journal_header(snap_gen)) + len(tail)
         elif snap is None:
@@ -467,11 +393,6 @@ class StateDir(ReentrantLock):
             # Rewritten only when it changed: a read-only command changes no file (issue 38).
             self._write_record(durable=0)  # keeps what the record said was durable
         return Loaded(snapshot=snap, batches=batches, gen=snap_gen, offset=end, warnings=warnings)
-
-    def _journal_bytes(self, start: int, end: int) -> bytes:
-        with self._open_journal() as fh:
-            fh.seek(start)
-            return fh.read(max(0, end - start))
 
     def _truncate_journal(self, size: int) -> None:
         try:
@@ -676,7 +597,7 @@ class StateDir(ReentrantLock):
         `keep_previous`: the replaced generation stays as PREV_JOURNAL for processes still
         reading it (a checkpoint); otherwise (a purge) no copy of it is left."""
         end = os.stat(self.journal_path).st_size
-        tail = self._journal_bytes(from_offset, end) if end > from_offset else b""
+        tail = self._journal.bytes_between(from_offset, end) if end > from_offset else b""
         try:
             self._keep_previous(keep_previous, from_offset)
             self._write_journal(new_gen, tail)
@@ -722,7 +643,7 @@ class StateDir(ReentrantLock):
         gen, offset = self.gen, self.offset
         while gen in kept:
             path, upto = kept[gen]
-            more = self._batches_between(path, gen, offset, upto)
+            more = self._journal.batches_between(path, gen, offset, upto)
             if more is None:
                 return None
             batches.extend(more)
@@ -739,25 +660,6 @@ class StateDir(ReentrantLock):
         if record is None or record.gen != self.gen or record.end != end:
             self._write_record(durable=0)
         return batches + new
-
-    def _batches_between(self, path: Path, gen: int, start: int, upto: int) -> list[list[Op]] | None:
-        """The batches of the kept generation `gen` from byte `start` to `upto` (line
-        boundaries), or None if the file does not hold them whole."""
-        if upto < start:
-            return None
-        try:
-            with self._open_journal(path) as fh:
-                version, file_gen = self._parse_header(fh.readline())
-                fh.seek(start)
-                data = fh.read(upto - start)
-        except (OSError, StateCorruptError):
-            return None
-        if file_gen != gen or len(data) != upto - start or (data and not data.endswith(b"\n")):
-            return None
-        try:
-            return [parse_line(line, version) for line in data.split(b"\n")[:-1]]
-        except ValueError:
-            return None
 
     # --- the forget ledger: append-only, one line per dropped or forgotten id (no content) --
     def append_ledger(self, entries: list[dict[str, Any]]) -> None:

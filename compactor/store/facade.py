@@ -189,6 +189,12 @@ class Store(_Recall, _Compaction, _Ledger):
         """A server is handling a call now (see `last_used`)."""
         self.last_used = time.monotonic()
 
+    def rebuild_and_list_ids(self) -> set[str]:
+        """`rebuild_and_snapshot`, then the ids of the items kept: what a repair (`compactor
+        doctor --repair`, of a state dir or a database) counts the items its cut lost against."""
+        self.rebuild_and_snapshot()
+        return set(self.ids())
+
     def store(
         self,
         content: str,

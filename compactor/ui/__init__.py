@@ -6,7 +6,7 @@ assets in `static/` ship in the package: no build step, no CDN."""
 
 from __future__ import annotations
 
-from .app import ui_app
+from .app import UIOptions, ui_app
 from .serve import serve_ui
 
-__all__ = ["serve_ui", "ui_app"]
+__all__ = ["UIOptions", "serve_ui", "ui_app"]

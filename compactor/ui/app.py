@@ -14,6 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -389,25 +390,31 @@ def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
     return frozenset(f"{n}:{port}" for n in names) | (frozenset(names) if port == 80 else frozenset())
 
 
-def ui_app(
-    store: Store,
-    *,
-    host: str,
-    port: int,
-    token: str | None,
-    source: str,
-    state_dir: Path | None,
-    database: str | None = None,
-) -> Starlette:
-    """The Starlette app over memory in `state_dir` or `database` (whose journals say who made
-    each change). Raises InvalidArgumentError for a non-loopback `host` without a token."""
+@dataclass(frozen=True)
+class UIOptions:
+    """What a memory page serves and where: `compactor ui`'s options, given to `ui_app` and
+    `serve_ui` as one value."""
+
+    host: str  # the address listened on, which a request's Host must name (any, for a wildcard)
+    port: int  # 0 only until `serve_ui` has bound a free port
+    token: str | None  # what a browser must give; required off loopback
+    source: str  # where memory is kept, in words, shown on every page
+    state_dir: Path | None  # whose journal tells an item's history
+    database: str | None = None  # or the team database whose journal does
+
+
+def ui_app(store: Store, options: UIOptions) -> Starlette:
+    """The Starlette app over memory in `options.state_dir` or `options.database` (whose
+    journals say who made each change). Raises InvalidArgumentError for a non-loopback host
+    without a token."""
+    host, token = options.host, options.token
     if token is None and not is_loopback(host):
         raise InvalidArgumentError(
             f"refusing to serve on {host} without a token: anyone who can reach it could read and change memory. "
             "Pass --token-file FILE or set COMPACTOR_TOKEN (make one with `openssl rand -hex 32`), or serve on "
             "127.0.0.1."
         )
-    ui = UI(store, source=source, state_dir=state_dir, database=database)
+    ui = UI(store, source=options.source, state_dir=options.state_dir, database=options.database)
     routes = [
         Route("/", ui.overview),
         Route("/search", ui.search),
@@ -418,8 +425,8 @@ def ui_app(
         Route("/ledger", ui.ledger),
         Route("/static/{name}", ui.static),
     ]
-    middleware = [Middleware(Guard, hosts=allowed_hosts(host, port), token=token)]
+    middleware = [Middleware(Guard, hosts=allowed_hosts(host, options.port), token=token)]
     return Starlette(routes=routes, middleware=middleware)
 
 
-__all__ = ["allowed_hosts", "ui_app"]
+__all__ = ["UIOptions", "allowed_hosts", "ui_app"]

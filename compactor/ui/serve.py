@@ -3,15 +3,15 @@ serve until Ctrl-C, then close the Store."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import sys
-from pathlib import Path
 
 import uvicorn
 
 from ..store import Store
-from .app import ui_app
+from .app import UIOptions, ui_app
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +31,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_ui(
-    store: Store,
-    *,
-    host: str,
-    port: int,
-    token: str | None,
-    source: str,
-    state_dir: Path | None,
-    database: str | None = None,
-) -> None:
+def serve_ui(store: Store, options: UIOptions) -> None:
     """Serve the pages until interrupted; the address goes to stdout, the first line printed."""
-    sock = bind(host, port)
+    host = options.host
+    sock = bind(host, options.port)
     actual = sock.getsockname()[1]
-    app = ui_app(store, host=host, port=actual, token=token, source=source, state_dir=state_dir, database=database)
+    app = ui_app(store, dataclasses.replace(options, port=actual))
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     print(f"compactor ui: http://{shown}:{actual}/ (Ctrl-C stops it)", flush=True)
-    if token is not None:
+    if options.token is not None:
         print("Open it once with ?token=YOUR_TOKEN added to the address.", flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 import pytest
 from mcp.client import Client
 
 from compactor.errors import AmbiguousCommitError, PersistenceError
 from compactor.mcp import build_server
-from compactor.persistence.pg_sql import APPEND_SQL
 from compactor.store import Store
 from compactor.store.facade import RETRY_WINDOW_S
+from tests.support.pg_faults import LostAfterCommit
 
 
 async def stored_id(c: Client, **args: Any) -> str:
@@ -42,24 +41,7 @@ def test_a_connection_lost_at_commit_is_said_to_be_unknown(pg_url: str, monkeypa
     try:
         backend: Any = store._backend
         live = backend._live
-
-        class LostAtCommit:
-            """The journal entry commits, then the connection goes before the answer comes."""
-
-            def __init__(self, conn: Any) -> None:
-                self.conn = conn
-
-            def execute(self, sql: Any, params: Any = None) -> Any:
-                cur = self.conn.execute(sql, params)
-                if sql is APPEND_SQL:
-                    self.conn.close()
-                    raise psycopg.OperationalError("server closed the connection unexpectedly")
-                return cur
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(self.conn, name)
-
-        monkeypatch.setattr(backend, "_live", lambda: LostAtCommit(live()))
+        monkeypatch.setattr(backend, "_live", lambda: LostAfterCommit(live()))
 
         def unreachable() -> None:  # so whether it landed cannot be looked up either
             raise PersistenceError("Cannot connect to database: Connection refused.")

@@ -17,9 +17,10 @@ import psycopg
 import pytest
 
 from compactor.errors import AmbiguousCommitError, PersistenceError
-from compactor.persistence.pg_sql import APPEND_SQL, PG_WRITE_LOCK
+from compactor.persistence.pg_sql import PG_WRITE_LOCK
 from compactor.persistence.postgres import PgBackend
 from compactor.store import Store
+from tests.support.pg_faults import LostAfterCommit
 
 
 def backend_of(store: Store) -> PgBackend:
@@ -179,23 +180,6 @@ def sql_count(url: str) -> int:
         row = conn.execute("SELECT count(*) FROM compactor_journal").fetchone()
     assert row is not None
     return int(row[0])
-
-
-class LostAfterCommit:
-    """The journal entry commits, then the connection goes before the answer comes."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def execute(self, sql: Any, params: Any = None) -> Any:
-        cur = self.conn.execute(sql, params)
-        if sql is APPEND_SQL:
-            self.conn.close()
-            raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return cur
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.conn, name)
 
 
 def test_an_append_whose_answer_is_lost_after_its_commit_is_done_once(

@@ -4,8 +4,10 @@ team database reads take no lock, so a query answers while another server holds 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -14,31 +16,35 @@ from compactor.mcp.server import snapshots
 from compactor.store import Store
 
 
-def _hold_lock(store: Store, seconds: float) -> tuple[threading.Thread, threading.Event]:
-    """Another server holding the writers' lock for `seconds`."""
-    taken = threading.Event()
+@contextlib.contextmanager
+def _lock_held_by(other: Store) -> Iterator[None]:
+    """Another server holding the writers' lock while the block runs, released when it ends."""
+    taken, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with store._locked():
+        with other._locked():
             taken.set()
-            time.sleep(seconds)
+            release.wait(5)
 
     t = threading.Thread(target=hold)
     t.start()
-    assert taken.wait(5)
-    return t, taken
+    try:
+        assert taken.wait(5)
+        yield
+    finally:
+        release.set()
+        t.join(5)
 
 
 def test_a_query_answers_while_another_server_holds_the_writers_lock(pg_url: str):
     s = Store(database=pg_url)
     other = Store(database=pg_url)
     note = s.store("the ninja build caches objects in out/").item
-    holder, _ = _hold_lock(other, 0.5)
-    started = time.monotonic()
-    assert [h.item.id for h in s.query("ninja build")] == [note.id]
-    assert time.monotonic() - started < 0.3, "the query waited for the writer"
-    assert s.get(note.id).access_count == 0  # noted, not yet journaled
-    holder.join(5)
+    with _lock_held_by(other):
+        started = time.monotonic()
+        assert [h.item.id for h in s.query("ninja build")] == [note.id]
+        assert time.monotonic() - started < 0.3, "the query waited for the writer"
+        assert s.get(note.id).access_count == 0  # noted, not yet journaled
     s.store("a later write journals the access with its own hold")
     assert s.get(note.id).access_count == 1
     assert other.get(note.id).access_count == 1  # on disk: another process reads it
@@ -62,18 +68,16 @@ def test_accesses_noted_while_busy_are_saved_at_close_and_by_the_server_loop(pg_
     s = Store(database=pg_url)
     other = Store(database=pg_url)
     note = s.store("herons wade in the salt marsh").item
-    holder, _ = _hold_lock(other, 0.3)
-    s.query("herons marsh")
-    holder.join(5)
+    with _lock_held_by(other):
+        s.query("herons marsh")
     assert s.accesses_pending
     s.close()
     again = Store(database=pg_url)
     assert again.get(note.id).access_count == 1
 
     # A server with nothing to write still journals them within a snapshot interval.
-    holder, _ = _hold_lock(other, 0.3)
-    again.query("salt marsh")
-    holder.join(5)
+    with _lock_held_by(other):
+        again.query("salt marsh")
     assert again.accesses_pending
 
     async def one_tick() -> None:

@@ -14,8 +14,8 @@ from compactor import constants as C
 from compactor.cli import build_parser, main
 from compactor.errors import InvalidArgumentError, NotFoundError
 from compactor.store import Store
+from compactor.ui import UIOptions, ui_app
 from compactor.ui import pages as P
-from compactor.ui import ui_app
 from compactor.ui.app import allowed_hosts, newest
 from tests.conftest import FakeClock
 
@@ -33,7 +33,7 @@ def mem(state_dir: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def client(mem: Store, state_dir: Path) -> Iterator[TestClient]:
-    app = ui_app(mem, host="127.0.0.1", port=PORT, token=None, source=str(state_dir), state_dir=state_dir)
+    app = ui_app(mem, UIOptions(host="127.0.0.1", port=PORT, token=None, source=str(state_dir), state_dir=state_dir))
     with TestClient(app, base_url=BASE, follow_redirects=False) as c:
         yield c
 
@@ -235,9 +235,9 @@ def test_the_newest_across_both_tiers_match_the_stores_merged_list(clock: FakeCl
 
 def test_off_loopback_needs_a_token(mem: Store, state_dir: Path):
     with pytest.raises(InvalidArgumentError, match="without a token"):
-        ui_app(mem, host="0.0.0.0", port=PORT, token=None, source="", state_dir=state_dir)
+        ui_app(mem, UIOptions(host="0.0.0.0", port=PORT, token=None, source="", state_dir=state_dir))
     token = "t" * C.TOKEN_MIN_CHARS
-    app = ui_app(mem, host="0.0.0.0", port=PORT, token=token, source="", state_dir=state_dir)
+    app = ui_app(mem, UIOptions(host="0.0.0.0", port=PORT, token=token, source="", state_dir=state_dir))
     with TestClient(app, base_url="http://10.1.2.3:8766", follow_redirects=False) as c:
         assert c.get("/").status_code == 401
         assert c.get("/", params={"token": "wrong"}).status_code == 401
@@ -278,7 +278,8 @@ def test_on_the_team_database(pg_url: str):
     page_store = Store(database=pg_url)
     try:
         it = agent.store("team memory about the deploy").item
-        app = ui_app(page_store, host="127.0.0.1", port=PORT, token=None, source="db", state_dir=None, database=pg_url)
+        options = UIOptions(host="127.0.0.1", port=PORT, token=None, source="db", state_dir=None, database=pg_url)
+        app = ui_app(page_store, options)
         with TestClient(app, base_url=BASE, follow_redirects=False) as c:
             assert it.id in c.get("/").text
             later = agent.store("stored by the agent while the page runs").item

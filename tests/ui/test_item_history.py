@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from compactor.store import Store
 from compactor.store.access import Caller
-from compactor.ui import ui_app
+from compactor.ui import UIOptions, ui_app
 from compactor.ui.journal import database_changes
 
 PORT = 8766
@@ -26,8 +26,7 @@ CAROL = Caller.of("carol", ["*"], False)  # a reader: her reads are signed, she 
 
 
 def page_of(store: Store, backend: dict[str, str]) -> TestClient:
-    app = ui_app(
-        store,
+    options = UIOptions(
         host="127.0.0.1",
         port=PORT,
         token=None,
@@ -35,6 +34,7 @@ def page_of(store: Store, backend: dict[str, str]) -> TestClient:
         state_dir=Path(backend["state_dir"]) if "state_dir" in backend else None,
         database=backend.get("database"),
     )
+    app = ui_app(store, options)
     return TestClient(app, base_url=BASE, follow_redirects=False)
 
 
