@@ -24,7 +24,7 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from compactor.store import Store, StoreInput
-from compactor.ui import ui_app
+from compactor.ui import UIOptions, ui_app
 
 RUNS_WARM = 3  # the first requests pay for lazy imports and the page's first render
 BULK = 1_000
@@ -67,7 +67,8 @@ def main() -> None:
             f"{verb} {status.active_items + status.archived_items:,} items in {time.perf_counter() - t0:.0f} s: "
             f"{status.active_items:,} active, {status.archived_items:,} archived, {len(store.roots()):,} summary roots"
         )
-        app = ui_app(store, host="127.0.0.1", port=8766, token=None, source=str(state), state_dir=state)
+        options = UIOptions(host="127.0.0.1", port=8766, token=None, source=str(state), state_dir=state)
+        app = ui_app(store, options)
         client = TestClient(app, base_url="http://127.0.0.1:8766")
         for _ in range(RUNS_WARM):
             assert client.get("/").status_code == 200
