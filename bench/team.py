@@ -21,6 +21,7 @@ import contextlib
 import os
 import secrets
 import shlex
+import site
 import socket
 import subprocess
 import sys
@@ -50,11 +51,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _other_root() -> str | None:
+    """BENCH_COMPACTOR_ROOT: run the servers from another checkout (a "before" measurement)."""
+    root = os.environ.get("BENCH_COMPACTOR_ROOT")
+    return root if root and Path(root).resolve() != ROOT else None
+
+
+def _python() -> list[str]:
+    # An editable install's import hook, and the working directory, come ahead of PYTHONPATH:
+    # another checkout's server starts without site (-S) or the directory (-P), the installed
+    # packages put on PYTHONPATH after that checkout instead.
+    return [sys.executable, "-S", "-P"] if _other_root() else [sys.executable]
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    # BENCH_COMPACTOR_ROOT: run the servers from another checkout (a "before" measurement).
-    root = os.environ.get("BENCH_COMPACTOR_ROOT") or str(ROOT)
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    root = _other_root()
+    paths = [root, *site.getsitepackages()] if root else [str(ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
     env.pop("COMPACTOR_DATABASE_URL", None)
     return env
 
@@ -188,7 +202,7 @@ async def run_team(database: str | None, http: bool, sizes: list[int], seed: int
                         assert database is not None
                         url = stack.enter_context(fresh_database(database, f"compactor_bench_{os.getpid()}_{n}"))
                         where = ["--database", url]
-                    cmd = [py, "-m", "compactor", *where]
+                    cmd = [*_python(), "-m", "compactor", *where]
                     if transport == "http":
                         cmd += ["--transport", "streamable-http"]
                         async with http_session(cmd, errlog) as srv, http_session(floor_http, errlog) as floor:
@@ -298,7 +312,7 @@ async def run_scaling(database: str, errlog: Any, seed: int, quick: bool = False
     for servers in (1, 2):
         for clients in counts:
             with fresh_database(database, f"compactor_bench_{os.getpid()}_scale") as url:
-                cmd = [sys.executable, "-m", "compactor", "--database", url, "--transport", "streamable-http"]
+                cmd = [*_python(), "-m", "compactor", "--database", url, "--transport", "streamable-http"]
                 async with http_servers(cmd, servers, errlog) as (urls, token):
                     rows[f"{servers}x{clients}"] = await scaling_run(urls, token, clients, items, calls)
     return rows
