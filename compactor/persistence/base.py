@@ -84,9 +84,9 @@ class ReentrantLock:
         me = threading.get_ident()
         wait = self.lock_wait_s if wait_s is None else wait_s
         deadline = None if wait is None else time.monotonic() + wait
-        ticket: object | None = None  # this thread's place in line, once it has to wait
+        ticket: _Ticket | None = None  # this thread's place in line, once it has to wait
         with _HOLDS:
-            line = self.__dict__.setdefault("_line", collections.deque())
+            line: collections.deque[_Ticket] = self.__dict__.setdefault("_line", collections.deque())
             while True:
                 if self._holder == me:
                     self._lock_depth += 1
@@ -102,23 +102,21 @@ class ReentrantLock:
                     break
                 if guest and self._holder is not None and not self._taking:
                     if ticket is not None:  # in line no more: a guest takes nothing
-                        line.remove(ticket)
-                        _HOLDS.notify_all()
+                        self._leave_line(line, ticket)
                     how = "guest"
                     break
                 if ticket is None:
-                    ticket = object()
+                    ticket = _Ticket(guest)
                     line.append(ticket)
                 # A guest waits for a hold being taken, which that taker's own wait bounds.
                 left = None if deadline is None or guest else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    line.remove(ticket)
-                    _HOLDS.notify_all()  # the next in line may be first now
+                    self._leave_line(line, ticket)
                     raise WriteLockTimeoutError(
                         f"Another call of this server held the writers' lock for more than {wait:g} s; "
                         "this call was not applied. Retry it in a moment."
                     )
-                _HOLDS.wait(left)
+                ticket.wait(left)
         if how == "guest":
             yield
             return
@@ -139,7 +137,9 @@ class ReentrantLock:
             raise
         with _HOLDS:
             self._taking, self._lock_depth = False, 1
-            _HOLDS.notify_all()  # guests waiting for the hold to be taken
+            for waiting in self.__dict__.get("_line", ()):
+                if waiting.guest:  # they may join the hold now
+                    waiting.notify()
         try:
             yield
         finally:
@@ -152,11 +152,39 @@ class ReentrantLock:
     def _let_go(self) -> None:
         with _HOLDS:
             self._holder, self._taking, self._lock_depth = None, False, 0
-            _HOLDS.notify_all()
+            line = self.__dict__.get("_line")
+            if line:
+                line[0].notify()  # the next in line takes it; the others wait on
+
+    @staticmethod
+    def _leave_line(line: collections.deque[_Ticket], ticket: _Ticket) -> None:
+        """Under _HOLDS: `ticket` gives up its place; the one behind it may be first now."""
+        was_first = line[0] is ticket
+        line.remove(ticket)
+        if was_first and line:
+            line[0].notify()
 
 
-# Signalled whenever a hold is taken or ends (shared by every lock of the process: they are few).
-_HOLDS = threading.Condition()
+# Guards every lock's holder and line (shared by every lock of the process: they are few).
+_HOLDS_MUTEX = threading.RLock()
+_HOLDS = threading.Condition(_HOLDS_MUTEX)
+
+
+class _Ticket:
+    """A thread's place in a lock's line, woken alone when it may go on: waking every waiter
+    on each change cost a server with dozens of writers waiting a sixth of its CPU."""
+
+    __slots__ = ("_cond", "guest")
+
+    def __init__(self, guest: bool) -> None:
+        self.guest = guest
+        self._cond = threading.Condition(_HOLDS_MUTEX)
+
+    def wait(self, timeout: float | None) -> None:
+        self._cond.wait(timeout)
+
+    def notify(self) -> None:
+        self._cond.notify()
 
 
 class Persistence(Protocol):

@@ -150,6 +150,7 @@ class PgBackend(ReentrantLock):
         # Access-time entries (not fsynced on a state dir either) held until the lock is released,
         # then sent in the same round trip as the unlock: a query costs one round trip less.
         self._deferred: list[Op] = []
+        self._lock_timeout: tuple[psycopg.Connection[Any], int] | None = None  # as last set, on which session
         # A saved index in hand, by its label: laid out by `save_index` for the snapshot that
         # names it, or read with the snapshot by `load`. Handed to `load_index` (the
         # index then reads its arrays from it), so no second copy stays.
@@ -303,11 +304,14 @@ class PgBackend(ReentrantLock):
                 wait_s = self._acquire_wait_s
                 wait_ms = max(1, round(wait_s * 1000)) if wait_s else 0
                 with conn.pipeline():
-                    conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(wait_ms),))
+                    if self._lock_timeout != (conn, wait_ms):  # kept by the session unless undone below
+                        conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(wait_ms),))
+                        self._lock_timeout = (conn, wait_ms)
                     conn.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
                     cur = conn.execute(HEAD_SQL)
                 self._head = head_of(cur.fetchone(), self.where)
             except psycopg.errors.LockNotAvailable as exc:
+                self._lock_timeout = None  # undone with the failed statements of its round trip
                 if conn is not None:
                     self._let_go_of(conn)
                 raise WriteLockTimeoutError(
@@ -316,6 +320,7 @@ class PgBackend(ReentrantLock):
                     "in a moment."
                 ) from exc
             except (psycopg.Error, PersistenceError) as exc:
+                self._lock_timeout = None
                 # The lock may be held by now (a session lock outlives a failed statement):
                 # ending the session is what surely lets it go.
                 lost = (conn is not None and (conn.closed or conn.broken)) or undone(exc)
@@ -350,19 +355,21 @@ class PgBackend(ReentrantLock):
         assert conn is not None
         self._head = None
         deferred, self._deferred = self._deferred, []
+        # All of the session's advisory locks (it takes no other): a hold taken twice unawares
+        # (see `_let_go_of`) is let go of too.
+        unlock = "SELECT pg_advisory_unlock_all()"
         try:
+            if not deferred:
+                conn.execute(unlock)  # a pipeline costs more CPU than it saves for one statement
+                return
             with conn.pipeline() as pipe:
-                sent = None
-                if deferred:
-                    sent = conn.execute(APPEND_ASYNC_SQL, self._append_params(deferred))
-                    # A Sync ends the insert's transaction before the unlock runs: in one implicit
-                    # transaction the lock went first, and another server could take it and
-                    # read a head without this entry, then have its own append refused.
-                    pipe.sync()
-                # All of the session's advisory locks (it takes no other): a hold taken twice
-                # unawares (see `_let_go_of`) is let go of too.
-                conn.execute("SELECT pg_advisory_unlock_all()")
-            self._appended(sent.fetchone() if sent is not None else None, deferred)
+                sent = conn.execute(APPEND_ASYNC_SQL, self._append_params(deferred))
+                # A Sync ends the insert's transaction before the unlock runs: in one implicit
+                # transaction the lock went first, and another server could take it and read a
+                # head without this entry, then have its own append refused.
+                pipe.sync()
+                conn.execute(unlock)
+            self._appended(sent.fetchone(), deferred)
         except psycopg.Error as exc:
             # Closing the session releases the lock too; the next call reconnects.
             log.warning("could not release the writers' lock (%s); closing the connection", exc)
