@@ -58,6 +58,12 @@ class ReentrantLock:
     # the holder alone (one at a time), read by `_acquire`.
     _acquire_wait_s: float | None = None
     _asked_wait_s: float | None = None  # the whole wait of that call, for its message
+    # How many holds in a row may pass from one thread of this process to the next in line
+    # without letting other processes in (0: every hold takes the lock from them anew). A
+    # backend whose taking and giving back cost round trips sets it.
+    hand_offs_max: int = 0
+    _hand_offs: int = 0  # holds passed on in a row so far
+    _warm: bool = False  # a hold was passed on: the next taker holds it from other processes already
 
     def _acquire(self, exclusive: bool) -> None:
         raise NotImplementedError
@@ -99,6 +105,7 @@ class ReentrantLock:
                         line.popleft()
                     self._holder, self._taking = me, True
                     how = "take"
+                    warm, self._warm = self._warm, False
                     break
                 if guest and self._holder is not None and not self._taking:
                     if ticket is not None:  # in line no more: a guest takes nothing
@@ -128,10 +135,11 @@ class ReentrantLock:
                     self._lock_depth -= 1
             return
         try:
-            # What is left of the wait is the other processes' share.
-            self._asked_wait_s = wait
-            self._acquire_wait_s = None if deadline is None else max(deadline - time.monotonic(), 0.001)
-            self._acquire(exclusive)
+            if not warm:
+                # What is left of the wait is the other processes' share.
+                self._asked_wait_s = wait
+                self._acquire_wait_s = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+                self._acquire(exclusive)
         except BaseException:
             self._let_go()
             raise
@@ -140,14 +148,36 @@ class ReentrantLock:
             for waiting in self.__dict__.get("_line", ()):
                 if waiting.guest:  # they may join the hold now
                     waiting.notify()
+        ended_well = False
         try:
             yield
+            ended_well = True
         finally:
             self._lock_depth = 0
-            try:
-                self._release()
-            finally:
-                self._let_go()
+            if not (ended_well and self._hand_off()):
+                try:
+                    self._release()
+                finally:
+                    self._let_go()
+
+    def _hand_off(self) -> bool:
+        """Pass the hold to the next thread in line, still held from other processes, when one
+        waits and fewer than `hand_offs_max` holds were passed on in a row (then the other
+        processes get their turn). The thread woken takes it at once: it is first in line."""
+        with _HOLDS:
+            line = self.__dict__.get("_line")
+            if not line or self._hand_offs >= self.hand_offs_max or not self._still_held():
+                self._hand_offs = 0
+                return False
+            self._hand_offs += 1
+            self._warm = True
+            self._holder, self._taking, self._lock_depth = None, False, 0
+            line[0].notify()
+            return True
+
+    def _still_held(self) -> bool:
+        """Whether the hold can be passed on as it is (its session, if any, is up)."""
+        return True
 
     def _let_go(self) -> None:
         with _HOLDS:

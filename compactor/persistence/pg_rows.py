@@ -2,7 +2,7 @@
 snapshot's chunks read back as the state dir reads snapshot.json (`read_snapshot`, the same
 bytes and checksums), and the journal entries `compactor doctor --repair` sets aside in
 compactor_journal_aside (`set_aside`), which a forget purges of the item it deletes
-(`purge_aside`)."""
+(`purge_aside`), and what the doctor checks: everything as stored, undecoded (`read_raw`)."""
 
 from __future__ import annotations
 
@@ -96,3 +96,20 @@ def purge_aside(conn: psycopg.Connection[Any], needles: Sequence[bytes]) -> int:
 def aside_count(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute(f"SELECT count(*) FROM {ASIDE_TABLE}").fetchone()
     return int(row[0]) if row else 0
+
+
+def read_raw(conn: psycopg.Connection[Any], where: str) -> tuple[int, dict[str, Any] | None, list[tuple[int, bytes]]]:
+    """The generation, the snapshot in use (its items read, and checked, now) and every journal
+    entry after it as stored, in one repeatable-read transaction."""
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        head = conn.execute("SELECT snap_id, snap_seq, gen FROM compactor_head").fetchone()
+        if head is None:
+            raise StateCorruptError(f"Database {where} has no compactor_head row: restore it from a backup.")
+        snap = None if head[0] is None else read_snapshot(conn, int(head[0]), where)
+        if snap is not None:
+            snap["items"] = list(snap["items"])
+        rows = conn.execute(
+            "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq", (int(head[1]),)
+        ).fetchall()
+    return int(head[2]), snap, [(int(seq), bytes(ops)) for seq, ops in rows]

@@ -123,6 +123,10 @@ LANDED_WAIT_S: Final = 5.0
 class PgBackend(ReentrantLock):
     """Memory kept in a PostgreSQL database (see the module docstring)."""
 
+    # Stores of one server pass the advisory lock on, up to 8 in a row (~30 ms under load)
+    # before another server's turn: taking and giving it back are two round trips a store.
+    hand_offs_max = 8
+
     def __init__(self, url: str, *, upgrade: bool = True) -> None:
         self.url = url
         # Whether opening creates or upgrades the tables (not for the doctor, which only reads).
@@ -339,6 +343,10 @@ class PgBackend(ReentrantLock):
                 raise self._fail("take the writers' lock", exc) from exc
             self._lock_conn = conn
             return
+
+    def _still_held(self) -> bool:
+        conn = self._lock_conn
+        return conn is not None and not conn.closed and not conn.broken and not self._ended(conn)
 
     def _let_go_of(self, conn: psycopg.Connection[Any]) -> None:
         """After a timeout the session may hold the lock anyway: PostgreSQL keeps one granted
@@ -778,24 +786,7 @@ class PgBackend(ReentrantLock):
     def read_raw(self) -> tuple[int, dict[str, Any] | None, list[tuple[int, bytes]]]:
         """The generation, the snapshot in use (its items checked as they are read) and every
         journal entry after it as stored, not decoded: what the doctor checks and repairs."""
-
-        def query(conn: psycopg.Connection[Any]) -> tuple[int, dict[str, Any] | None, list[tuple[int, bytes]]]:
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                head = conn.execute("SELECT snap_id, snap_seq, gen FROM compactor_head").fetchone()
-                if head is None:
-                    raise StateCorruptError(
-                        f"Database {self.where} has no compactor_head row: restore it from a backup."
-                    )
-                snap = None if head[0] is None else pg_rows.read_snapshot(conn, int(head[0]), self.where)
-                if snap is not None:  # read now, inside the transaction
-                    snap["items"] = list(snap["items"])
-                rows = conn.execute(
-                    "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq", (int(head[1]),)
-                ).fetchall()
-            return int(head[2]), snap, [(int(seq), bytes(ops)) for seq, ops in rows]
-
-        return self._read("read the journal", query)
+        return self._read("read the journal", lambda conn: pg_rows.read_raw(conn, self.where))
 
     def set_aside(self, why: Mapping[int, str]) -> int:
         """Under the lock: move the journal entries `why` names (seq -> reason) aside and start

@@ -183,3 +183,39 @@ def test_a_read_catching_up_while_a_write_takes_the_lock_leaves_that_write_its_h
         assert len(outcome) == 1 and isinstance(outcome[0], str), outcome
     finally:
         other.close()
+
+
+def test_a_server_whose_writers_pass_the_lock_on_still_lets_another_server_write(pg_url: str, store: Store):
+    """A server's stores pass the advisory lock on to its next waiting store, at most
+    `hand_offs_max` times in a row: with writers always waiting on one server, another server
+    still gets the lock within a few holds."""
+    other = Store(database=pg_url)
+    stop = threading.Event()
+    busy: list[int] = []
+
+    def keep_writing(k: int) -> None:
+        n = 0
+        while not stop.is_set():
+            store.store(f"writer {k} note {n} about the payment retries")
+            n += 1
+        busy.append(n)
+
+    writers = [threading.Thread(target=keep_writing, args=(k,)) for k in range(6)]
+    try:
+        for t in writers:
+            t.start()
+        time.sleep(0.3)
+        waits = []
+        for n in range(5):
+            started = time.monotonic()
+            other.store(f"the other server's note {n}")
+            waits.append(time.monotonic() - started)
+    finally:
+        stop.set()
+        for t in writers:
+            t.join(30)
+        other.close()
+    assert max(waits) < 2.0, waits
+    assert sum(busy) > 20, busy
+    backend = store._backend
+    assert isinstance(backend, PgBackend) and backend.hand_offs_max == 8

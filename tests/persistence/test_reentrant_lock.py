@@ -44,8 +44,10 @@ class Recording(ReentrantLock):
                 self.broken.append(f"{who} inside with the lock not held")
 
 
-def test_threads_never_share_a_hold_and_guests_only_join_one_taken():
+@pytest.mark.parametrize("hand_offs_max", [0, 3])
+def test_threads_never_share_a_hold_and_guests_only_join_one_taken(hand_offs_max: int):
     lock = Recording(acquire_s=0.0005)
+    lock.hand_offs_max = hand_offs_max
     calls = threading.Lock()  # the Store's call lock: every hold is used under it
     stop = time.monotonic() + 0.6
     errors: list[BaseException] = []
@@ -208,3 +210,70 @@ def test_waiting_threads_take_the_lock_in_the_order_they_came():
         t.join(5)
     assert order == list(range(8))
     assert not lock.broken and lock._holder is None
+
+
+def _queue_behind_a_hold(lock: Recording, waiters: int, body: object = None) -> list[int]:
+    """One thread holds the lock while `waiters` threads line up; returns the order they held it."""
+    order: list[int] = []
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock.locked():
+            holding.set()
+            done.wait(5)
+
+    def wait_turn(k: int) -> None:
+        try:
+            with lock.locked():
+                lock.check_held(f"waiter {k}")
+                order.append(k)
+                if body is not None and k == 0:
+                    raise RuntimeError("the call failed")
+        except RuntimeError:
+            pass
+
+    first = threading.Thread(target=hold)
+    first.start()
+    holding.wait(5)
+    threads = []
+    for k in range(waiters):
+        threads.append(threading.Thread(target=wait_turn, args=(k,)))
+        threads[-1].start()
+        while len(lock.__dict__.get("_line", ())) < k + 1:
+            time.sleep(0.001)
+    done.set()
+    for t in [first, *threads]:
+        t.join(5)
+    assert lock._holder is None and lock.inside == 0 and not lock._warm and not lock.broken
+    return order
+
+
+def test_a_hold_passes_to_the_next_in_line_at_most_hand_offs_max_times_in_a_row():
+    """Taking the lock from other processes and giving it back cost a PostgreSQL server two
+    round trips a store: a hold is passed on to the next writer of the same server instead,
+    up to `hand_offs_max` times in a row, then the other processes get their turn."""
+    lock = Recording()
+    lock.hand_offs_max = 2
+    assert _queue_behind_a_hold(lock, 5) == [0, 1, 2, 3, 4]
+    # 6 holds: taken, passed on twice, given back; taken, passed on twice, given back.
+    assert lock.taken == 2
+
+    lock = Recording()  # hand_offs_max 0 (the state dir): every hold takes the lock anew
+    assert _queue_behind_a_hold(lock, 5) == [0, 1, 2, 3, 4]
+    assert lock.taken == 6
+
+
+def test_a_hold_that_ended_in_an_error_or_lost_its_session_is_given_back_not_passed_on():
+    lock = Recording()
+    lock.hand_offs_max = 8
+    _queue_behind_a_hold(lock, 2, body="fail the first waiter")
+    assert lock.taken == 2  # the first hold passed on to waiter 0, whose error gave it back
+
+    class SessionLost(Recording):
+        def _still_held(self) -> bool:
+            return False
+
+    lost = SessionLost()
+    lost.hand_offs_max = 8
+    _queue_behind_a_hold(lost, 2)
+    assert lost.taken == 3
