@@ -317,6 +317,30 @@ def test_the_http_server_resumes_collection_once_built(monkeypatch: pytest.Monke
         gc.unfreeze()
 
 
+def test_the_http_server_loads_the_token_encoding_as_it_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Loaded by the first store instead, the encoding held up every call queued behind it."""
+    import anyio
+    import uvicorn
+
+    from compactor.content.tokens import TokenCounter
+    from compactor.mcp.http_server import serve_http
+
+    store = Store(state_dir=tmp_path / "state", counter=TokenCounter())
+    seen: list[bool] = []
+
+    async def until_loaded(self: object) -> None:
+        for _ in range(500):
+            if store.counter.loaded:
+                break
+            await anyio.sleep(0.01)
+        seen.append(store.counter.loaded)
+
+    monkeypatch.setattr(uvicorn.Server, "serve", until_loaded)
+    assert not store.counter.loaded
+    anyio.run(lambda: serve_http(store, host="127.0.0.1", port=0, token=None))
+    assert seen == [True] and store.counter.exact
+
+
 def test_stores_and_imports_build_their_items_with_collection_paused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A bulk store or an import makes items, index entries and ops that all outlive it: no
     collection walks them while they are made (~3-4% of a bulk load)."""

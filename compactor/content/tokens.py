@@ -60,6 +60,10 @@ class TokenCounter:
         except Exception as exc:  # any failure to load means no exact counter, never a crash
             log.warning("token encoding %s unavailable (%s); using a heuristic counter", self._encoding_name, exc)
 
+    def warm(self) -> None:
+        """Load the encoding now (a server that will count soon, on a worker thread)."""
+        self._ensure()
+
     @property
     def loaded(self) -> bool:
         """Whether the encoding has been loaded (or found missing) yet."""
