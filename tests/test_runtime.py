@@ -317,8 +317,9 @@ def test_the_http_server_resumes_collection_once_built(monkeypatch: pytest.Monke
         gc.unfreeze()
 
 
-def test_the_http_server_loads_the_token_encoding_as_it_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """Loaded by the first store instead, the encoding held up every call queued behind it."""
+def test_the_http_server_loads_what_the_first_store_needs_as_it_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Loaded by the first store instead, the token encoding (and the redaction and
+    classification rules) held up every call queued behind it."""
     import anyio
     import uvicorn
 

@@ -266,9 +266,7 @@ async def serve_http(
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(announce)
-            # The token encoding (~0.1-0.3 s) loads as the server starts: loaded by the first
-            # store, it held up every call queued behind that store (64 clients at once).
-            tg.start_soon(anyio.to_thread.run_sync, store.counter.warm)
+            tg.start_soon(anyio.to_thread.run_sync, store.warm_up)  # as it starts, not in the first store
             if store.persistent:
                 tg.start_soon(snapshots, store, snapshot_interval)
             if people is not None and tokens_file is not None:
