@@ -77,3 +77,24 @@ def pid_alive(pid: int) -> bool:
 def read_nofollow(path: Path) -> bytes:
     with os.fdopen(os.open(path, os.O_RDONLY | NOFOLLOW), "rb") as fh:
         return fh.read()
+
+
+# Read back from a file's end in steps of this many bytes: a few dozen ledger lines each.
+_TAIL_STEP = 1 << 16
+
+
+def tail_lines(path: Path, limit: int) -> list[bytes]:
+    """The last `limit` complete lines of a file, oldest first (not following a symlink), read
+    from its end: a cost of the lines asked for, not of the file."""
+    with os.fdopen(os.open(path, os.O_RDONLY | NOFOLLOW), "rb") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        start, data = end, b""
+        while start > 0 and data.count(b"\n") <= limit:
+            step = min(_TAIL_STEP, start)
+            start -= step
+            fh.seek(start)
+            data = fh.read(step) + data
+    lines = data.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # begun mid-line
+    return [line for line in lines if line][-limit:] if limit > 0 else []

@@ -846,10 +846,12 @@ class PgBackend(ReentrantLock):
         except psycopg.Error as exc:
             raise self._fail("append to the forget ledger", exc) from exc
 
-    def read_ledger(self) -> list[dict[str, Any]]:
+    def read_ledger(self, limit: int) -> list[dict[str, Any]]:
         with contextlib.suppress(Exception):
-            rows = self._live().execute("SELECT entry FROM compactor_ledger ORDER BY n").fetchall()
-            return [orjson.loads(bytes(r[0])) for r in rows]
+            rows = (
+                self._live().execute("SELECT entry FROM compactor_ledger ORDER BY n DESC LIMIT %s", (limit,)).fetchall()
+            )
+            return [orjson.loads(bytes(r[0])) for r in reversed(rows)]
         return []
 
     def ledger_count(self) -> int:

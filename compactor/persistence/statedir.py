@@ -59,7 +59,7 @@ from .codec import (
     journal_line,
     snapshot_chunks,
 )
-from .files import NOFOLLOW, fsync_dir, pid_alive, read_nofollow, temp_file_pid, write_fsynced
+from .files import NOFOLLOW, fsync_dir, pid_alive, read_nofollow, tail_lines, temp_file_pid, write_fsynced
 from .journalfile import JournalReader
 
 FORGET_LEDGER: Final = "forget-ledger.jsonl"
@@ -676,13 +676,15 @@ class StateDir(ReentrantLock):
         except OSError as exc:
             raise PersistenceError(f"Could not append to {path}: {exc.strerror or exc}") from exc
 
-    def read_ledger(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def read_ledger(self, limit: int) -> list[dict[str, Any]]:
+        """The newest `limit` entries, oldest first, read from the end of the file: the ledger
+        holds a line per item ever forgotten or pruned."""
         try:
-            raw = read_nofollow(self.path / FORGET_LEDGER)
+            lines = tail_lines(self.path / FORGET_LEDGER, limit)
         except OSError:
-            return out
-        for line in raw.splitlines():
+            return []
+        out: list[dict[str, Any]] = []
+        for line in lines:
             with contextlib.suppress(ValueError):
                 out.append(orjson.loads(line))
         return out

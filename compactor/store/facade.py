@@ -364,7 +364,7 @@ class Store(_Recall, _Compaction, _Ledger):
             # Ledger first (write-ahead): a crash before the purge leaves an entry for an item
             # still present (the doctor says so), never a removal without an entry.
             now = self._clock()
-            self._ledger_append([{"id": it.id, "reason": "prune", "at": now} for it in victims])
+            self._ledger_append([self._ledger_entry(it.id, "prune", now) for it in victims])
             self._purge(ops, lambda txn: self._mark_gone_many(txn, victims), "prune")
             self._purge_kept_aside(victims)
             result.applied = True
@@ -541,7 +541,7 @@ class Store(_Recall, _Compaction, _Ledger):
             )
             self._purge(ops, lambda txn: self._mark_gone(txn, item), f"forget {item_id}")
             self._purge_kept_aside([item])
-            self._ledger_append([{"id": item_id, "reason": "forget", "at": self._clock()}])
+            self._ledger_append([self._ledger_entry(item_id, "forget", self._clock())])
             return item
 
     def _purge(self, ops: list[Op], mark_gone: Callable[[_Txn], None], what: str) -> None:

@@ -33,5 +33,14 @@ class _Ledger(_Journaled):
     def forget_ledger(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest entries of the append-only forget ledger."""
         if self._backend is not None:
-            return self._backend.read_ledger()[-limit:]
+            return self._backend.read_ledger(limit)
         return self._ledger_mem[-limit:]
+
+    def _ledger_entry(self, item_id: str, reason: str, at: float) -> dict[str, Any]:
+        """One line of the ledger: the id, why, when, and who asked where a caller is known
+        (a team server's person). Never content."""
+        caller = self._caller
+        entry: dict[str, Any] = {"id": item_id, "reason": reason, "at": at}
+        if caller is not None:
+            entry["by"] = caller.name
+        return entry

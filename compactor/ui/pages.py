@@ -748,22 +748,24 @@ def ledger_page(
     now = time.time()
     rows = join(
         fill(
-            '<tr><td><code class="id">{id}</code></td><td>{at}</td><td>{why}</td></tr>',
+            '<tr><td><code class="id">{id}</code></td><td>{at}</td><td>{why}</td><td>{by}</td></tr>',
             id=e.get("id", "?"),
             at=f"{fmt_time(float(e['at']))} ({ago(float(e['at']), now)} ago)"
             if isinstance(e.get("at"), (int, float))
             else "?",
             why=WHY.get(str(e.get("reason")), str(e.get("reason", "?"))),
+            # A team server's person; anyone else (a single user, the CLI, the archive cap): a dash.
+            by=str(e["by"]) if e.get("by") else "\u2014",
         )
         for e in entries
     )
     body = fill(
         """<h1>Forgotten</h1><p class="muted">What <code>forget</code> and <code>prune</code> removed, newest first:
-ids, when and why. Their content is gone.</p>
+ids, when, why and who. Their content is gone.</p>
 {table}{pager}""",
         table=fill(
             """<div class="scroll"><table class="ledger"><thead><tr><th scope=col>id</th><th scope=col>when</th>
-<th scope=col>why</th></tr></thead><tbody>{rows}</tbody></table></div>""",
+<th scope=col>why</th><th scope=col>by</th></tr></thead><tbody>{rows}</tbody></table></div>""",
             rows=rows,
         )
         if entries

@@ -334,3 +334,16 @@ def test_the_ledger_says_why_in_words(client: TestClient, mem: Store):
     mem.forget(it.id)
     page = client.get("/ledger").text
     assert f'<code class="id">{it.id}</code>' in page and "forgotten on request" in page
+
+
+def test_the_ledger_says_who_forgot_where_a_person_did(client: TestClient, mem: Store):
+    from compactor.store.access import Caller
+
+    mine, anyones = mem.store("forget me, alice").item, mem.store("forget me too").item
+    with mem.serving(caller=Caller.of("alice", ["*"], write=True)):
+        mem.forget(mine.id)
+    mem.forget(anyones.id)
+    page = client.get("/ledger").text
+    assert "<th scope=col>by</th>" in page
+    assert f'<code class="id">{mine.id}</code>' in page and "<td>alice</td>" in page
+    assert "<td>\u2014</td>" in page
