@@ -27,7 +27,7 @@ from .. import bounds
 from .. import constants as C
 from ..content.tags import merge_tags, parse_tags
 from ..content.tokens import TokenCounter, default_counter
-from ..errors import InvalidArgumentError, PersistenceError
+from ..errors import InvalidArgumentError, PersistenceError, WriteConflictError, WriteLockTimeoutError
 from ..models import CompactReport, Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.statedir import StateDir
@@ -554,6 +554,11 @@ class Store(_Recall, _Compaction, _Ledger):
             mark_gone(txn)
             if self._backend is not None:
                 self._write_snapshot_locked(dict(self._s.items))
+        except (WriteConflictError, WriteLockTimeoutError) as exc:
+            # Another server moved memory on (a restore, say) or held the lock: nothing is wrong
+            # with saving here, and the error says to retry, which the server does for a conflict.
+            self._undo_purge(txn, exc)
+            raise
         except (PersistenceError, OSError) as exc:
             self._undo_purge(txn, exc)
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

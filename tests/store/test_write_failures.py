@@ -147,3 +147,36 @@ def test_a_refused_forget_deletes_nothing_and_says_why(state_dir: Path, monkeypa
     assert s.status().persistence["state"] == "saving"
     s.close()
     assert sorted(Store(state_dir=state_dir).ids()) == sorted(i for i in ids if i != ids[3])
+
+
+def test_a_forget_refused_because_another_server_moved_on_is_not_a_full_disk(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore (or another writer) noticed while a forget wrote its snapshot: nothing was
+    deleted and the call may be retried at once. It said memory was read-only and to free disk
+    space, and stayed read-only."""
+    from compactor.errors import WriteConflictError
+    from compactor.store.journaled import _Journaled
+
+    s = Store(state_dir=state_dir)
+    ids = [s.store(f"invoice {i} due friday").item.id for i in range(5)]
+    real = _Journaled._write_snapshot_locked
+    calls = 0
+
+    def moved_on(self: _Journaled, *args: object, **kwargs: object) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise WriteConflictError(
+                "Memory moved on under this call (a restore?); this call was not applied. Retry it."
+            )
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_Journaled, "_write_snapshot_locked", moved_on)
+    with pytest.raises(WriteConflictError, match="Retry it"):
+        s.forget(ids[1])
+    assert sorted(s.ids()) == sorted(ids) and s.status().persistence["state"] == "saving"
+    assert s.forget_ledger() == []
+    s.forget(ids[1])
+    assert ids[1] not in s.ids() and [e["id"] for e in s.forget_ledger()] == [ids[1]]
+    s.close()
