@@ -20,7 +20,10 @@ identifiers taken out: an agent asking in its own words names the matter, not th
 An item with the same content as the answer counts as the answer. Scores: recall@5 and MRR over
 the first QUERY_LIMIT results, per kind and overall.
 
-    python -m evals.questions [--half tuning|test|all] [--limit-trajs N] [--set NAME=VALUE]
+    python -m evals.questions [--half tuning|test|all] [--limit-trajs N] [--set NAME=VALUE] [--textbook]
+
+`--textbook` scores a textbook BM25 (Okapi, Snowball stems, stop words) on the same questions:
+the lexical baseline compactor is to stay above.
 """
 
 from __future__ import annotations
@@ -191,6 +194,34 @@ def ask(
     return out
 
 
+_TEXTBOOK_WORD = re.compile(r"[a-z0-9]+")
+
+
+def ask_textbook(events: Sequence[Event], questions: Sequence[Question]) -> list[tuple[str, int | None]]:
+    """As `ask`, of a textbook BM25 instead of compactor: Okapi (k1 1.2, b 0.75) over each
+    event's lowercased words and numbers, Snowball-stemmed, compactor's query stop words left
+    out of both (the lexical baseline of issue 40's table)."""
+    import Stemmer
+    from rank_bm25 import BM25Okapi
+
+    stem = Stemmer.Stemmer("english").stemWord
+
+    def terms(text: str) -> list[str]:
+        return [stem(w) for w in _TEXTBOOK_WORD.findall(text.lower()) if w not in QUERY_STOPWORDS]
+
+    left_out = {q.asked_seq for q in questions}
+    docs = [ev for ev in events if ev.seq not in left_out]
+    bm25 = BM25Okapi([terms(ev.content) or ["-"] for ev in docs], k1=1.2, b=0.75)
+    answer_text = {ev.seq: ev.content for ev in events}
+    out: list[tuple[str, int | None]] = []
+    for q in questions:
+        scores = bm25.get_scores(terms(q.text))
+        top = sorted(range(len(docs)), key=lambda i: (-scores[i], i))[:QUERY_LIMIT]
+        want = answer_text[q.answer_seq]
+        out.append((q.kind, next((r + 1 for r, i in enumerate(top) if docs[i].content == want), None)))
+    return out
+
+
 def score(ranks: Sequence[int | None]) -> tuple[float, float]:
     """(recall@RECALL_AT, MRR over QUERY_LIMIT)."""
     if not ranks:
@@ -201,9 +232,14 @@ def score(ranks: Sequence[int | None]) -> tuple[float, float]:
 
 
 def run(
-    events: Sequence[Event], half: str, limit_trajs: int | None = None, tuning: Tuning | None = None
+    events: Sequence[Event],
+    half: str,
+    limit_trajs: int | None = None,
+    tuning: Tuning | None = None,
+    textbook: bool = False,
 ) -> dict[str, tuple[float, float, int]]:
-    """Scores by kind and "overall" for the trajectories of `half` ("all" for every one)."""
+    """Scores by kind and "overall" for the trajectories of `half` ("all" for every one), of
+    compactor or (`textbook`) of the textbook BM25 baseline."""
     frequency = Counter(w for ev in events for w in _WORD.findall(ev.content.lower()) if len(w) >= 4)
     memo: dict[tuple[str, frozenset[str]], str] = {}
 
@@ -216,7 +252,8 @@ def run(
     groups = [(t, e) for t, e in sorted(group_trajectories(events).items()) if half in ("all", half_of(t))]
     ranks: dict[str, list[int | None]] = {k: [] for k in (*KINDS, "overall")}
     for _traj, evs in groups[:limit_trajs]:
-        for kind, rank in ask(evs, make_questions(evs, forms), tuning):
+        asked = make_questions(evs, forms)
+        for kind, rank in ask_textbook(evs, asked) if textbook else ask(evs, asked, tuning):
             ranks[kind].append(rank)
             ranks["overall"].append(rank)
     return {k: (*score(v), len(v)) for k, v in ranks.items()}
@@ -228,13 +265,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--limit-trajs", type=int, default=None)
     p.add_argument("--corpus", default=None)
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a knob")
+    p.add_argument("--textbook", action="store_true", help="score the textbook BM25 baseline instead")
     a = p.parse_args(argv)
     tuning = tuning_of(p, a.set)
     started = time.perf_counter()
     events = load_events(a.corpus or default_corpus())
-    result = run(events, a.half, a.limit_trajs, tuning)
+    result = run(events, a.half, a.limit_trajs, tuning, textbook=a.textbook)
     cells = "  ".join(f"{k} recall@5 {r:.3f} MRR@10 {m:.3f} ({n})" for k, (r, m, n) in result.items())
-    print(f"{a.half}: {cells}  ({time.perf_counter() - started:.0f} s)")
+    who = " (textbook BM25)" if a.textbook else ""
+    print(f"{a.half}{who}: {cells}  ({time.perf_counter() - started:.0f} s)")
     return 0
 
 

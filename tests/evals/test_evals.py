@@ -288,3 +288,19 @@ def test_resume_over_stdio_restarts_on_the_same_state_dir(tmp_path: Path) -> Non
     }
     assert all(result.hit)
     assert result.tokens_cl100k > 0
+
+
+def test_the_textbook_baseline_matches_other_forms_of_a_word_and_ignores_stop_words() -> None:
+    from evals.questions import Question, ask_textbook
+    from evals.revisits import Event
+
+    def ev(seq: int, kind: str, text: str) -> Event:
+        return Event("t", seq, seq, kind, text, ())
+
+    events = [
+        ev(1, "thought", "We decided to retry the payment twice before failing the order."),
+        ev(2, "thought", "What is the plan for the cache? It is what it is."),
+        ev(3, "observation", "$ pytest tests/test_cache.py\n3 passed"),
+    ]
+    asked = [Question("reworded", "what did we decide about retrying payments", -1, 1)]
+    assert ask_textbook(events, asked) == [("reworded", 1)]
