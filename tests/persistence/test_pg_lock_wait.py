@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -18,15 +17,6 @@ from compactor.errors import WriteLockTimeoutError
 from compactor.persistence.pg_sql import PG_WRITE_LOCK
 from compactor.persistence.postgres import PgBackend
 from compactor.store import Store
-
-
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    s = Store(database=pg_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 @pytest.mark.parametrize("timeouts_in_a_row", [1, 2])

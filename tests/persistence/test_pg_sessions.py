@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -42,15 +41,6 @@ def terminate(url: str, pid: int) -> None:
     """End a session and wait until its process is gone (its goodbye is then on the socket)."""
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone() == (True,)
-
-
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    s = Store(database=pg_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def test_every_call_after_its_idle_sessions_were_ended_is_answered_once(pg_url: str, store: Store):

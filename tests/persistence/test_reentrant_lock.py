@@ -184,32 +184,7 @@ def test_waiting_threads_take_the_lock_in_the_order_they_came():
     """Taking turns at random left some of 32 waiting writers waiting for seconds (p99 4.8 s
     at 64 clients in the team bench); first come, first served bounds every wait."""
     lock = Recording()
-    order: list[int] = []
-    holding, done = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock.locked():
-            holding.set()
-            done.wait(5)
-
-    def wait_turn(k: int) -> None:
-        with lock.locked():
-            order.append(k)
-
-    first = threading.Thread(target=hold)
-    first.start()
-    holding.wait(5)
-    waiters = []
-    for k in range(8):
-        t = threading.Thread(target=wait_turn, args=(k,))
-        t.start()
-        waiters.append(t)
-        time.sleep(0.02)  # in line one after the other
-    done.set()
-    for t in [first, *waiters]:
-        t.join(5)
-    assert order == list(range(8))
-    assert not lock.broken and lock._holder is None
+    assert _queue_behind_a_hold(lock, 8) == list(range(8))
 
 
 def _queue_behind_a_hold(lock: Recording, waiters: int, body: object = None) -> list[int]:
