@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from ..errors import WriteLockTimeoutError
 from ..models import Item
@@ -79,6 +79,8 @@ class _Search(_Journaled):
             text, limit=fetch, accept=None if accepts_all else accept, with_matched=False, weights=weights
         )
         lifts = self._view_lifts(text) if len(s.views) else {}
+        if tuning.rerun_lift != 1.0:
+            self._lift_reruns(text, raw, lifts, tuning.rerun_lift)
         if lifts:
             # Views of the named file are candidates even when BM25 alone ranks them deeper.
             have = {h.doc_id for h in raw}
@@ -165,6 +167,24 @@ class _Search(_Journaled):
             elif entry > best[0]:
                 heapq.heapreplace(best, entry)
         return [Hit(s.items[i], score, ()) for score, _, i in sorted(best, reverse=True)]
+
+    def _lift_reruns(self, text: str, raw: list[Any], lifts: dict[str, float], lift: float) -> None:
+        """Lift the candidates that are the output of a command the query names on a line of
+        its own: an output stored with its `$ cmd` line opens with it. Only the candidates
+        already fetched are looked at (no index of first lines)."""
+        commands = {" ".join(line.removeprefix("$ ").split()) for line in text.splitlines() if line.strip()}
+        commands = {c for c in commands if len(c) <= ECHO_MAX_CHARS}
+        if not commands:
+            return
+        items = self._s.items
+        for h in raw:
+            it = items[h.doc_id]
+            head = it.content[: ECHO_MAX_CHARS + 64].lstrip()  # a slice: contents run to megabytes
+            if it.depth or not head.startswith("$ "):
+                continue
+            cut = head.find("\n", 0, ECHO_MAX_CHARS + 3)
+            if " ".join(head[2 : cut if cut >= 0 else len(head)].split()) in commands:
+                lifts[it.id] = max(lifts.get(it.id, 1.0), lift)
 
     def _echoes(self, scored: list[tuple[float, Item]], limit: int) -> set[str]:
         """The one-line items of the top `limit` whose line opens another candidate: a command

@@ -38,6 +38,9 @@ class Tuning:
     # A one-line item (a command stored alone) that another candidate opens with (its output,
     # stored with the `$ cmd` line) ranks behind it: the output answers a re-run (evals/KNOBS.md).
     echo_factor: float = 0.6
+    # The earlier output of a command the query names as a line of its own (an output stored
+    # with its `$ cmd` line): what a re-run goes back for, ahead of notes that talk about it.
+    rerun_lift: float = 3.0
     # Shares of recall's cap: the task group, then open errors, then recent work of what is left,
     # then decisions of what is left after it (tuned on the resume evaluation's tuning half).
     recall_task_share: float = 0.5

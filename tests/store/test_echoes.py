@@ -1,5 +1,7 @@
 """A command stored alone and its output stored with the `$ cmd` line: asked for the command
-again, the output comes first, since it holds the command and what it printed (ISSUE 40)."""
+again, the output comes first, since it holds the command and what it printed (ISSUE 40): ahead
+of the command stored alone (the echo demotion) and of notes that talk about running it (the
+re-run lift, for a query that names the command on a line of its own)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ def test_the_output_of_a_command_ranks_ahead_of_the_command_stored_alone(store: 
 
 
 def test_without_the_demotion_the_command_alone_would_win():
-    s = Store(tuning=Tuning().overridden({"ECHO_FACTOR": "1"}))
+    # The re-run lift (below) puts the output first too, when the query is the command: off here.
+    s = Store(tuning=Tuning().overridden({"ECHO_FACTOR": "1", "RERUN_LIFT": "1"}))
     try:
         command, _ = _fill(s)
         assert s.query(query=RUN, limit=10)[0].item.id == command
@@ -80,3 +83,76 @@ def test_the_output_comes_first_over_stdio(tmp_path: Path):
         output = srv.ok("store", content=OUTPUT)["id"]
         ranked = [h["id"] for h in srv.ok("query", query=RUN)["items"]]
         assert ranked[:2] == [output, command]
+
+
+# A note that says nearly what the query says, in the agent's words: it used to come first.
+NOTE = "Now I run the reproduction script again to check the fix."
+ASKED = f"Now I run the reproduction script again.\n{RUN}"
+
+
+# The script's name is common by then: written, announced, run for something else.
+AROUND = (
+    "cat <<'EOF' > reproduce_issue.py\nfrom astropy.table import Table\n"
+    "Table.read('test.qdp', format='ascii.qdp')\nEOF",
+    "I'll create a script reproduce_issue.py that reads a QDP file with lowercase commands.",
+    "$ python other.py\nok",
+)
+
+
+def _fill_rerun(s: Store) -> tuple[str, str]:
+    output = s.store(OUTPUT).item.id
+    for text in AROUND:
+        s.store(text)
+    note = s.store(NOTE).item.id
+    return output, note
+
+
+def test_the_earlier_output_of_a_rerun_command_ranks_ahead_of_a_note_about_running_it(store: Store):
+    output, note = _fill_rerun(store)
+    ranked = [h.item.id for h in store.query(query=ASKED, limit=10)]
+    assert ranked[:2] == [output, note]
+
+
+def test_without_the_rerun_lift_the_note_would_win():
+    s = Store(tuning=Tuning().overridden({"RERUN_LIFT": "1"}))
+    try:
+        _, note = _fill_rerun(s)
+        assert s.query(query=ASKED, limit=10)[0].item.id == note
+    finally:
+        s.close()
+
+
+def test_a_command_named_inside_a_line_lifts_nothing(store: Store):
+    """Only a line of the query that is the command: a sentence that mentions it is prose."""
+    output, note = _fill_rerun(store)
+    ranked = [h.item.id for h in store.query(query=f"Now I run the reproduction script again: {RUN}", limit=10)]
+    assert ranked.index(note) < ranked.index(output)
+
+
+async def _rerun_over_protocol(store: Store) -> tuple[list[str], list[str]]:
+    async with Client(build_server(store), mode="legacy") as c:
+        with anyio.fail_after(10):
+            ids = []
+            for content in (OUTPUT, *AROUND, NOTE):
+                res = await c.call_tool("store", {"content": content})
+                assert res.structured_content is not None
+                ids.append(str(res.structured_content["id"]))
+            hits = await c.call_tool("query", {"query": ASKED})
+    assert hits.structured_content is not None
+    return ids, [str(h["id"]) for h in hits.structured_content["items"]]
+
+
+def test_the_rerun_output_comes_first_over_the_protocol(store: Store):
+    ids, ranked = anyio.run(_rerun_over_protocol, store)
+    assert ranked[:2] == [ids[0], ids[-1]]
+
+
+@pytest.mark.slow
+def test_the_rerun_output_comes_first_over_stdio(tmp_path: Path):
+    with StdioServer("--state-dir", str(tmp_path / "state")) as srv:
+        output = srv.ok("store", content=OUTPUT)["id"]
+        for text in AROUND:
+            srv.ok("store", content=text)
+        note = srv.ok("store", content=NOTE)["id"]
+        ranked = [h["id"] for h in srv.ok("query", query=ASKED)["items"]]
+        assert ranked[:2] == [output, note]
