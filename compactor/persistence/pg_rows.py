@@ -2,11 +2,14 @@
 snapshot's chunks read back as the state dir reads snapshot.json (`read_snapshot`, the same
 bytes and checksums), and the journal entries `compactor doctor --repair` sets aside in
 compactor_journal_aside (`set_aside`), which a forget purges of the item it deletes
-(`purge_aside`), and what the doctor checks: everything as stored, undecoded (`read_raw`)."""
+(`purge_aside`), what the doctor checks: everything as stored, undecoded (`read_raw`), and
+whether an append whose session ended was committed (`landed`)."""
 
 from __future__ import annotations
 
 import io
+import logging
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,6 +24,8 @@ if TYPE_CHECKING:
     import psycopg
 
 ASIDE_TABLE = "compactor_journal_aside"
+
+log = logging.getLogger(__name__)
 
 
 def _corrupt(snap_id: int, where: str) -> Callable[[object], StateCorruptError]:
@@ -113,3 +118,26 @@ def read_raw(conn: psycopg.Connection[Any], where: str) -> tuple[int, dict[str, 
             "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq", (int(head[1]),)
         ).fetchall()
     return int(head[2]), snap, [(int(seq), bytes(ops)) for seq, ops in rows]
+
+
+def landed(
+    conn: psycopg.Connection[Any], entry: bytes, session: tuple[int, Any], offset: int, where: str, wait_s: float
+) -> int | None:
+    """After the session that sent `entry` (appended after sequence number `offset`) ended:
+    its sequence number if it was committed, 0 if it surely was not, None if that cannot be
+    told. Surely: once that session's process is gone its transaction is over, and a committed
+    entry would be the first after `offset` (it was appended only if none was, and anyone
+    else's after it). Waits at most `wait_s` for the process to be gone."""
+    deadline = time.monotonic() + wait_s
+    try:
+        while conn.execute("SELECT FROM pg_stat_activity WHERE pid = %s AND backend_start = %s", session).fetchone():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.01)
+        row = conn.execute(
+            "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq LIMIT 1", (offset,)
+        ).fetchone()
+    except Exception as exc:  # unreachable still, or restarting: unknown
+        log.warning("could not tell whether an entry reached %s: %s", where, exc)
+        return None
+    return int(row[0]) if row is not None and bytes(row[1]) == entry else 0

@@ -307,12 +307,24 @@ class PgBackend(ReentrantLock):
                 assert conn is not None
                 wait_s = self._acquire_wait_s
                 wait_ms = max(1, round(wait_s * 1000)) if wait_s else 0
-                with conn.pipeline():
-                    if self._lock_timeout != (conn, wait_ms):  # kept by the session unless undone below
-                        conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(wait_ms),))
-                        self._lock_timeout = (conn, wait_ms)
-                    conn.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
-                    cur = conn.execute(HEAD_SQL)
+                # A statement's error is raised once the pipeline has ended: raised inside it,
+                # psycopg logged a warning of its own ("pipeline aborted") on the way out.
+                failed: Exception | None = None
+                try:
+                    with conn.pipeline():
+                        try:
+                            if self._lock_timeout != (conn, wait_ms):  # kept by the session unless undone
+                                conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(wait_ms),))
+                                self._lock_timeout = (conn, wait_ms)
+                            conn.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
+                            cur = conn.execute(HEAD_SQL)
+                        except psycopg.Error as exc:
+                            failed = exc
+                except psycopg.errors.PipelineAborted:
+                    if failed is None:
+                        raise
+                if failed is not None:
+                    raise failed
                 self._head = head_of(cur.fetchone(), self.where)
             except psycopg.errors.LockNotAvailable as exc:
                 self._lock_timeout = None  # undone with the failed statements of its round trip
@@ -604,26 +616,13 @@ class PgBackend(ReentrantLock):
         ) from exc
 
     def _landed(self, entry: bytes, session: tuple[int, Any]) -> int | None:
-        """After the session that sent `entry` ended: its sequence number if it was committed,
-        0 if it surely was not, None if that cannot be told. Surely: once that session's
-        process is gone its transaction is over, and a committed entry would be the first after
-        ours (it was appended only if none was, and anyone else's after it)."""
-        deadline = time.monotonic() + LANDED_WAIT_S
+        """After the session that sent `entry` ended: `pg_rows.landed` on a live session."""
         try:
             conn = self._live()
-            while conn.execute(
-                "SELECT FROM pg_stat_activity WHERE pid = %s AND backend_start = %s", session
-            ).fetchone():
-                if time.monotonic() > deadline:
-                    return None
-                time.sleep(0.01)
-            row = conn.execute(
-                "SELECT seq, ops FROM compactor_journal WHERE seq > %s ORDER BY seq LIMIT 1", (self.offset,)
-            ).fetchone()
         except Exception as exc:  # unreachable still, or restarting: unknown
             log.warning("could not tell whether an entry reached %s: %s", self.where, exc)
             return None
-        return int(row[0]) if row is not None and bytes(row[1]) == entry else 0
+        return pg_rows.landed(conn, entry, session, self.offset, self.where, LANDED_WAIT_S)
 
     def _write_snapshot_rows(
         self,

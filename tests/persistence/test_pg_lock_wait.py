@@ -6,6 +6,7 @@ store then failed with `prepared statement "_pg3_2" does not exist` (CI, two ser
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -209,3 +210,31 @@ def test_a_server_whose_writers_pass_the_lock_on_still_lets_another_server_write
     assert sum(busy) > 20, busy
     backend = store._backend
     assert isinstance(backend, PgBackend) and backend.hand_offs_max == 8
+
+
+def test_a_lock_timeout_is_one_error_and_no_driver_warning(
+    pg_url: str, store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """The timeout's error reached the driver before the head query was sent, so it was raised
+    inside the pipeline, and psycopg logged a warning of its own on the way out ("error ignored
+    terminating <Pipeline>: pipeline aborted", twice a run at two servers x 64 clients)."""
+    from compactor.persistence.pg_sql import HEAD_SQL
+
+    real_execute = psycopg.Connection.execute
+
+    def slow_head(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if query == HEAD_SQL and self._pipeline is not None:
+            time.sleep(0.05)  # the lock's error arrives meanwhile
+        return real_execute(self, query, *args, **kwargs)
+
+    store.store("a note, so the tables exist")
+    monkeypatch.setattr(psycopg.Connection, "execute", slow_head)
+    caplog.set_level(logging.WARNING, logger="psycopg")
+    with psycopg.connect(pg_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
+        for _ in range(3):
+            with pytest.raises(WriteLockTimeoutError, match="not applied"), store._locked(wait_s=0.005):
+                pass
+        holder.execute("SELECT pg_advisory_unlock(%s)", (PG_WRITE_LOCK,))
+    store.store("and the next store is applied")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
