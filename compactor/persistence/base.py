@@ -155,6 +155,7 @@ class ReentrantLock:
         finally:
             self._lock_depth = 0
             if not (ended_well and self._hand_off()):
+                self._hand_offs = 0
                 try:
                     self._release()
                 finally:
