@@ -166,7 +166,7 @@ async def resume_one(job: TrajJob) -> list[CutResult]:
     events = list(job.events)
     revisits = {name: fn(events) for name, fn in DERIVE.items()}
     query = task_query(events)
-    seq_of: dict[str, int] = {}
+    seqs_of: dict[str, list[int]] = {}  # an id answers for each identical event stored as it
     results: list[CutResult] = []
     cuts = [(pct, cut_index(len(events), pct)) for pct in sorted(job.cuts)]
     stored = 0
@@ -179,7 +179,7 @@ async def resume_one(job: TrajJob) -> list[CutResult]:
                     reply = await _call(client, "recall", {"query": query} if query else {})
                     latency = (time.perf_counter() - started) * 1000
                     items = reply.get("items", [])
-                    shown = [seq_of[str(it["id"])] for it in items if str(it.get("id")) in seq_of]
+                    shown = [seq for it in items for seq in seqs_of.get(str(it.get("id")), ())]
                     pending = pending_after(revisits, cut)
                     results.append(
                         CutResult(
@@ -201,7 +201,7 @@ async def resume_one(job: TrajJob) -> list[CutResult]:
                 if i < len(cuts):
                     for event in events[stored : cuts[i][1]]:
                         reply = await _call(client, "store", _store_arguments(event))
-                        seq_of[str(reply["id"])] = event.seq
+                        seqs_of.setdefault(str(reply["id"]), []).append(event.seq)
                     stored = cuts[i][1]
     return results
 
@@ -371,18 +371,18 @@ def run_fast(groups: Sequence[tuple[str, Sequence[Event]]], cuts: Sequence[int],
         revisits = {n: fn(events) for n, fn in DERIVE.items()}
         query = task_query(events)
         s = Store(tuning=tuning)
-        seq_of: dict[str, int] = {}
+        seqs_of: dict[str, list[int]] = {}
         stored = 0
         for pct in cuts:
             cut = cut_index(len(events), pct)
             for ev in events[stored:cut]:
-                seq_of[s.store(**_store_arguments(ev)).item.id] = ev.seq
+                seqs_of.setdefault(s.store(**_store_arguments(ev)).item.id, []).append(ev.seq)
             stored = cut
             t0 = time.perf_counter()
             rec = s.recall(query=query or None)
             lat.append((time.perf_counter() - t0) * 1000)
             ids = [it.id for it in rec.pinned] + [it.id for it, _ in rec.items]
-            shown = [seq_of[i] for i in ids if i in seq_of]
+            shown = [seq for i in ids for seq in seqs_of.get(i, ())]
             pend = [x for x in pending_after(revisits, cut) if x.derivation == "first"]
             hits[pct] += covered(pend, shown)
             base[pct] += covered(pend, recency_seqs(cut))
