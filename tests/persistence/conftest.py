@@ -1,4 +1,5 @@
-"""A Store on a fresh database of the suite's PostgreSQL cluster, for the tests of its backend."""
+"""A Store on a fresh database of the suite's PostgreSQL cluster, for the tests of its backend.
+In this folder `store` is this one, not the root conftest's in-memory Store."""
 
 from __future__ import annotations
 
