@@ -317,17 +317,20 @@ def test_the_http_server_resumes_collection_once_built(monkeypatch: pytest.Monke
         gc.unfreeze()
 
 
-def test_the_http_server_loads_what_the_first_store_needs_as_it_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def test_the_http_server_prepares_for_writes_as_it_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """Loaded by the first store instead, the token encoding (and the redaction and
-    classification rules) held up every call queued behind it."""
+    classification rules) held up every call queued behind it; and with anyio's 40 worker
+    threads, writes waiting for the writers' lock left queries waiting for a thread."""
     import anyio
     import uvicorn
 
     from compactor.content.tokens import TokenCounter
-    from compactor.mcp.http_server import serve_http
+    from compactor.mcp.http_server import WORKER_THREADS, serve_http
 
     store = Store(state_dir=tmp_path / "state", counter=TokenCounter())
     seen: list[bool] = []
+
+    threads: list[float] = []
 
     async def until_loaded(self: object) -> None:
         for _ in range(500):
@@ -335,11 +338,14 @@ def test_the_http_server_loads_what_the_first_store_needs_as_it_starts(monkeypat
                 break
             await anyio.sleep(0.01)
         seen.append(store.counter.loaded)
+        threads.append(anyio.to_thread.current_default_thread_limiter().total_tokens)
 
     monkeypatch.setattr(uvicorn.Server, "serve", until_loaded)
     assert not store.counter.loaded
     anyio.run(lambda: serve_http(store, host="127.0.0.1", port=0, token=None))
     assert seen == [True] and store.counter.exact
+    # Writes waiting for the writers' lock hold threads; queries get threads of their own.
+    assert threads == [WORKER_THREADS] and WORKER_THREADS > 40
 
 
 def test_stores_and_imports_build_their_items_with_collection_paused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
