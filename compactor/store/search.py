@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 ACCESS_TRY_S = 0.001
 
 
+def _command_of(line: str) -> str:
+    """A command line as written, its `$ ` prompt and spacing aside: what an echo and a re-run
+    compare."""
+    return " ".join(line.removeprefix("$ ").split())
+
+
 class _Search(_Journaled):
     """Query ranking and access updates."""
 
@@ -172,7 +178,7 @@ class _Search(_Journaled):
         """Lift the candidates that are the output of a command the query names on a line of
         its own: an output stored with its `$ cmd` line opens with it. Only the candidates
         already fetched are looked at (no index of first lines)."""
-        commands = {" ".join(line.removeprefix("$ ").split()) for line in text.splitlines() if line.strip()}
+        commands = {_command_of(line) for line in text.splitlines() if line.strip()}
         commands = {c for c in commands if len(c) <= ECHO_MAX_CHARS}
         if not commands:
             return
@@ -183,7 +189,7 @@ class _Search(_Journaled):
             if it.depth or not head.startswith("$ "):
                 continue
             cut = head.find("\n", 0, ECHO_MAX_CHARS + 3)
-            if " ".join(head[2 : cut if cut >= 0 else len(head)].split()) in commands:
+            if _command_of(head[: cut if cut >= 0 else len(head)]) in commands:
                 lifts[it.id] = max(lifts.get(it.id, 1.0), lift)
 
     def _echoes(self, scored: list[tuple[float, Item]], limit: int) -> set[str]:
@@ -194,7 +200,7 @@ class _Search(_Journaled):
         for _, it in scored[:limit]:
             line = it.content.strip()
             if not it.depth and len(line) <= ECHO_MAX_CHARS and "\n" not in line:
-                lines.setdefault(" ".join(line.removeprefix("$ ").split()), it.id)
+                lines.setdefault(_command_of(line), it.id)
         found: set[str] = set()
         if not lines:
             return found
@@ -203,7 +209,7 @@ class _Search(_Journaled):
             cut = body.find("\n", 0, ECHO_MAX_CHARS + 3)
             if it.depth or cut < 0:
                 continue  # a one-line item opens nothing; a summary node repeats, it does not answer
-            echo = lines.get(" ".join(body[:cut].removeprefix("$ ").split()))
+            echo = lines.get(_command_of(body[:cut]))
             if echo is not None:
                 found.add(echo)
         return found
