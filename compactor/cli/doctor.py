@@ -8,11 +8,12 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..doctor import check, check_database, render, repair, repair_database
+from ..doctor import DoctorReport, check, check_database, render, repair, repair_database
 from ..errors import CompactorError
 from .common import EXIT_ERROR, EXIT_USAGE, CliError, Out, add_json, add_state_dir, database_of
 from .progress import Progress
@@ -76,35 +77,26 @@ def run(args: argparse.Namespace, *, step: Callable[[str], None], done: Callable
     Raises CliError for a usage error. A --state-dir given wins over a database, as for every
     command; the environment fills in what the command line left out."""
     database = database_of(args)
+    mend: Callable[[], Iterable[str]]
+    examine: Callable[[Callable[[str], None]], DoctorReport]
     if database is not None:
-        if args.repair:
-            try:
-                for line in repair_database(database):
-                    sys.stdout.write(f"repaired: {line}\n")
-            except CompactorError as exc:
-                sys.stderr.write(f"compactor doctor --repair: {exc}\n")
-                return EXIT_ERROR
-        try:
-            report = check_database(database, step)
-        finally:
-            done()
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n" if args.json else render(report))
-        return 0 if report.healthy else EXIT_ERROR
-    given = getattr(args, "state_dir", None) or os.environ.get("COMPACTOR_STATE_DIR")
-    if not given:
-        raise CliError(
-            "no state dir given. Pass --state-dir DIR or --database URL, or set COMPACTOR_STATE_DIR", EXIT_USAGE
-        )
-    state_dir = Path(given)
+        mend, examine = partial(repair_database, database), partial(check_database, database)
+    else:
+        given = getattr(args, "state_dir", None) or os.environ.get("COMPACTOR_STATE_DIR")
+        if not given:
+            raise CliError(
+                "no state dir given. Pass --state-dir DIR or --database URL, or set COMPACTOR_STATE_DIR", EXIT_USAGE
+            )
+        mend, examine = partial(repair, Path(given)), partial(check, Path(given))
     if args.repair:
         try:
-            for line in repair(state_dir):
+            for line in mend():
                 sys.stdout.write(f"repaired: {line}\n")
         except CompactorError as exc:
             sys.stderr.write(f"compactor doctor --repair: {exc}\n")
             return EXIT_ERROR
     try:
-        report = check(state_dir, step)
+        report = examine(step)
     finally:
         done()
     if args.json:
