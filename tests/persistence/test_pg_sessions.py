@@ -117,16 +117,25 @@ def run(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
     return t, out
 
 
+def end_its_session_while_it_waits(
+    pg_url: str, fn: Any, waits_on: str, release: Any, settle_s: float = 0.1, join_s: float = 30
+) -> dict[str, Any]:
+    """Run `fn` on a thread, end the session it waits on (`waits_on`: a table or a statement),
+    then `release` what held it: the thread's value or error."""
+    t, out = run(fn)
+    try:
+        terminate(pg_url, waiting_pid(pg_url, set(), waits_on))
+        time.sleep(settle_s)
+    finally:
+        release()
+    t.join(join_s)
+    return out
+
+
 def test_a_read_whose_session_is_ended_on_the_way_runs_again_on_a_new_one(pg_url: str, store: Store):
     x = store.store("read me").item.id
     blocker = Blocked(pg_url, "LOCK TABLE compactor_head IN ACCESS EXCLUSIVE MODE")
-    t, out = run(lambda: store.get(x).content)
-    try:
-        terminate(pg_url, waiting_pid(pg_url, set(), "compactor_head"))
-        time.sleep(0.1)
-    finally:
-        blocker.release()
-    t.join(20)
+    out = end_its_session_while_it_waits(pg_url, lambda: store.get(x).content, "compactor_head", blocker.release)
     assert out == {"value": "read me"}
 
 
@@ -135,13 +144,10 @@ def test_taking_the_lock_is_tried_again_when_its_session_ends_while_waiting(pg_u
     store.lock_wait_s = 20
     holder = psycopg.connect(pg_url, autocommit=True)
     holder.execute("SELECT pg_advisory_lock(%s)", (PG_WRITE_LOCK,))
-    t, out = run(lambda: store.store("second").item.content)
-    try:
-        terminate(pg_url, waiting_pid(pg_url, set(), "pg_advisory_lock"))
-        time.sleep(0.1)
-    finally:
-        holder.close()  # lets the lock go
-    t.join(30)
+    # Closing the holder lets the lock go.
+    out = end_its_session_while_it_waits(
+        pg_url, lambda: store.store("second").item.content, "pg_advisory_lock", holder.close
+    )
     assert out == {"value": "second"}
     assert len(store.ids()) == 2
 
@@ -152,13 +158,9 @@ def test_an_append_whose_session_ends_before_it_commits_is_written_once_more(pg_
     (before: "not applied", and memory turned read-only)."""
     store.store("first")
     blocker = Blocked(pg_url, "LOCK TABLE compactor_journal IN EXCLUSIVE MODE")
-    t, out = run(lambda: store.store("second").item.content)
-    try:
-        terminate(pg_url, waiting_pid(pg_url, set(), "INSERT INTO compactor_journal"))
-        time.sleep(0.2)
-    finally:
-        blocker.release()
-    t.join(20)
+    out = end_its_session_while_it_waits(
+        pg_url, lambda: store.store("second").item.content, "INSERT INTO compactor_journal", blocker.release, 0.2
+    )
     assert out == {"value": "second"}
     assert store.degraded is None
     assert {store.get(i).content for i in store.ids()} == {"first", "second"}

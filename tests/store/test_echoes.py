@@ -58,21 +58,22 @@ def test_a_command_opening_only_its_own_text_is_not_an_echo(store: Store):
     assert [h.item.id for h in store.query(query=RUN, limit=10)] == [only]
 
 
-async def _over_protocol(store: Store) -> tuple[list[str], list[str]]:
+async def _over_protocol(store: Store, contents: tuple[str, ...], query: str) -> tuple[list[str], list[str]]:
+    """Store `contents` and ask `query` through the SDK client: the ids stored, the ids ranked."""
     async with Client(build_server(store), mode="legacy") as c:
         with anyio.fail_after(10):
             ids = []
-            for content in (RUN, OUTPUT, "Reading qdp.py next."):
+            for content in contents:
                 res = await c.call_tool("store", {"content": content})
                 assert res.structured_content is not None
                 ids.append(str(res.structured_content["id"]))
-            hits = await c.call_tool("query", {"query": RUN})
+            hits = await c.call_tool("query", {"query": query})
     assert hits.structured_content is not None
     return ids, [str(h["id"]) for h in hits.structured_content["items"]]
 
 
 def test_the_output_comes_first_over_the_protocol(store: Store):
-    (command, output, _), ranked = anyio.run(_over_protocol, store)
+    (command, output, _), ranked = anyio.run(_over_protocol, store, (RUN, OUTPUT, "Reading qdp.py next."), RUN)
     assert ranked[:2] == [output, command]
 
 
@@ -129,21 +130,8 @@ def test_a_command_named_inside_a_line_lifts_nothing(store: Store):
     assert ranked.index(note) < ranked.index(output)
 
 
-async def _rerun_over_protocol(store: Store) -> tuple[list[str], list[str]]:
-    async with Client(build_server(store), mode="legacy") as c:
-        with anyio.fail_after(10):
-            ids = []
-            for content in (OUTPUT, *AROUND, NOTE):
-                res = await c.call_tool("store", {"content": content})
-                assert res.structured_content is not None
-                ids.append(str(res.structured_content["id"]))
-            hits = await c.call_tool("query", {"query": ASKED})
-    assert hits.structured_content is not None
-    return ids, [str(h["id"]) for h in hits.structured_content["items"]]
-
-
 def test_the_rerun_output_comes_first_over_the_protocol(store: Store):
-    ids, ranked = anyio.run(_rerun_over_protocol, store)
+    ids, ranked = anyio.run(_over_protocol, store, (OUTPUT, *AROUND, NOTE), ASKED)
     assert ranked[:2] == [ids[0], ids[-1]]
 
 
