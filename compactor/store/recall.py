@@ -124,12 +124,9 @@ def _error_line(text: str) -> str:
     return _HEX.sub("0x?", found[-1].strip())[:RECALL_VIEW_KEY_CHARS] if found else ""
 
 
-def _fixed_by(error: Item, notes: list[str]) -> bool:
-    """Whether a newer note that says something is fixed quotes this error's exception line."""
-    if not notes:
-        return False
-    line = _FOLD.sub(" ", _error_line(error.content))
-    return bool(line) and any(line in note for note in notes)
+def _fixed_by(exception: str, notes: list[str]) -> bool:
+    """Whether a newer note that says something is fixed quotes an error's exception line."""
+    return bool(exception) and any(exception in note for note in notes)
 
 
 def _is_bare(it: Item) -> bool:
@@ -151,6 +148,8 @@ class _Facts(NamedTuple):
     command: str  # the subject without that line: what a later success settles
     bare: bool
     error: bool
+    exception: str  # an error's exception line, spacing folded ("" for any other item)
+    fix_note: str  # a note that says something is fixed, spacing folded; else ""
     line: str
     line_tokens: int
 
@@ -173,7 +172,9 @@ class _Recall(_Paging, _Search, _Dag):
                 error = _is_error(it)
                 line = _error_line(it.content) if error and command and not command.startswith("file ") else ""
                 subject = f"{command} => {line}" if line else command
-                f = cache[it.id] = _Facts(it, subject, command, _is_bare(it), error, "", -1)
+                exception = _FOLD.sub(" ", _error_line(it.content)) if error else ""
+                fix = "" if error or not _FIXED.search(it.content) else _FOLD.sub(" ", it.content)
+                f = cache[it.id] = _Facts(it, subject, command, _is_bare(it), error, exception, fix, "", -1)
             out.append(f)
         return out
 
@@ -257,15 +258,15 @@ class _Recall(_Paging, _Search, _Dag):
                 facts[it.id] = f
                 recent.append(it)
                 if is_error:
-                    if (not command or command not in succeeded) and not _fixed_by(it, fix_notes):
+                    if (not command or command not in succeeded) and not _fixed_by(f.exception, fix_notes):
                         errors.append(it)
                 else:
                     if command and not is_bare:
                         # A later success on the same command or file settles the error; the
                         # command typed again without its output yet does not.
                         succeeded.add(command)
-                    if len(fix_notes) < _FIX_NOTES_MAX and _FIXED.search(it.content):
-                        fix_notes.append(_FOLD.sub(" ", it.content))
+                    if f.fix_note and len(fix_notes) < _FIX_NOTES_MAX:
+                        fix_notes.append(f.fix_note)
                 if it.content_type == "decision":
                     decisions.append(it)
                 if key:
