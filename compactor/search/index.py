@@ -503,14 +503,17 @@ class BM25Index:
         *,
         with_matched: bool = True,
         weights: Weights = WEIGHTS,
+        terms_out: list[tuple[str, int]] | None = None,
     ) -> list[IndexHit]:
         """Top `limit` documents by score (ties: newest first); `accept` filters candidates only.
         `with_matched=False` leaves `matched` empty, for callers that keep only some hits
-        (`matched_terms` then names them for those)."""
+        (`matched_terms` then names them for those, given the query's terms in `terms_out`)."""
         if limit <= 0:
             return []
         ok = _Acceptance(self._ext, accept)
         found, weighted = self._weigh(query, ok, weights)
+        if terms_out is not None:
+            terms_out.extend(found)
         if sum(self._post.length(tid) for _, tid in weighted) >= _DENSE_MIN_POSTINGS:
             ranked = _dense_top(self, weighted, limit, ok, weights)
         else:
@@ -530,10 +533,12 @@ class BM25Index:
         accept: Callable[[str], bool] | None = None,
         *,
         weights: Weights = WEIGHTS,
+        terms: Sequence[tuple[str, int]] | None = None,
     ) -> list[tuple[str, ...]]:
         """For each document, the query's terms it contains (in query order), as `search` with
-        the same `accept` and `weights` gives."""
-        found, _ = self._weigh(query, _Acceptance(self._ext, accept), weights)
+        the same `accept` and `weights` gives; `terms`: what that search put in `terms_out`
+        (the query is not weighed again)."""
+        found = terms if terms is not None else self._weigh(query, _Acceptance(self._ext, accept), weights)[0]
         return [self._matched(self._ids[doc_id], found) for doc_id in doc_ids]
 
     def search_scores(
@@ -639,7 +644,7 @@ class BM25Index:
         newest = range(len(post) - 1, max(len(post) - 1 - HELD_SCAN_POSTINGS, -1), -1)
         return any(ok(post[i] >> _TF_BITS) for i in newest)
 
-    def _matched(self, d: int, found: list[tuple[str, int]]) -> tuple[str, ...]:
+    def _matched(self, d: int, found: Sequence[tuple[str, int]]) -> tuple[str, ...]:
         tids = self._doc_terms[d]
         assert tids is not None
         out: dict[str, None] = {}

@@ -745,8 +745,9 @@ class Store(_Recall, _Compaction, _Ledger):
             raise InvalidArgumentError("Give a query, tags, or both.")
         with self._read():
             hits = self._search(text, tag_list, limit, include_archived, self._scopes(scope))
-        # The access is recorded after the search, never waiting for writers (`_touch`).
-        self._touch([h.item.id for h in hits])
+            # The access is recorded in the read's own hold when it has one, never waiting for
+            # writers (`_touch`).
+            self._touch([h.item.id for h in hits])
         items = self._s.items
         return [Hit(items.get(h.item.id, h.item), h.score, h.matched) for h in hits]
 

@@ -81,8 +81,14 @@ class _Search(_Journaled):
             and (include_archived or not s.order["archived"])
             and (scopes is None or s.scope_order.keys() <= scopes)
         )
+        terms: list[tuple[str, int]] = []
         raw = s.index.search(
-            text, limit=fetch, accept=None if accepts_all else accept, with_matched=False, weights=weights
+            text,
+            limit=fetch,
+            accept=None if accepts_all else accept,
+            with_matched=False,
+            weights=weights,
+            terms_out=terms,
         )
         lifts = self._view_lifts(text) if len(s.views) else {}
         if tuning.rerun_lift != 1.0:
@@ -140,7 +146,7 @@ class _Search(_Journaled):
                     break
                 dropped |= newly
         matched = s.index.matched_terms(
-            [it.id for _, it in top], text, None if accepts_all else accept, weights=weights
+            [it.id for _, it in top], text, None if accepts_all else accept, weights=weights, terms=terms
         )
         return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
 
@@ -185,8 +191,11 @@ class _Search(_Journaled):
         items = self._s.items
         for h in raw:
             it = items[h.doc_id]
-            head = it.content[: ECHO_MAX_CHARS + 64].lstrip()  # a slice: contents run to megabytes
-            if it.depth or not head.startswith("$ "):
+            content = it.content
+            if it.depth or not (content.startswith("$ ") or content[:1].isspace()):
+                continue
+            head = content[: ECHO_MAX_CHARS + 64].lstrip()  # a slice: contents run to megabytes
+            if not head.startswith("$ "):
                 continue
             cut = head.find("\n", 0, ECHO_MAX_CHARS + 3)
             if _command_of(head[: cut if cut >= 0 else len(head)]) in commands:
@@ -205,7 +214,7 @@ class _Search(_Journaled):
         if not lines:
             return found
         for _, it in scored:
-            body = it.content.lstrip()
+            body = it.content[: ECHO_MAX_CHARS + 64].lstrip()  # a slice: contents run to megabytes
             cut = body.find("\n", 0, ECHO_MAX_CHARS + 3)
             if it.depth or cut < 0:
                 continue  # a one-line item opens nothing; a summary node repeats, it does not answer
@@ -272,6 +281,13 @@ class _Search(_Journaled):
         if not ids or not self.record_access:
             return
         self._note_accesses(ids)
+        backend = self._backend
+        if backend is None or backend.held_here:
+            # Memory of this process alone, or a read that holds the writers' lock itself (a
+            # state dir's catch-up takes it when it is free): record it in that hold.
+            with self._locked():
+                self._flush_accesses()
+            return
         try:
             with self._locked(wait_s=ACCESS_TRY_S):
                 pass  # taking the lock flushes what is noted
