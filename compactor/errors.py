@@ -59,6 +59,11 @@ class WriteLockTimeoutError(PersistenceError):
     stored and memory is sound: a busy or stalled writer, not a failing disk."""
 
 
+class WouldWaitError(WriteLockTimeoutError):
+    """A call run where it must not wait (`Store.at_once`) found a lock held: it did nothing, and
+    its caller runs it again where waiting is harmless (a server's worker thread)."""
+
+
 class AccessDeniedError(CompactorError):
     """The calling person's token does not open that project, or may only read. Nothing
     changed."""

@@ -53,11 +53,14 @@ class ToolDef:
 @dataclass
 class ToolKit:
     """One per server. `run(ctx, fn)` prepares the client's session, calls `fn` and turns a
-    domain error into a tool error; `tool(...)` collects a group's tools, which the server then
-    registers in the order it lists them."""
+    domain error into a tool error; `read(ctx, fn)` does the same for a call that only reads
+    (the tools annotated read-only, and query), which may then run at once on the event loop;
+    `tool(...)` collects a group's tools, which the server then registers in the order it lists
+    them."""
 
     store: Store
     run: Run
+    read: Run
     tools: dict[str, ToolDef] = field(default_factory=dict)
 
     def tool(self, *, name: str, annotations: ToolAnnotations, description: str) -> Callable[[F], F]:

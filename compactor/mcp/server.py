@@ -25,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 
 from .. import constants as C
-from ..errors import CompactorError, WriteConflictError
+from ..errors import CompactorError, WouldWaitError, WriteConflictError
 from ..runtime import PROCESS, settle_heap
 from ..scope import scope_from_root_uri
 from ..store import Store
@@ -170,7 +170,7 @@ def build_server(
                 seen_clients.set(client, scope)
                 return
 
-    async def run(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
+    async def run(ctx: Context | None, fn: Callable[[], CallToolResult], *, reads: bool = False) -> CallToolResult:
         store.touch()
         client = client_of(ctx)
         await prepare(ctx, client)
@@ -191,13 +191,29 @@ def build_server(
                         log.info("another server wrote first; running the call again, caught up")
                 return fn()
 
-        try:
+        def call_at_once() -> CallToolResult | None:
+            """A read run here, on the event loop, when it need not wait for anything (a worker
+            thread costs a hand-over each way); None when it would wait (nothing was done)."""
+            with store.at_once() as here:
+                if not here:
+                    return None
+                try:
+                    return call()
+                except WouldWaitError:
+                    return None
+
+        async def call_off_loop() -> CallToolResult:
             # On a worker thread: a call waiting for the database (or the writers' lock) leaves
-            # the event loop to the other sessions; one client's calls still run in its order.
+            # the event loop to the other sessions.
+            if reads and (result := call_at_once()) is not None:
+                return result
+            return await anyio.to_thread.run_sync(call)
+
+        try:
             if client is None:
-                return await anyio.to_thread.run_sync(call)
-            async with in_order.of(client):
-                return await anyio.to_thread.run_sync(call)
+                return await call_off_loop()
+            async with in_order.of(client):  # one client's calls still run in its order
+                return await call_off_loop()
         except CompactorError as exc:
             raise ToolError(str(exc)) from exc
         except (Exception, KeyboardInterrupt, SystemExit):
@@ -209,7 +225,10 @@ def build_server(
             log.error("a tool call failed in a native library", exc_info=exc)
             raise ToolError(f"the call failed inside a library ({type(exc).__name__}); nothing was changed.") from exc
 
-    kit = ToolKit(store, run)
+    async def read(ctx: Context | None, fn: Callable[[], CallToolResult]) -> CallToolResult:
+        return await run(ctx, fn, reads=True)
+
+    kit = ToolKit(store, run, read)
     for group in (tools_read, tools_memory, tools_dag, tools_budget):
         group.register(kit)
     if set(kit.tools) != set(TOOL_ORDER):

@@ -79,7 +79,7 @@ def register(kit: ToolKit) -> None:
             )
             return result(text, model)
 
-        return await kit.run(ctx, go)
+        return await kit.read(ctx, go)
 
     @kit.tool(
         name="compact",

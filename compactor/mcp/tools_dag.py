@@ -53,7 +53,7 @@ def register(kit: ToolKit) -> None:
             )
             return result(bounded("\n".join(lines)), model)
 
-        return await kit.run(ctx, go)
+        return await kit.read(ctx, go)
 
     @kit.tool(
         name="dissolve",
@@ -92,4 +92,4 @@ def register(kit: ToolKit) -> None:
             )
             return result(text, model)
 
-        return await kit.run(ctx, go)
+        return await kit.read(ctx, go)

@@ -51,7 +51,7 @@ def register(kit: ToolKit) -> None:
             )
             return result(r.text, model)
 
-        return await kit.run(ctx, go)
+        return await kit.read(ctx, go)
 
     @kit.tool(
         name="query",
@@ -84,7 +84,7 @@ def register(kit: ToolKit) -> None:
             text = "\n".join(lines) if lines else none
             return result(text, {"items": items, "count": len(hits)})
 
-        return await kit.run(ctx, go)
+        return await kit.read(ctx, go)
 
     @kit.tool(
         name="get",
@@ -123,7 +123,7 @@ def register(kit: ToolKit) -> None:
                 parts += [model.content, f"(characters {start:,}-{end:,} of {len(it.content):,}; {more})"]
             return result("\n".join(parts), model)
 
-        return await kit.run(ctx, go)
+        return await kit.read(ctx, go)
 
     @kit.tool(
         name="list",
@@ -151,7 +151,7 @@ def register(kit: ToolKit) -> None:
             )
             return result(bounded("\n".join(lines)), model)
 
-        return await kit.run(ctx, go)
+        return await kit.read(ctx, go)
 
     @kit.tool(
         name="export",
@@ -210,4 +210,4 @@ def register(kit: ToolKit) -> None:
                 )
             return result(text, model)
 
-        return await kit.run(ctx, go)
+        return await kit.read(ctx, go)

@@ -115,8 +115,9 @@ class ReentrantLock:
                 if ticket is None:
                     ticket = _Ticket(guest)
                     line.append(ticket)
-                # A guest waits for a hold being taken, which that taker's own wait bounds.
-                left = None if deadline is None or guest else deadline - time.monotonic()
+                # A guest waits for a hold being taken, which that taker's own wait bounds,
+                # unless it gives a wait of its own.
+                left = None if deadline is None or (guest and wait_s is None) else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     self._leave_line(line, ticket)
                     raise WriteLockTimeoutError(
@@ -138,7 +139,10 @@ class ReentrantLock:
             if not warm:
                 # What is left of the wait is the other processes' share.
                 self._asked_wait_s = wait
-                self._acquire_wait_s = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+                # 0: not at all (`_acquire` then tries once).
+                self._acquire_wait_s = (
+                    0.0 if wait == 0 else None if deadline is None else max(deadline - time.monotonic(), 0.001)
+                )
                 self._acquire(exclusive)
         except BaseException:
             self._let_go()
@@ -229,6 +233,8 @@ class Persistence(Protocol):
     last_snapshot_seconds: float | None
     # How long the next `locked()` may wait for another writer, where the backend can bound it.
     lock_wait_s: float | None
+    # Whether catching up is a round trip (a database): such a read never runs on an event loop.
+    remote: bool
 
     @property
     def is_open(self) -> bool: ...
@@ -242,8 +248,8 @@ class Persistence(Protocol):
         meanwhile."""
         ...
 
-    def reading(self) -> AbstractContextManager[None]:
-        """What a read-only call holds while it catches up."""
+    def reading(self, wait_s: float | None = None) -> AbstractContextManager[None]:
+        """What a read-only call holds while it catches up (waiting at most `wait_s` when given)."""
         ...
 
     @property

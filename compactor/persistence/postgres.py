@@ -126,6 +126,7 @@ class PgBackend(ReentrantLock):
     # Stores of one server pass the advisory lock on, up to 8 in a row (~30 ms under load)
     # before another server's turn: taking and giving it back are two round trips a store.
     hand_offs_max = 8
+    remote = True
 
     def __init__(self, url: str, *, upgrade: bool = True) -> None:
         self.url = url
@@ -306,7 +307,7 @@ class PgBackend(ReentrantLock):
                     conn = self._locker = self._new_connection()
                 assert conn is not None
                 wait_s = self._acquire_wait_s
-                wait_ms = max(1, round(wait_s * 1000)) if wait_s else 0
+                wait_ms = max(1, round(wait_s * 1000)) if wait_s is not None else 0  # 0: none
                 # A statement's error is raised once the pipeline has ended: raised inside it,
                 # psycopg logged a warning of its own ("pipeline aborted") on the way out.
                 failed: Exception | None = None
@@ -396,7 +397,7 @@ class PgBackend(ReentrantLock):
             conn.close()
             self._missed = True
 
-    def reading(self) -> contextlib.AbstractContextManager[None]:
+    def reading(self, wait_s: float | None = None) -> contextlib.AbstractContextManager[None]:
         # Readers need no lock: writers commit in sequence order, so any committed prefix of
         # the journal is a consistent state to catch up to.
         return contextlib.nullcontext()

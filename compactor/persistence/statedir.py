@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import orjson
 
-from ..errors import PersistenceError, StateCorruptError
+from ..errors import PersistenceError, StateCorruptError, WriteLockTimeoutError
 from ..models import Item, Op
 from . import indexfile
 from .base import Loaded, ReentrantLock
@@ -93,6 +93,8 @@ def _popping(records: list[dict[str, Any]]) -> Generator[dict[str, Any], None, N
 class StateDir(ReentrantLock):
     """Memory kept in a state dir (see the module docstring): the `Persistence` the Store uses
     by default."""
+
+    remote = False  # catching up reads local files
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -155,7 +157,15 @@ class StateDir(ReentrantLock):
         anything is written."""
         assert self._lock_fd is not None
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-        fcntl.flock(self._lock_fd, mode)
+        if self._acquire_wait_s == 0:
+            try:
+                fcntl.flock(self._lock_fd, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise WriteLockTimeoutError(
+                    "Another server holds the writers' lock; this call was not applied. Retry it in a moment."
+                ) from None
+        else:
+            fcntl.flock(self._lock_fd, mode)
         if self._inodes_unstable or self._lock_is_at_path():
             return
         try:
@@ -714,10 +724,10 @@ class StateDir(ReentrantLock):
             return 0
 
     # --- the Persistence interface's snapshot and index calls ----------------------------
-    def reading(self) -> AbstractContextManager[None]:
+    def reading(self, wait_s: float | None = None) -> AbstractContextManager[None]:
         # Exclusive, not shared: catching up cuts a dead writer's torn tail and a reload
         # re-reads the journal. A guest of a hold another thread of this process has taken.
-        return self.locked(exclusive=True, guest=True)
+        return self.locked(exclusive=True, guest=True, wait_s=wait_s)
 
     def snapshot_now(self, header: dict[str, Any], items: list[Item]) -> None:
         """All or nothing: a snapshot written whose journal rotation then fails is replaced by

@@ -11,6 +11,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
@@ -18,7 +19,15 @@ import anyio
 import anyio.to_thread
 
 from .. import constants as C
-from ..errors import AmbiguousCommitError, CompactorError, PersistenceError, StateCorruptError, WriteConflictError
+from ..errors import (
+    AmbiguousCommitError,
+    CompactorError,
+    PersistenceError,
+    StateCorruptError,
+    WouldWaitError,
+    WriteConflictError,
+    WriteLockTimeoutError,
+)
 from ..models import Item, Op, Settings
 from ..persistence.base import Persistence
 from ..persistence.codec import SCHEMA_VERSION, ItemRecords
@@ -174,6 +183,11 @@ class _Txn:
         self.ops.clear()
 
 
+# Set for a call that must not wait (`Store.at_once`): a lock it would wait for raises
+# WouldWaitError instead, before the call has done anything.
+_AT_ONCE: ContextVar[bool] = ContextVar("compactor_at_once", default=False)
+
+
 class CallLock:
     """The lock every call into memory holds (calls run on worker threads, so sessions
     overlap): re-entrant in its thread, and `suspended` while a write waits for the writers'
@@ -189,7 +203,8 @@ class CallLock:
         if self._owner == me:
             self._depth += 1
             return
-        self._lock.acquire()
+        if not self._lock.acquire(blocking=not _AT_ONCE.get()):
+            raise WouldWaitError("Another call is using memory; this call was not applied. Retry it in a moment.")
         self._owner, self._depth = me, 1
 
     def __exit__(self, *exc: object) -> None:
@@ -239,10 +254,17 @@ class _ReadGuard:
         sd = self._store._backend
         if sd is None or not sd.is_open:  # closed: memory as it was last seen
             return
+        at_once = _AT_ONCE.get()
         try:
-            self._cm = sd.reading()  # a guest of another thread's hold, if any (`ReentrantLock`)
+            # A guest of another thread's hold, if any (`ReentrantLock`); at once, not waiting.
+            self._cm = sd.reading(wait_s=0.0 if at_once else None)
             self._cm.__enter__()
             self._store._sync()
+        except WriteLockTimeoutError as exc:
+            self.__exit__(None, None, None)
+            if at_once and not isinstance(exc, WouldWaitError):
+                raise WouldWaitError(str(exc)) from exc
+            raise
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -540,8 +562,14 @@ class _Journaled(_StateOps):
                     yield
                 return
             held = contextlib.ExitStack()
-            with self._calls.suspended():
-                held.enter_context(backend.locked(wait_s=self.lock_wait_s if wait_s is None else wait_s))
+            if _AT_ONCE.get():
+                try:  # not waiting, so the call lock is kept: nobody could take it meanwhile
+                    held.enter_context(backend.locked(wait_s=0.0))
+                except WriteLockTimeoutError as exc:
+                    raise WouldWaitError(str(exc)) from exc
+            else:
+                with self._calls.suspended():
+                    held.enter_context(backend.locked(wait_s=self.lock_wait_s if wait_s is None else wait_s))
             # Memory may have moved on while the call lock was let go: the caller catches up
             # (`_sync`) under the lock, as always.
             with held:
@@ -618,6 +646,22 @@ class _Journaled(_StateOps):
     def _read(self) -> Any:
         """Context for a read: catch up with other processes first."""
         return _ReadGuard(self)
+
+    @contextlib.contextmanager
+    def at_once(self) -> Iterator[bool]:
+        """Whether a call may run in the calling thread without ever waiting: True unless memory
+        is a database (catching up is a round trip). While the block runs, a call that would
+        wait for a lock (another call or server holds one) raises WouldWaitError before doing
+        anything; the caller then runs it where waiting is harmless. For a server's event loop,
+        which a worker thread would cost a hand-over each way (~0.1 ms)."""
+        if self._backend is not None and self._backend.remote:
+            yield False
+            return
+        token = _AT_ONCE.set(True)
+        try:
+            yield True
+        finally:
+            _AT_ONCE.reset(token)
 
     @property
     def persistent(self) -> bool:
