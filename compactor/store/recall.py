@@ -242,7 +242,9 @@ class _Recall(_Paging, _Search, _Dag):
             newest: dict[str, Item] = {}
             succeeded: set[str] = set()
             fix_notes: list[str] = []  # newer items that say something is fixed
-            errors: list[Item] = []
+            # An error with no later success on its command or file, and how many fix notes are
+            # newer: whether one of those settles it is asked only of the errors recall shows.
+            errors: list[tuple[Item, int]] = []
             decisions: list[Item] = []
             summaries: list[Item] = []
             recent: list[Item] = []
@@ -258,8 +260,8 @@ class _Recall(_Paging, _Search, _Dag):
                 facts[it.id] = f
                 recent.append(it)
                 if is_error:
-                    if (not command or command not in succeeded) and not _fixed_by(f.exception, fix_notes):
-                        errors.append(it)
+                    if not command or command not in succeeded:
+                        errors.append((it, len(fix_notes)))
                 else:
                     if command and not is_bare:
                         # A later success on the same command or file settles the error; the
@@ -318,7 +320,9 @@ class _Recall(_Paging, _Search, _Dag):
                     if not h.item.pinned and not take("task", h.item, h.score, share):
                         break
             share = tokens + cap * self._tuning.recall_errors_share
-            for it in errors:
+            for it, newer_notes in errors:
+                if _fixed_by(facts[it.id].exception, fix_notes[:newer_notes]):
+                    continue
                 if not take("errors", it, None, share):
                     break
             share = tokens + (cap - tokens) * self._tuning.recall_recent_share
