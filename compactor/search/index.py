@@ -589,21 +589,31 @@ class BM25Index:
         tid_of = dict(zip(terms, tids, strict=True))
         held = lambda word: self._held(tid_of.get(word, -1), ok)  # noqa: E731
         other = _other_words(query, terms, held) if weights.other_word > 0 else []
+        stems = query_stems(query) if weights.stem > 0 else []
+        # A word of prose matched as written weighs `exact`, its stem term `stem` more; a word that
+        # is its own stem has no stem term in the notes holding it, so it weighs both itself.
+        as_written = {
+            word: weights.exact + (weights.stem if variants == [STEM_MARK + word] else 0.0) for word, variants in stems
+        }
         for k, (term, tid) in enumerate(zip(terms + other, tids + self._vocab.lookup(other), strict=True)):
             if tid >= 0 and df[tid]:
                 found.append((term, tid))
                 f = df[tid]
                 w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (weights.k1 + 1.0)
-                weighted.append((w if k < len(terms) else w * weights.other_word, tid))
-        if weights.stem > 0:
-            self._weigh_stems(query, set(terms).union(other), tid_of, found, weighted, weights)
+                if k >= len(terms):
+                    w *= weights.other_word
+                else:
+                    w *= as_written.get(term, 1.0)
+                weighted.append((w, tid))
+        if stems:
+            self._weigh_stems(stems, set(terms).union(other), tid_of, found, weighted, weights)
         # Rarest first; a stable sort keeps query order among equal weights (determinism).
         weighted.sort(key=itemgetter(0), reverse=True)
         return found, weighted
 
     def _weigh_stems(
         self,
-        query: str,
+        stems: list[tuple[str, list[str]]],
         have: set[str],
         tid_of: dict[str, int],
         found: list[tuple[str, int]],
@@ -611,22 +621,26 @@ class BM25Index:
         weights: Weights,
     ) -> None:
         """Add the terms that find the other forms of the query's words of prose (`query_stems`)
-        to `found` and `weighted`: each at `weights.stem` of the weight of its own idf or of the
-        word's, whichever is lower, so a document holding a word's other form never gains more
-        from it than one holding the word itself."""
+        to `found` and `weighted`: each at `weights.stem` of the idf of the word's whole family
+        (the word, its stem term and its stem as a word: the most common of them), so a document
+        holding another form never gains more from it than the stem term gives the document
+        holding the word itself, whatever the weights."""
         n, df = len(self._ids), self._df
-        pairs = [(word, v) for word, variants in query_stems(query) for v in variants if v not in have]
+        pairs = [(word, v) for word, variants in stems for v in variants if v not in have]
         if not pairs:
             return
+        tids = self._vocab.lookup([v for _, v in pairs])
+        family: dict[str, int] = {}  # word -> the df of its most common form
+        for (word, _), tid in zip(pairs, tids, strict=True):
+            exact = tid_of.get(word, -1)
+            f = max(df[tid] if tid >= 0 else 0, df[exact] if exact >= 0 else 0)
+            family[word] = max(family.get(word, 0), f)
         seen: set[int] = set()
-        for (word, term), tid in zip(pairs, self._vocab.lookup([v for _, v in pairs]), strict=True):
+        for (word, term), tid in zip(pairs, tids, strict=True):
             if tid < 0 or not df[tid] or tid in seen:
                 continue
             seen.add(tid)
-            f = df[tid]
-            exact = tid_of.get(word, -1)
-            if exact >= 0 and df[exact]:
-                f = max(f, df[exact])  # the rarer of the two weighs less than the word would
+            f = family[word]
             w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (weights.k1 + 1.0) * weights.stem
             if not term.startswith(STEM_MARK):  # a stem term stands for forms the document may not show
                 found.append((term, tid))
