@@ -37,7 +37,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
-from .analyze import STEM_MARK, TERMS_VERSION, index_tokens, query_stems, query_terms, query_words
+from .analyze import STEM_MARK, TERMS_VERSION, index_tokens, query_stems, query_terms, query_words, stem
 from .mapped import unmapped
 from .postings import _DocTerms, _enc, _in_place, _in_place_starts, _Postings, _raw, _unb64
 from .topk import (
@@ -588,20 +588,26 @@ class BM25Index:
         tids = self._vocab.lookup(terms)
         tid_of = dict(zip(terms, tids, strict=True))
         held = lambda word: self._held(tid_of.get(word, -1), ok)  # noqa: E731
-        other = _other_words(query, terms, held) if weights.other_word > 0 else []
         stems = query_stems(query) if weights.stem > 0 else []
+        other = _other_words(query, terms, held) if weights.other_word > 0 else []
         # A word of prose matched as written weighs `exact`, its stem term `stem` more; a word that
         # is its own stem has no stem term in the notes holding it, so it weighs both itself.
         as_written = {
             word: weights.exact + (weights.stem if variants == [STEM_MARK + word] else 0.0) for word, variants in stems
         }
+        # An other word of the same stem as a query word ("deployment" for "deploy") is found by
+        # that stem term as well: it adds only what an other word weighs beyond a stem match. (A
+        # word that is its own stem, "deploy" for "deployment", has no stem term to share.)
+        roots = {variants[0][len(STEM_MARK) :] for _, variants in stems}
+        beyond_stem = max(weights.other_word - weights.stem, 0.0)
         for k, (term, tid) in enumerate(zip(terms + other, tids + self._vocab.lookup(other), strict=True)):
             if tid >= 0 and df[tid]:
                 found.append((term, tid))
                 f = df[tid]
                 w = math.log(1.0 + (n - f + 0.5) / (f + 0.5)) * (weights.k1 + 1.0)
                 if k >= len(terms):
-                    w *= weights.other_word
+                    shared = roots and (root := stem(term)) != term and root in roots
+                    w *= beyond_stem if shared else weights.other_word
                 else:
                     w *= as_written.get(term, 1.0)
                 weighted.append((w, tid))

@@ -34,9 +34,12 @@ TAG_B: Final = 0.0
 # A query word no document holds is also searched as its other words (wordforms), each at this
 # share of a term of its rarity: below 1 since a document may hold two of them (evals/KNOBS.md).
 OTHER_WORD_WEIGHT: Final = 0.75
-# A stem match (a query word's other form: "pooling" for "pools") scores this share of what the
-# word itself would: below an exact match always. Tuned on evals.questions' tuning half.
-STEM_WEIGHT: Final = 0.5
+# A word of prose in a query is scored as written and as its stem: a note holding the word
+# gains EXACT_WEIGHT + STEM_WEIGHT of its rarity (1, as any other term), a note holding only
+# another form of it ("pooling" for "pools") STEM_WEIGHT. Tuned on the tuning halves
+# (evals/KNOBS.md).
+STEM_WEIGHT: Final = 0.6
+EXACT_WEIGHT: Final = 0.4
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,7 @@ class Weights:
     tags_b: float = TAG_B
     other_word: float = OTHER_WORD_WEIGHT
     stem: float = STEM_WEIGHT
+    exact: float = EXACT_WEIGHT
 
 
 WEIGHTS: Final = Weights()

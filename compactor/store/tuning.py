@@ -85,6 +85,7 @@ _ALIASES = {
     "TAG_B": "bm25.tags_b",
     "OTHER_WORD_WEIGHT": "bm25.other_word",
     "STEM_WEIGHT": "bm25.stem",
+    "EXACT_WEIGHT": "bm25.exact",
     "RETENTION_WEIGHT": "rank.retention_weight",
     "PIN_BOOST": "rank.pin_boost",
     "ARCHIVED_RANK_FACTOR": "rank.archived_factor",

@@ -16,7 +16,7 @@ from mcp import Client
 from compactor.mcp import build_server
 from compactor.search.analyze import STEM_MARK, index_tokens, query_stems, query_terms
 from compactor.search.index import BM25Index
-from compactor.search.topk import STEM_WEIGHT, WEIGHTS
+from compactor.search.topk import EXACT_WEIGHT, STEM_WEIGHT, WEIGHTS
 from compactor.store import Store
 from tests.conftest import cli_json
 from tests.support.stdio_client import StdioServer
@@ -75,13 +75,19 @@ _FILLER = st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "the", "o
     _FILLER,
     st.lists(st.tuples(_FILLER, st.integers(0, 3)), max_size=8),
     st.sampled_from([STEM_WEIGHT, 0.0, 0.25, 0.75, 0.99]),
+    st.sampled_from([EXACT_WEIGHT, 0.1, 0.25, 0.5, 1.0]),
 )
 def test_a_stem_match_never_outranks_an_exact_match_of_the_same_word(
-    pair: tuple[str, str], reverse: bool, filler: str, others: list[tuple[str, int]], stem_weight: float
+    pair: tuple[str, str],
+    reverse: bool,
+    filler: str,
+    others: list[tuple[str, int]],
+    stem_weight: float,
+    exact_weight: float,
 ) -> None:
     """Two notes alike but for one word, one holding the query's word and one another form of
     it: the one holding the word scores higher, whatever else the index holds and whatever
-    stem weight below 1 an evaluation tunes."""
+    stem weight and exact weight above 0 an evaluation tunes."""
     word, form = pair[::-1] if reverse else pair
     index = BM25Index()
     index.add("exact", f"{filler} {word}")
@@ -89,9 +95,26 @@ def test_a_stem_match_never_outranks_an_exact_match_of_the_same_word(
     for k, (text, pick) in enumerate(others):  # other notes move the df of the word, its form and its stem
         extra = [word, form, f"{word} {form}", ""][pick]
         index.add(f"o{k}", f"{text} {extra}")
-    scores = {h.doc_id: h.score for h in index.search(word, limit=100, weights=replace(WEIGHTS, stem=stem_weight))}
+    weights = replace(WEIGHTS, stem=stem_weight, exact=exact_weight)
+    scores = {h.doc_id: h.score for h in index.search(word, limit=100, weights=weights)}
     assert scores["exact"] > scores.get("form", 0.0)
     assert scores.get("form", 0.0) > 0.0 or stem_weight == 0.0
+
+
+def test_the_stem_as_a_word_weighs_no_more_than_the_stem_term_of_the_word_itself() -> None:
+    """"pools" asked, "pool" and "pools" rare, "pooled" everywhere: the note saying "pools" still
+    ranks first. The stem as a word ("pool") is another form, weighed as its family is rare (its
+    stem term "^pool" is common), not as "pool" alone: that let it outrank the word itself when
+    a word as written weighs less than its stem term."""
+    index = BM25Index()
+    index.add("exact", "the pools were drained")
+    index.add("form", "the pool was drained")
+    for k in range(40):
+        index.add(f"o{k}", f"connections pooled by worker {k}")
+    for exact, stem in ((0.5, 0.75), (0.1, 0.99), (1.0, 0.5)):
+        weights = replace(WEIGHTS, stem=stem, exact=exact)
+        scores = {h.doc_id: h.score for h in index.search("pools", limit=100, weights=weights)}
+        assert scores["exact"] > scores["form"] > 0.0, (exact, stem, scores)
 
 
 def test_stop_words_weigh_nothing_beside_other_words_but_match_in_paths() -> None:
