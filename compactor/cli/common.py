@@ -76,7 +76,7 @@ class Out:
         return shutil.get_terminal_size((100, 24)).columns
 
 
-def add_state_dir(p: argparse.ArgumentParser) -> None:
+def add_state_dir(p: argparse.ArgumentParser, *, scope_default: str = "the git root of the current directory") -> None:
     # SUPPRESS: a value given before the subcommand (or from the environment) survives.
     p.add_argument(
         "--state-dir",
@@ -94,7 +94,7 @@ def add_state_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--scope",
         default=argparse.SUPPRESS,
-        help="project scope (default: the git root of the current directory; 'all' reads every project)",
+        help=f"project scope (default: {scope_default}; 'all' reads every project)",
     )
 
 

@@ -29,7 +29,7 @@ DEFAULT_PORT = 8766  # next to the team server's 8765
 
 def register(sub: Any) -> None:
     p = sub.add_parser("ui", help="serve a local web page to see and steer memory", description=cmd_ui.__doc__)
-    add_state_dir(p)
+    add_state_dir(p, scope_default="every project")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument(
         "--port",
