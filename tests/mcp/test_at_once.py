@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,50 +19,20 @@ from mcp import Client
 from compactor.errors import WouldWaitError
 from compactor.mcp.server import build_server
 from compactor.store import Store
+from tests.support.holds import held_elsewhere
 from tests.support.stdio_client import StdioServer
 
 READS = ("query", "get", "list", "recall", "status", "tree", "expand", "export")
 
 
-@contextlib.contextmanager
-def _lock_held_by(other: Store) -> Iterator[threading.Event]:
-    """Another server holding the writers' lock until the block ends or sets the event yielded."""
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with other._locked():
-            taken.set()
-            release.wait(10)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    try:
-        assert taken.wait(5)
-        yield release
-    finally:
-        release.set()
-        t.join(5)
+def _lock_held_by(other: Store) -> contextlib.AbstractContextManager[threading.Event]:
+    """Another server holding the writers' lock (until the block ends or sets the event)."""
+    return held_elsewhere(other._locked)
 
 
-@contextlib.contextmanager
-def _call_lock_held(store: Store) -> Iterator[threading.Event]:
-    """Another call of this server inside memory (its call lock held by another thread) until
-    the block ends or sets the event yielded."""
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with store._calls:
-            taken.set()
-            release.wait(10)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    try:
-        assert taken.wait(5)
-        yield release
-    finally:
-        release.set()
-        t.join(5)
+def _call_lock_held(store: Store) -> contextlib.AbstractContextManager[threading.Event]:
+    """Another call of this server inside memory: its call lock held by another thread."""
+    return held_elsewhere(lambda: store._calls)
 
 
 def _record_threads(store: Store, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:

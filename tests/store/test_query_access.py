@@ -7,33 +7,18 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 
 from compactor.mcp.server import snapshots
 from compactor.store import Store
+from tests.support.holds import held_elsewhere
 
 
-@contextlib.contextmanager
-def _lock_held_by(other: Store) -> Iterator[None]:
+def _lock_held_by(other: Store) -> contextlib.AbstractContextManager[threading.Event]:
     """Another server holding the writers' lock while the block runs, released when it ends."""
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with other._locked():
-            taken.set()
-            release.wait(5)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    try:
-        assert taken.wait(5)
-        yield
-    finally:
-        release.set()
-        t.join(5)
+    return held_elsewhere(other._locked, most_s=5)
 
 
 def test_a_query_answers_while_another_server_holds_the_writers_lock(pg_url: str):
