@@ -186,6 +186,8 @@ class _Txn:
 # Set for a call that must not wait (`Store.at_once`): a lock it would wait for raises
 # WouldWaitError instead, before the call has done anything.
 _AT_ONCE: ContextVar[bool] = ContextVar("compactor_at_once", default=False)
+# The holder of a coroutine's hold between two of its threads: no thread has this ident.
+_PARKED: Final = -1
 
 
 class CallLock:
@@ -630,6 +632,9 @@ class _Journaled(_StateOps):
         try:
             yield
         finally:
+            # Parked while the loop awaits the release: held by no thread, so a call the loop
+            # runs meanwhile (a read at once) cannot take this hold for its own.
+            self._hand_over(_PARKED)
 
             def leave() -> None:
                 self._hand_over()
@@ -637,8 +642,8 @@ class _Journaled(_StateOps):
 
             await anyio.to_thread.run_sync(leave)
 
-    def _hand_over(self) -> None:
-        me = threading.get_ident()
+    def _hand_over(self, thread: int | None = None) -> None:
+        me = threading.get_ident() if thread is None else thread
         self._calls.hand_over(me)
         if self._backend is not None:
             self._backend.hand_over(me)

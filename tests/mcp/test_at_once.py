@@ -174,3 +174,30 @@ def test_over_stdio_a_waiting_read_leaves_the_server_answering(tmp_path: Path):
         assert [h["id"] for h in reply["result"]["structuredContent"]["items"]] == [stored["id"]]
         # Free again: a read answers at once, as before.
         assert [h["id"] for h in server.ok("query", query="ninja build")["items"]] == [stored["id"]]
+
+
+def test_a_read_at_once_never_joins_a_snapshot_hold_the_loop_is_releasing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A background snapshot's hold is used on the event loop's thread and given back from a
+    worker thread; while the loop awaits that, a read it runs at once must not take the hold
+    for its own (it would read on under a lock that is being released)."""
+    from compactor.store import journaled
+
+    store = Store(state_dir=tmp_path / "state")
+    note = store.store("the ninja build caches objects in out/").item
+    real = anyio.to_thread.run_sync
+    tried: list[str] = []
+
+    async def spy(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if getattr(fn, "__name__", "") == "leave":  # the loop awaits the release now
+            with store.at_once(), pytest.raises(WouldWaitError):
+                store.status()
+            tried.append("read at once")
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(journaled.anyio.to_thread, "run_sync", spy)
+    anyio.run(store.snapshot_async)
+    assert tried == ["read at once", "read at once"]  # both holds of the snapshot
+    with store.at_once():  # given back whole: a read at once runs again
+        assert [h.item.id for h in store.query("ninja build")] == [note.id]
