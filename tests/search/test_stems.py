@@ -102,7 +102,7 @@ def test_a_stem_match_never_outranks_an_exact_match_of_the_same_word(
 
 
 def test_the_stem_as_a_word_weighs_no_more_than_the_stem_term_of_the_word_itself() -> None:
-    """"pools" asked, "pool" and "pools" rare, "pooled" everywhere: the note saying "pools" still
+    """Asked "pools", with "pool" and "pools" rare and "pooled" everywhere: the note saying "pools" still
     ranks first. The stem as a word ("pool") is another form, weighed as its family is rare (its
     stem term "^pool" is common), not as "pool" alone: that let it outrank the word itself when
     a word as written weighs less than its stem term."""
