@@ -21,6 +21,8 @@ QUERIES: tuple[tuple[str, dict[str, object]], ...] = (
     ("text, 1 common word", {"query": "w12"}),
     ("tags only (every item)", {"tags": "observation"}),
     ("tags only, active tier", {"tags": "observation", "include_archived": False}),
+    # The tag ranks are kept from here on: each query's access re-files its hits in them.
+    ("text, 4 words, after queries by tags", {"query": "fix w12 in mod42 w99"}),
 )
 
 

@@ -152,24 +152,15 @@ class _Search(_Journaled):
 
     def _by_tags(self, tag_list: list[str], limit: int, accept: Callable[[str], bool], now: float) -> list[Hit]:
         """A query by tags alone: the `limit` items of those tags with the best rank score (the
-        newest first among equals), read best bound first from `tag_ranks`, stopping once no
-        bound left can reach the `limit`-th best score. The bounds are the default `Rank`'s: a Store
-        tuned otherwise scores every item of the tags."""
+        newest first among equals), read best bound first from the tag ranks (`tag_keys`),
+        stopping once no bound left can reach the `limit`-th best score. The bounds are the
+        default `Rank`'s: a Store tuned otherwise scores every item of the tags."""
         s, rank = self._s, self._tuning.rank
         exact_bounds = rank == scoring.RANK
-        ranks = s.tag_ranks
-        names = dict.fromkeys(name for tag in tag_list for name in (tag.lower(), tag) if name in ranks)
-        lists = [ranks[name] for name in names]
-        keys = lists[0] if len(lists) == 1 else heapq.merge(*lists)
         best: list[tuple[float, int, str]] = []  # min-heap of the best `limit` (score, seq, id)
-        seen: set[str] = set()
-        for neg_bound, _, item_id in keys:
+        for neg_bound, _, item_id in s.tag_keys(name for tag in tag_list for name in (tag.lower(), tag)):
             if exact_bounds and len(best) == limit and -neg_bound < best[0][0]:
                 break
-            if len(lists) > 1:
-                if item_id in seen:
-                    continue
-                seen.add(item_id)
             if not accept(item_id):
                 continue
             it = s.items[item_id]

@@ -7,13 +7,16 @@ the incrementally kept structures agree with a rebuild (`check_derived`).
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
 import logging
 import re
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ..content.tokens import TokenCounter
@@ -52,9 +55,13 @@ ALL_SCOPES = "all"
 
 
 # Items re-filed in the tag ranks between two queries by tags before the ranks are dropped
-# instead: each filing moves up to the whole list of a tag (~40 us at 100k items), and making
-# them again costs ~0.2 s at 100k.
+# instead (a compaction re-files thousands): making them again costs ~0.2 s at 100k items.
 TAG_RANK_CHANGES_MAX = 2_000
+# Keys filed since the tag ranks were last merged, past which a query by tags merges them in
+# (one pass over the lists of the tags they are in: ~20 ms at 100k items).
+TAG_RANK_FRESH_MAX = 1_000
+
+TagKey = tuple[float, int, str]
 
 
 def tag_rank_key(item: Item) -> tuple[float, int, str]:
@@ -79,8 +86,12 @@ class _State:
     # item's tags (~0.14 s at 100k items) for a filter it may never be given.
     _by_tag: dict[str, set[str]] | None = None
     # Per tag, its items ranked for a query by tags alone: made at the first such query, then
-    # kept (`tag_ranks`).
-    _tag_ranks: dict[str, list[tuple[float, int, str]]] | None = None
+    # kept (`tag_ranks`). A change does not move these lists (at 100k items a list move took
+    # ~20 us, and a query's access re-files each hit): it files the new key in `_tag_fresh` and
+    # marks the old one in `_tag_stale`; `tag_keys` reads the three together.
+    _tag_ranks: dict[str, list[TagKey]] | None = None
+    _tag_fresh: dict[str, list[TagKey]] = field(default_factory=dict)
+    _tag_stale: set[tuple[str, TagKey]] = field(default_factory=set)
     _tag_rank_changes: int = 0  # items re-filed in `_tag_ranks` since the last query by tags
     index: BM25Index = field(default_factory=BM25Index)
     # Built from the saved state at the first use, not at start: only writes and compaction
@@ -131,54 +142,72 @@ class _State:
                 if not ids:
                     del by_tag[tag]
 
-    @property
-    def tag_ranks(self) -> dict[str, list[tuple[float, int, str]]]:
-        """Per tag, (-bound, -seq, id) of its items in ascending order: the best first. The
-        bound is the item's rank score were it accessed just now (`tag_rank_key`): its real
-        score is never higher, so a query by tags alone scores items in this order and stops
-        once a bound falls under its `limit`-th best score, instead of scoring every item the
-        tag has (84 ms p50 for a tag on all 100k items, against 8 ms for a text query)."""
+    def tag_keys(self, tags: Iterable[str]) -> Iterator[TagKey]:
+        """The items of `tags` as (-bound, -seq, id), best first, each once. The bound is the
+        item's rank score were it accessed just now (`tag_rank_key`): its real score is never
+        higher, so a query by tags alone scores items in this order and stops once a bound falls
+        under its `limit`-th best score, instead of scoring every item the tag has (84 ms p50 for
+        a tag on all 100k items, against 8 ms for a text query)."""
         self._tag_rank_changes = 0
-        if self._tag_ranks is None:
-            ranks: dict[str, list[tuple[float, int, str]]] = {}
+        ranks, fresh = self._ranks(), self._tag_fresh
+        streams = [
+            zip(itertools.repeat(tag), keys)
+            for tag in dict.fromkeys(tags)
+            for keys in (ranks.get(tag), fresh.get(tag))
+            if keys
+        ]
+        stale, seen = self._tag_stale, set()
+        for tag, key in heapq.merge(*streams, key=itemgetter(1)):
+            if key[2] not in seen and (tag, key) not in stale:
+                seen.add(key[2])
+                yield key
+
+    def _ranks(self) -> dict[str, list[TagKey]]:
+        """The tag ranks, made if they are not, with the fresh keys merged in when they are many."""
+        ranks = self._tag_ranks
+        if ranks is None:
+            ranks = {}
             for item in self.items.values():
                 key = tag_rank_key(item)
                 for tag in item.tags:
                     ranks.setdefault(tag, []).append(key)
             for keys in ranks.values():
                 keys.sort()
-            self._tag_ranks = ranks
-        return self._tag_ranks
+            self._tag_ranks, self._tag_fresh, self._tag_stale = ranks, {}, set()
+        elif sum(map(len, self._tag_fresh.values())) > TAG_RANK_FRESH_MAX:
+            fresh, stale = self._tag_fresh, self._tag_stale
+            for tag in set(fresh).union(t for t, _ in stale):
+                merged: list[TagKey] = []
+                for key in heapq.merge(ranks.get(tag, ()), fresh.get(tag, ())):
+                    if (tag, key) not in stale and (not merged or merged[-1] != key):
+                        merged.append(key)
+                if merged:
+                    ranks[tag] = merged
+                else:
+                    ranks.pop(tag, None)
+            self._tag_fresh, self._tag_stale = {}, set()
+        return ranks
 
     def rank(self, item: Item) -> None:
-        """File `item` in `tag_ranks`, once made. Past TAG_RANK_CHANGES_MAX items filed since
+        """File `item` in the tag ranks, once made. Past TAG_RANK_CHANGES_MAX items filed since
         the last query by tags (a compaction re-files thousands), they are dropped instead,
         and the next such query makes them again."""
-        ranks = self._tag_ranks
-        if ranks is not None and item.tags:
+        if self._tag_ranks is not None and item.tags:
             self._tag_rank_changes += 1
             if self._tag_rank_changes > TAG_RANK_CHANGES_MAX:
-                self._tag_ranks = None
+                self._tag_ranks, self._tag_fresh, self._tag_stale = None, {}, set()
                 return
             key = tag_rank_key(item)
             for tag in item.tags:
-                bisect.insort(ranks.setdefault(tag, []), key)
+                self._tag_stale.discard((tag, key))
+                bisect.insort(self._tag_fresh.setdefault(tag, []), key)
 
     def unrank(self, item: Item) -> None:
-        """`rank` undone."""
-        ranks = self._tag_ranks
-        if ranks is None or not item.tags:
+        """`rank` undone: the item's key under each of its tags is no longer current."""
+        if self._tag_ranks is None or not item.tags:
             return
         key = tag_rank_key(item)
-        for tag in item.tags:
-            keys = ranks.get(tag)
-            if keys is None:
-                continue
-            i = bisect.bisect_left(keys, key)
-            if i < len(keys) and keys[i] == key:
-                del keys[i]
-            if not keys:
-                del ranks[tag]
+        self._tag_stale.update((tag, key) for tag in item.tags)
 
     def release_index_pages(self) -> None:
         """Unmap the index file's pages this process has read (`search.mapped.release`)."""

@@ -47,13 +47,18 @@ def _check(store: Store) -> None:
             assert got == want, (tags, limit, archived)
 
 
-@pytest.mark.parametrize(("seed", "changes_max"), [*((s, 2_000) for s in range(12)), *((s, 2) for s in range(4))])
+@pytest.mark.parametrize(
+    ("seed", "changes_max", "fresh_max"),
+    [*((s, 2_000, 1_000) for s in range(12)), *((s, 2, 1_000) for s in range(4)), *((s, 2_000, 3) for s in range(6))],
+)
 def test_a_query_by_tags_alone_ranks_as_scoring_every_item(
-    seed: int, changes_max: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, changes_max: int, fresh_max: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Seeded random walks (item ids are random, so a hypothesis machine could not replay);
-    with a small `changes_max` the ranks are also dropped and made again between queries."""
+    with a small `changes_max` the ranks are also dropped and made again between queries, with
+    a small `fresh_max` the keys filed since are merged into them."""
     monkeypatch.setattr(state_module, "TAG_RANK_CHANGES_MAX", changes_max)
+    monkeypatch.setattr(state_module, "TAG_RANK_FRESH_MAX", fresh_max)
     rng = random.Random(seed)
     clock = FakeClock()
     store = Store(clock=clock, budget=4_000)
