@@ -313,6 +313,15 @@ def _query_tokens(text: str) -> list[str]:
 _WORD_ALONE: Final = re.compile(r"[a-z][a-z0-9]{1,39}")
 
 
+_PROSE_WORD: Final = re.compile(r"[A-Za-z][a-z]*")
+
+
+def is_prose(text: str) -> bool:
+    """Whether a query is words alone (lowercase or capitalised): no path, name, number or code."""
+    words = compounds(text)
+    return bool(words) and all(_PROSE_WORD.fullmatch(w) for w in words)
+
+
 def query_words(text: str, limit: int | None = None) -> list[str]:
     """The words of a query standing on their own (not parts of a path or identifier), which
     may have other forms or synonyms: distinct, lowercase, in order, stop words left out; the

@@ -4,6 +4,7 @@ a hit left out, and the access updates a query makes.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any, Final
 from ..errors import WriteLockTimeoutError
 from ..models import Item
 from ..search import scoring
+from ..search.analyze import is_prose
 from ..search.views import covers, overlaps, parse_query
 from .journaled import _Journaled
 from .records import Hit
@@ -51,6 +53,8 @@ class _Search(_Journaled):
     ) -> list[Hit]:
         s, tuning = self._s, self._tuning
         rank, weights = tuning.rank, tuning.bm25
+        if tuning.prose_recency_prior != rank.recency_prior and text and is_prose(text):
+            rank = dataclasses.replace(rank, recency_prior=tuning.prose_recency_prior)
         now = self._clock()
         allowed: set[str] | None = None
 

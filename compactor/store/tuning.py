@@ -41,6 +41,9 @@ class Tuning:
     # The earlier output of a command the query names as a line of its own (an output stored
     # with its `$ cmd` line): what a re-run goes back for, ahead of notes that talk about it.
     rerun_lift: float = 3.0
+    # A query of words alone (no path, name, number or code) asks about a matter, not about the
+    # last steps: the recency prior for it (evals/KNOBS.md; code lookups keep RECENCY_PRIOR).
+    prose_recency_prior: float = 0.0
     # Shares of recall's cap: the task group, then open errors, then recent work of what is left,
     # then decisions of what is left after it (tuned on the resume evaluation's tuning half).
     recall_task_share: float = 0.5
