@@ -85,14 +85,14 @@ class _Search(_Journaled):
             and (include_archived or not s.order["archived"])
             and (scopes is None or s.scope_order.keys() <= scopes)
         )
-        terms: list[tuple[str, int]] = []
+        weighed: list[tuple[str, int]] = []  # the query's terms, for the hits' matched terms
         raw = s.index.search(
             text,
             limit=fetch,
             accept=None if accepts_all else accept,
             with_matched=False,
             weights=weights,
-            terms_out=terms,
+            terms_out=weighed,
         )
         lifts = self._view_lifts(text) if len(s.views) else {}
         if tuning.rerun_lift != 1.0:
@@ -150,7 +150,7 @@ class _Search(_Journaled):
                     break
                 dropped |= newly
         matched = s.index.matched_terms(
-            [it.id for _, it in top], text, None if accepts_all else accept, weights=weights, terms=terms
+            [it.id for _, it in top], text, None if accepts_all else accept, weights=weights, terms=weighed
         )
         return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
 
