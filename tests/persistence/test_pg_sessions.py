@@ -43,6 +43,7 @@ def terminate(url: str, pid: int) -> None:
         assert conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone() == (True,)
 
 
+@pytest.mark.slow  # ~5 s: forty calls, each after its sessions were ended and waited for
 def test_every_call_after_its_idle_sessions_were_ended_is_answered_once(pg_url: str, store: Store):
     """Each call follows the end of one of the store's sessions (the main one, the lock's, the
     background snapshots'): none fails, none is applied twice, memory stays writable."""
