@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from operator import itemgetter
 from typing import Final, NamedTuple
 
@@ -124,7 +124,7 @@ def _error_line(text: str) -> str:
     return _HEX.sub("0x?", found[-1].strip())[:RECALL_VIEW_KEY_CHARS] if found else ""
 
 
-def _fixed_by(exception: str, notes: list[str]) -> bool:
+def _fixed_by(exception: str, notes: Iterable[str]) -> bool:
     """Whether a newer note that says something is fixed quotes an error's exception line."""
     return bool(exception) and any(exception in note for note in notes)
 
@@ -149,7 +149,7 @@ class _Facts(NamedTuple):
     bare: bool
     error: bool
     exception: str  # an error's exception line, spacing folded ("" for any other item)
-    fix_note: str  # a note that says something is fixed, spacing folded; else ""
+    says_fixed: bool  # a note that says something is fixed (it may settle an older error)
     line: str
     line_tokens: int
 
@@ -170,11 +170,12 @@ class _Recall(_Paging, _Search, _Dag):
             if f is None or f.item is not it:
                 command = "" if it.depth else _subject(it)
                 error = _is_error(it)
-                line = _error_line(it.content) if error and command and not command.startswith("file ") else ""
+                exception = _error_line(it.content) if error else ""
+                line = exception if command and not command.startswith("file ") else ""
                 subject = f"{command} => {line}" if line else command
-                exception = _FOLD.sub(" ", _error_line(it.content)) if error else ""
-                fix = "" if error or not _FIXED.search(it.content) else _FOLD.sub(" ", it.content)
-                f = cache[it.id] = _Facts(it, subject, command, _is_bare(it), error, exception, fix, "", -1)
+                fixed = not error and _FIXED.search(it.content) is not None
+                f = _Facts(it, subject, command, _is_bare(it), error, _FOLD.sub(" ", exception), fixed, "", -1)
+                cache[it.id] = f
             out.append(f)
         return out
 
@@ -241,7 +242,7 @@ class _Recall(_Paging, _Search, _Dag):
             facts: dict[str, _Facts] = {}
             newest: dict[str, Item] = {}
             succeeded: set[str] = set()
-            fix_notes: list[str] = []  # newer items that say something is fixed
+            fix_notes: list[Item] = []  # newer items that say something is fixed
             # An error with no later success on its command or file, and how many fix notes are
             # newer: whether one of those settles it is asked only of the errors recall shows.
             errors: list[tuple[Item, int]] = []
@@ -267,8 +268,8 @@ class _Recall(_Paging, _Search, _Dag):
                         # A later success on the same command or file settles the error; the
                         # command typed again without its output yet does not.
                         succeeded.add(command)
-                    if f.fix_note and len(fix_notes) < _FIX_NOTES_MAX:
-                        fix_notes.append(f.fix_note)
+                    if f.says_fixed and len(fix_notes) < _FIX_NOTES_MAX:
+                        fix_notes.append(it)
                 if it.content_type == "decision":
                     decisions.append(it)
                 if key:
@@ -319,9 +320,16 @@ class _Recall(_Paging, _Search, _Dag):
                 for h in self._search(text, [], min(C.QUERY_LIMIT_MAX, limit * RECALL_TASK_FETCH), True, scopes):
                     if not h.item.pinned and not take("task", h.item, h.score, share):
                         break
+            texts: dict[str, str] = {}  # fix notes, spacing folded: made only when an error asks
+
+            def folded(note: Item) -> str:
+                if note.id not in texts:
+                    texts[note.id] = _FOLD.sub(" ", note.content)
+                return texts[note.id]
+
             share = tokens + cap * self._tuning.recall_errors_share
             for it, newer_notes in errors:
-                if _fixed_by(facts[it.id].exception, fix_notes[:newer_notes]):
+                if _fixed_by(facts[it.id].exception, map(folded, fix_notes[:newer_notes])):
                     continue
                 if not take("errors", it, None, share):
                     break
