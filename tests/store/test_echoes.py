@@ -5,6 +5,8 @@ re-run lift, for a query that names the command on a line of its own)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -36,14 +38,21 @@ def test_the_output_of_a_command_ranks_ahead_of_the_command_stored_alone(store: 
     assert ranked[:2] == [output, command]
 
 
-def test_without_the_demotion_the_command_alone_would_win():
-    # The re-run lift (below) puts the output first too, when the query is the command: off here.
-    s = Store(tuning=Tuning().overridden({"ECHO_FACTOR": "1", "RERUN_LIFT": "1"}))
+@contextlib.contextmanager
+def _tuned(**knobs: str) -> Iterator[Store]:
+    """An in-memory Store with these knobs turned (`--set NAME=VALUE` as evaluations give them)."""
+    s = Store(tuning=Tuning().overridden(knobs))
     try:
-        command, _ = _fill(s)
-        assert s.query(query=RUN, limit=10)[0].item.id == command
+        yield s
     finally:
         s.close()
+
+
+def test_without_the_demotion_the_command_alone_would_win():
+    # The re-run lift (below) puts the output first too, when the query is the command: off here.
+    with _tuned(ECHO_FACTOR="1", RERUN_LIFT="1") as s:
+        command, _ = _fill(s)
+        assert s.query(query=RUN, limit=10)[0].item.id == command
 
 
 def test_a_one_line_note_nothing_opens_with_keeps_its_rank(store: Store):
@@ -115,12 +124,9 @@ def test_the_earlier_output_of_a_rerun_command_ranks_ahead_of_a_note_about_runni
 
 
 def test_without_the_rerun_lift_the_note_would_win():
-    s = Store(tuning=Tuning().overridden({"RERUN_LIFT": "1"}))
-    try:
+    with _tuned(RERUN_LIFT="1") as s:
         _, note = _fill_rerun(s)
         assert s.query(query=ASKED, limit=10)[0].item.id == note
-    finally:
-        s.close()
 
 
 def test_a_command_named_inside_a_line_lifts_nothing(store: Store):
