@@ -150,22 +150,12 @@ class Task:
 # ---- metric math ----
 
 
-def first_relevant_rank(
-    returned: Sequence[int | None], relevant: Iterable[int], limit: int = QUERY_LIMIT
-) -> int | None:
-    """1-based rank of the first returned seq that is relevant, within the first `limit` results."""
-    wanted = set(relevant)
-    for rank, seq in enumerate(returned[:limit], start=1):
-        if seq is not None and seq in wanted:
-            return rank
-    return None
-
-
 def rank_of_ids(
     ids: Sequence[str], seqs_of: Mapping[str, Sequence[int]], relevant: Iterable[int], limit: int = QUERY_LIMIT
 ) -> int | None:
-    """`first_relevant_rank` of returned ids, each standing for every event stored as it (a
-    store of the same content, scope and tags within a minute returns the first one's id)."""
+    """1-based rank of the first returned id that stands for a relevant event, within the first
+    `limit` results. An id stands for every event stored as it (a store of the same content,
+    scope and tags within a minute returns the first one's id)."""
     wanted = set(relevant)
     for rank, item_id in enumerate(ids[:limit], start=1):
         if any(seq in wanted for seq in seqs_of.get(item_id, ())):

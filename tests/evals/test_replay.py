@@ -15,8 +15,8 @@ from evals.replay import (
     Task,
     TrajInput,
     VerbatimCheck,
-    first_relevant_rank,
     mean_reciprocal_rank,
+    rank_of_ids,
     recall_at,
     run_task,
     summarize,
@@ -206,11 +206,13 @@ def test_revisit_derivation_is_deterministic_on_real_trajectories() -> None:
     assert {"file_reread", "command_rerun"} <= kinds <= {"file_reread", "command_rerun", "error_repeat"}
 
 
-def test_first_relevant_rank_within_the_limit() -> None:
-    assert first_relevant_rank([5, None, 7, 2], {2, 7}) == 3
-    assert first_relevant_rank([1, 2], {9}) is None
-    assert first_relevant_rank(list(range(20)), {15}) is None
-    assert first_relevant_rank(list(range(20)), {15}, limit=20) == 16
+def test_the_first_relevant_rank_within_the_limit() -> None:
+    seqs_of = {str(seq): [seq] for seq in range(20)}  # one event an id, as most stores are
+    assert rank_of_ids(["5", "x", "7", "2"], seqs_of, {2, 7}) == 3
+    assert rank_of_ids(["1", "2"], seqs_of, {9}) is None
+    ids = [str(seq) for seq in range(20)]
+    assert rank_of_ids(ids, seqs_of, {15}) is None
+    assert rank_of_ids(ids, seqs_of, {15}, limit=20) == 16
 
 
 def test_recall_and_mrr_math() -> None:
@@ -305,8 +307,6 @@ def test_items_the_server_made_itself_are_emptied_too(tmp_path: Path) -> None:
 def test_an_id_stands_for_every_identical_event_stored_as_it():
     """A store of the same content, scope and tags within a minute returns the first id: the
     harness forgot that id twice (196 of 400 runs failed) and ranked it as the later event only."""
-    from evals.replay import rank_of_ids
-
     seqs_of = {"a": [3, 9], "b": [5]}
     assert rank_of_ids(["b", "a"], seqs_of, [3]) == 2
     assert rank_of_ids(["b", "a"], seqs_of, [9]) == 2
