@@ -21,6 +21,11 @@ An item with the same content as the answer counts as the answer. Scores: recall
 the first QUERY_LIMIT results, per kind and overall.
 
     python -m evals.questions [--half tuning|test|all] [--limit-trajs N] [--set NAME=VALUE] [--textbook]
+                              [--as-written] [--budget TOKENS]
+
+`--as-written` asks the same questions with their words as the agent wrote them: case kept, and
+acronyms, numbers and hyphenated words too ("The CI run failed on the 2nd try"), as people ask.
+`--budget` gives the Store a token budget that forces compaction (default: none).
 
 `--textbook` scores a textbook BM25 (Okapi, Snowball stems, stop words) on the same questions:
 the lexical baseline compactor is to stay above.
@@ -60,6 +65,11 @@ _SENTENCE_END = re.compile(r"(?<=[.!?:])\s")
 # A word in prose: letters, an apostrophe inside; anything else (paths, calls, snake_case,
 # dotted names, numbers, camelCase) is a symbol, left out.
 _PROSE_WORD = re.compile(r"[A-Za-z][a-z]*(?:'[a-z]+)?")
+# The same `--as-written`: also an acronym, a number (a year, "3rd", "1990s") and a hyphenated
+# word, as people ask ("why did CI fail on the 2nd run of the follow-up"); camelCase stays a symbol.
+_WRITTEN_WORD = re.compile(
+    r"[A-Za-z][a-z]*(?:'[a-z]+)?|[A-Z]{2,}s?|\d+(?:st|nd|rd|th|s)?|[A-Za-z][a-z]*(?:-[A-Za-z][a-z]*)+"
+)
 _WORD = re.compile(r"[a-z]+")
 _ERROR_LINE = re.compile(r"(Error|Exception|FAILED|error)\b:?")
 # The agent harness's own complaints, kept as errors in the corpus: not the agent's matter.
@@ -74,15 +84,17 @@ class Question:
     answer_seq: int
 
 
-def prose(text: str) -> list[str]:
-    """The words of `text`'s prose, lowercase, in order: its first sentences, code and symbols
-    taken out, at most MAX_WORDS."""
+def prose(text: str, as_written: bool = False) -> list[str]:
+    """The words of `text`'s prose, lowercase (else `as_written`, acronyms and numbers kept), in
+    order: its first sentences, code and symbols taken out, at most MAX_WORDS."""
     text = _SPAN.sub(" ", _FENCED.sub(" ", text))
     out: list[str] = []
     for sentence in _SENTENCE_END.split(text):
         for raw in sentence.split():
             token = raw.strip(",.;:!?()\"'[]")
-            if _PROSE_WORD.fullmatch(token):
+            if as_written and _WRITTEN_WORD.fullmatch(token):
+                out.append(token)
+            elif _PROSE_WORD.fullmatch(token):
                 out.append(token.lower())
         if len(out) >= MAX_WORDS // 2:
             break
@@ -90,7 +102,7 @@ def prose(text: str) -> list[str]:
 
 
 def content_words(words: Sequence[str]) -> list[str]:
-    return [w for w in words if w not in QUERY_STOPWORDS and len(w) > 2]
+    return [w for w in words if w.lower() not in QUERY_STOPWORDS and len(w) > 2]
 
 
 def other_form(word: str, frequency: Counter[str], avoid: set[str]) -> str:
@@ -119,9 +131,12 @@ def _frame(kind: str, seq: int) -> str:
     return frames[hashlib.sha256(str(seq).encode()).digest()[0] % len(frames)]
 
 
-def make_questions(events: Sequence[Event], forms: Callable[[str, set[str]], str]) -> list[Question]:
+def make_questions(
+    events: Sequence[Event], forms: Callable[[str, set[str]], str], as_written: bool = False
+) -> list[Question]:
     """The questions of one trajectory (see the module doc); `forms(word, avoid)` gives a word's
-    other form."""
+    other form; `as_written` keeps the words' case, acronyms and numbers (`prose`). Which events
+    are asked about does not depend on it."""
     out: list[Question] = []
     before: Event | None = None
     back: list[tuple[Event, Event]] = []
@@ -136,13 +151,17 @@ def make_questions(events: Sequence[Event], forms: Callable[[str, set[str]], str
             back.append((ev, before))
         before = ev
     for thought, result in _spread_pairs(back, PER_TRAJ):
-        out.append(Question("refers back", " ".join(prose(thought.content)), thought.seq, result.seq))
+        out.append(Question("refers back", " ".join(prose(thought.content, as_written)), thought.seq, result.seq))
     notes = [ev for ev in events if len(content_words(prose(_note_text(ev)))) >= MIN_WORDS]
     asked = {q.asked_seq for q in out}
     for note in _spread([n for n in notes if n.seq not in asked], PER_TRAJ):
-        words = _spread_words(list(dict.fromkeys(content_words(prose(_note_text(note))))), REWORDED_WORDS)
+        said = content_words(prose(_note_text(note), as_written))
+        written = dict(zip(map(str.lower, said), said, strict=True))  # the last way each word was written
+        words = _spread_words(list(dict.fromkeys(w.lower() for w in said)), REWORDED_WORDS)
         held = set(_WORD.findall(note.content.lower()))
-        changed = [forms(w, held) if len(w) >= 5 else w for w in words]
+        # An acronym, a number or a hyphenated word is asked as written, not swapped.
+        changed = [forms(w, held) if len(w) >= 5 and _PROSE_WORD.fullmatch(written[w]) else w for w in words]
+        changed = [written[w] if c == w else c for w, c in zip(words, changed, strict=True)]
         out.append(Question("reworded", f"{_frame(note.kind, note.seq)} {' '.join(changed)}", -1, note.seq))
     return out
 
@@ -171,11 +190,14 @@ def _spread_pairs(pairs: Sequence[tuple[Event, Event]], n: int) -> list[tuple[Ev
 
 
 def ask(
-    events: Sequence[Event], questions: Sequence[Question], tuning: Tuning | None = None
+    events: Sequence[Event],
+    questions: Sequence[Question],
+    tuning: Tuning | None = None,
+    budget: int = GENEROUS_BUDGET,
 ) -> list[tuple[str, int | None]]:
-    """(kind, rank from 1 or None) of each question, asked of a Store holding `events` but the
-    thoughts the questions are, tuned with `tuning` (the defaults unless given)."""
-    store = Store(budget=GENEROUS_BUDGET, tuning=tuning or Tuning())
+    """(kind, rank from 1 or None) of each question, asked of a Store of `budget` tokens holding
+    `events` but the thoughts the questions are, tuned with `tuning` (the defaults unless given)."""
+    store = Store(budget=budget, tuning=tuning or Tuning())
     left_out = {q.asked_seq for q in questions}
     content_of: dict[str, str] = {}
     answer_text = {ev.seq: ev.content for ev in events}
@@ -237,6 +259,8 @@ def run(
     limit_trajs: int | None = None,
     tuning: Tuning | None = None,
     textbook: bool = False,
+    budget: int = GENEROUS_BUDGET,
+    as_written: bool = False,
 ) -> dict[str, tuple[float, float, int]]:
     """Scores by kind and "overall" for the trajectories of `half` ("all" for every one), of
     compactor or (`textbook`) of the textbook BM25 baseline."""
@@ -252,8 +276,8 @@ def run(
     groups = [(t, e) for t, e in sorted(group_trajectories(events).items()) if half in ("all", half_of(t))]
     ranks: dict[str, list[int | None]] = {k: [] for k in (*KINDS, "overall")}
     for _traj, evs in groups[:limit_trajs]:
-        asked = make_questions(evs, forms)
-        for kind, rank in ask_textbook(evs, asked) if textbook else ask(evs, asked, tuning):
+        asked = make_questions(evs, forms, as_written)
+        for kind, rank in ask_textbook(evs, asked) if textbook else ask(evs, asked, tuning, budget):
             ranks[kind].append(rank)
             ranks["overall"].append(rank)
     return {k: (*score(v), len(v)) for k, v in ranks.items()}
@@ -266,11 +290,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--corpus", default=None)
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a knob")
     p.add_argument("--textbook", action="store_true", help="score the textbook BM25 baseline instead")
+    p.add_argument("--as-written", action="store_true", help="questions keep case, acronyms and numbers")
+    p.add_argument("--budget", type=int, default=GENEROUS_BUDGET, help="the Store's token budget (default: none)")
     a = p.parse_args(argv)
     tuning = tuning_of(p, a.set)
     started = time.perf_counter()
     events = load_events(a.corpus or default_corpus())
-    result = run(events, a.half, a.limit_trajs, tuning, textbook=a.textbook)
+    result = run(events, a.half, a.limit_trajs, tuning, textbook=a.textbook, budget=a.budget, as_written=a.as_written)
     cells = "  ".join(f"{k} recall@5 {r:.3f} MRR@10 {m:.3f} ({n})" for k, (r, m, n) in result.items())
     who = " (textbook BM25)" if a.textbook else ""
     print(f"{a.half}{who}: {cells}  ({time.perf_counter() - started:.0f} s)")

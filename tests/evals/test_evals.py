@@ -304,3 +304,33 @@ def test_the_textbook_baseline_matches_other_forms_of_a_word_and_ignores_stop_wo
     ]
     asked = [Question("reworded", "what did we decide about retrying payments", -1, 1)]
     assert ask_textbook(events, asked) == [("reworded", 1)]
+
+
+def test_questions_as_written_keep_acronyms_numbers_and_case_and_ask_about_the_same_notes() -> None:
+    from evals.questions import make_questions, prose
+    from evals.revisits import Event
+
+    text = "The CI run failed on the 2nd try of the follow-up `fix_it()` in `pkg/mod.py`."
+    assert prose(text) == ["the", "run", "failed", "on", "the", "try", "of", "the", "in"]
+    words = ["The", "CI", "run", "failed", "on", "the", "2nd", "try", "of", "the", "follow-up", "in"]
+    assert prose(text, as_written=True) == words
+
+    def ev(seq: int, step: int, kind: str, content: str) -> Event:
+        return Event("t", seq, step, kind, content, ())
+
+    events = [
+        ev(0, 0, "thought", "Start by reading the README of the HTTP client."),
+        ev(1, 1, "action", "pytest tests/test_http.py"),
+        ev(2, 1, "observation", "$ pytest tests/test_http.py\nFAILED test_retry - 3 retries expected"),
+        ev(3, 2, "thought", "The HTTP retry test fails because 3 retries were expected after the timeout."),
+        ev(4, 3, "thought", "The HTTPS upload retries twice before giving up on the bucket."),
+    ]
+    plain = make_questions(events, lambda w, _avoid: w)
+    written = make_questions(events, lambda w, _avoid: w, as_written=True)
+    assert [(q.kind, q.asked_seq, q.answer_seq) for q in plain] == [
+        (q.kind, q.asked_seq, q.answer_seq) for q in written
+    ]
+    back = next(q for q in written if q.kind == "refers back")
+    assert back.text.startswith("The HTTP retry test fails because 3 retries")
+    assert "HTTPS" in next(q.text for q in written if q.answer_seq == 4).split()
+    assert "https" not in " ".join(q.text for q in plain).lower().split()

@@ -44,6 +44,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
         (("evals.other_words", "--half", "all"), "exact MRR"),
         (("evals.questions", "--half", "all"), "reworded recall@5"),
         (("evals.questions", "--half", "all", "--textbook"), "(textbook BM25): refers back recall@5"),
+        (("evals.questions", "--half", "all", "--as-written", "--budget", "4000"), "reworded recall@5"),
         (("evals.redaction", SLICE), "credential shapes:"),
         (("evals.redact_corpus", SLICE), "events redacted"),
         (("evals.classify_corpus", SLICE), "detect_type"),
