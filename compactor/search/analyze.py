@@ -313,13 +313,35 @@ def _query_tokens(text: str) -> list[str]:
 _WORD_ALONE: Final = re.compile(r"[a-z][a-z0-9]{1,39}")
 
 
-_PROSE_WORD: Final = re.compile(r"[A-Za-z][a-z]*")
+# A number as prose writes it: a count, a year, "3rd", "1990s".
+_PROSE_NUMBER: Final = re.compile(r"[0-9]+(?:st|nd|rd|th|s)?")
+# What a sentence holds and a question in words does not: a command's flag, a prompt, a call,
+# an assignment, a backtick span, a pipe, brackets.
+_CODE_SIGN: Final = re.compile(r"[`$={}\[\]<>|\\;]|\w\(|(?:^|\s)--?[A-Za-z]")
+
+
+def _prose_piece(piece: str) -> bool:
+    """A word as prose writes it, in any script: letters in lower case, Capitalised or all in
+    capitals (an acronym), or a number; not camelCase, not letters and digits mixed (an
+    identifier such as "k8s" or "w12")."""
+    if _PROSE_NUMBER.fullmatch(piece):
+        return True
+    if not piece.isalpha() and not all(c.isalpha() or unicodedata.category(c)[0] == "M" for c in piece):
+        return False  # a digit or "_" among letters; a mark (a vowel sign) is part of its letter
+    rest = piece[1:]
+    return rest == rest.lower() or piece == piece.upper()
 
 
 def is_prose(text: str) -> bool:
-    """Whether a query is words alone (lowercase or capitalised): no path, name, number or code."""
+    """Whether a query is a sentence in words, as people ask ("why did CI fail on the 2nd run
+    of the follow-up?"): words in any script, acronyms, numbers and hyphenated words; no path,
+    dotted, snake_case or camelCase name, no code sign."""
     words = compounds(text)
-    return bool(words) and all(_PROSE_WORD.fullmatch(w) for w in words)
+    return (
+        bool(words)
+        and _CODE_SIGN.search(text) is None
+        and all(all(_prose_piece(p) for p in w.split("-")) for w in words)
+    )
 
 
 def query_words(text: str, limit: int | None = None) -> list[str]:
