@@ -52,8 +52,9 @@ from mcp.client.stdio import stdio_client
 
 from compactor.store.tuning import Tuning, parse_overrides
 from evals.halves import half_of
-from evals.lookups import bare_query, strict_relevant
+from evals.lookups import ASK_SHAPES, asked_as, bare_query, strict_relevant
 from evals.revisits import (
+    COMMAND_KINDS,
     REPO_ROOT,
     REVISIT_TYPES,
     REVISITS_FILE,
@@ -518,6 +519,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --fast: ask each first-derivation file re-read that names a symbol or lines as"
         " 'path symbol' or 'path lines A-B' (evals/lookups.py)",
     )
+    add(
+        "--ask",
+        choices=ASK_SHAPES,
+        default="lines",
+        help="with --fast: how each revisit names its command: on a line of its own (as derived), in"
+        " backticks after the thought, or in backticks in a question alone (evals/lookups.py)",
+    )
     args = parser.parse_args(argv)
     if args.set and not args.fast:
         parser.error("--set tunes the Store of this process: it works with --fast only")
@@ -575,6 +583,15 @@ def run_fast(args: argparse.Namespace) -> int:
                 }
                 if args.bare_lookups:
                     revisits = [_bare(r) for r in revisits] if derivation == "first" else revisits
+                if args.ask != "lines":
+                    command_of = {}
+                    for ev in events:
+                        if ev.kind in COMMAND_KINDS:
+                            command_of.setdefault(ev.step, ev.content)
+                    revisits = [
+                        dataclasses.replace(r, query=asked_as(args.ask, r.query, command_of.get(r.step, "")))
+                        for r in revisits
+                    ]
                 pending = _queries_by_step(revisits)
                 store = Store(budget=budget, tuning=args.tuning)
                 seqs_of: dict[str, list[int]] = {}

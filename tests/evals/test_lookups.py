@@ -3,7 +3,7 @@ query asks for, by the evaluation's own rules."""
 
 from __future__ import annotations
 
-from evals.lookups import Asked, answers, asked, bare_query, shown, strict_relevant
+from evals.lookups import Asked, answers, asked, asked_as, bare_query, shown, strict_relevant
 
 GREP = 'Let\'s check `find_ordering_name`.\ngrep -n "def find_ordering_name" django/db/models/sql/compiler.py'
 SED = "Read `SQLiteNumericMixin` in `django/db/models/expressions.py`.\nsed -n '18,35p' django/db/models/expressions.py"
@@ -50,3 +50,17 @@ def test_a_bare_query_is_the_path_and_what_it_asks_for() -> None:
     )
     assert bare_query("lib/text.py", LINES) == "lib/text.py lines 1120-1140"
     assert bare_query("pkg/mod.py", "cat pkg/mod.py") is None
+
+
+def test_a_revisit_asked_with_its_command_in_backticks():
+    query = "The fix is in. Let me run it again.\npython repro.py --fast"
+    assert asked_as("lines", query, "python repro.py --fast") == query
+    assert asked_as("ticked", query, "python repro.py --fast") == (
+        "The fix is in. Let me run it again. Running `python repro.py --fast` again."
+    )
+    assert asked_as("question", query, "python repro.py --fast") == "What did `python repro.py --fast` print last time?"
+    # What backticks cannot hold, or a query that does not end with the command, stays as derived.
+    heredoc = "Write it.\ncat <<'EOF' > a.py\nprint(1)\nEOF"
+    assert asked_as("ticked", heredoc, "cat <<'EOF' > a.py\nprint(1)\nEOF") == heredoc
+    assert asked_as("question", "echo `date`", "echo `date`") == "echo `date`"
+    assert asked_as("question", "Look.\nls", "pwd") == "Look.\nls"

@@ -40,6 +40,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
             ),
             "file_reread strict",
         ),
+        (("evals.replay", "--fast", "--half", "all", "--limit-trajs", "2", "--ask", "question"), "2 trajectories"),
         (("evals.resume", "--fast", "--half", "all", "--limit-trajs", "2", "--cuts", "60"), "60%: recall"),
         (("evals.other_words", "--half", "all"), "exact MRR"),
         (("evals.questions", "--half", "all"), "reworded recall@5"),
