@@ -105,6 +105,8 @@ _PATH_LINE = re.compile(rf"([{_WC}./+@~-]*[{_WC}]\.\w+|[{_WC}.+@~-]*/[{_WC}./+@~
 _LINES_PHRASE = re.compile(r"\blines?\s+(\d+)(?:\s*(?:-|\u2013|to|\.\.|through)\s*(\d+))?", re.IGNORECASE)
 # A symbol named in prose: a name in backticks (a call's "()" aside), dotted or not.
 _TICKED = re.compile(r"`([^`\n]{1,100})`")
+# A command in backticks inside prose: as long as a command line an echo is compared on.
+_TICKED_COMMAND = re.compile(r"`([^`\n]{1,500})`")
 _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 # A name that is code written bare in prose: snake_case, camelCase or CapWords with an inner
 # capital, a dunder ("parse_headers", "getInlines", "QuerySet", "__init__").
@@ -573,6 +575,40 @@ def _stem(name: str) -> str:
     return stem or name
 
 
+def _first_words(line: str) -> list[str]:
+    """The words of a command line's first command, a leading `cd DIR &&` aside."""
+    cmds = _commands(line) if "&&" in line else [[line.split()]]
+    while len(cmds) > 1 and cmds[0] and _program(cmds[0][0])[0] == "cd":
+        cmds = cmds[1:]
+    return cmds[0][0] if cmds and cmds[0] else []
+
+
+def _is_command(line: str) -> bool:
+    """Whether a line (or a span in backticks) is a command line: a program that shows, runs or
+    lists, with at least one argument (a program named alone is a tool, not a command)."""
+    first = _first_words(line)
+    program = _program(first)[0] if len(first) >= 2 else ""
+    return program in READERS or program in _RUNNERS or program in {"git show", "perl"} or _runs_a_program(first)
+
+
+def query_lines(text: str) -> list[str]:
+    """A query's lines, `$ ` prompts and blank lines aside, with each command in backticks inside
+    a line of prose ("what did `python repro.py` print?") taken out as a line of its own: it
+    asks about that command, as a command line does, and its paths are arguments to it."""
+    out: list[str] = []
+    for raw in text.split("\n"):
+        line = raw.strip().removeprefix("$ ")
+        if "`" in line and not _is_command(line):
+            for span in _TICKED_COMMAND.findall(line):
+                if _is_command(span.strip()):
+                    out.append(span.strip())
+                    line = line.replace(f"`{span}`", " ")
+            line = line.strip()
+        if line:
+            out.append(line)
+    return out
+
+
 def parse_query(text: str, known: Container[str] | None = None) -> ViewQuery | None:
     """The paths a query names and the lines it asks for. When the query holds a command line,
     only its reader commands name files to show: a line that runs something (`python x.py`,
@@ -591,16 +627,8 @@ def parse_query(text: str, known: Container[str] | None = None) -> ViewQuery | N
     greps: dict[str, None] = {}
     ticked: dict[str, None] = {}
     commands = False
-    for raw in text.split("\n"):
-        line = raw.strip()
-        if line.startswith("$ "):
-            line = line[2:]
-        if not line:
-            continue
-        cmds = _commands(line) if "&&" in line else [[line.split()]]
-        while len(cmds) > 1 and cmds[0] and _program(cmds[0][0])[0] == "cd":
-            cmds = cmds[1:]
-        first = cmds[0][0] if cmds and cmds[0] else []
+    for line in query_lines(text):
+        first = _first_words(line)
         program = _program(first)[0] if first else ""
         if program in READERS or program in {"git show", "perl"} or line.startswith("git show "):
             commands = True

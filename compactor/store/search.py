@@ -14,7 +14,7 @@ from ..errors import WriteLockTimeoutError
 from ..models import Item
 from ..search import scoring
 from ..search.analyze import is_prose
-from ..search.views import covers, overlaps, parse_query
+from ..search.views import covers, overlaps, parse_query, query_lines
 from .journaled import _Journaled
 from .records import Hit
 from .state import scope_key
@@ -177,9 +177,9 @@ class _Search(_Journaled):
 
     def _lift_reruns(self, text: str, raw: list[Any], lifts: dict[str, float], lift: float) -> None:
         """Lift the candidates that are the output of a command the query names on a line of
-        its own: an output stored with its `$ cmd` line opens with it. Only the candidates
-        already fetched are looked at (no index of first lines)."""
-        commands = {_command_of(line) for line in text.splitlines() if line.strip()}
+        its own or in backticks: an output stored with its `$ cmd` line opens with it. Only the
+        candidates already fetched are looked at (no index of first lines)."""
+        commands = {_command_of(line) for line in query_lines(text)}
         commands = {c for c in commands if len(c) <= ECHO_MAX_CHARS}
         if not commands:
             return

@@ -15,7 +15,7 @@ from mcp import Client
 from compactor.mcp import build_server
 from compactor.models import Item
 from compactor.report import item_report
-from compactor.search.views import FileView, ViewIndex, covers, detect, overlaps, parse_query
+from compactor.search.views import FileView, ViewIndex, covers, detect, overlaps, parse_query, query_lines
 from compactor.store import Store
 from tests.support.stdio_client import StdioServer
 
@@ -166,6 +166,27 @@ def test_what_a_query_names():
     assert q("./manage.py check --deploy") is None
     assert q("ls src/app") is None
     assert q("what did we decide about caching") is None
+
+
+def test_a_command_in_backticks_inside_prose_is_asked_as_a_command_line():
+    def q(text: str) -> tuple[tuple[str, ...], tuple[int, int] | None] | None:
+        found = parse_query(text)
+        return None if found is None else (found.paths, found.lines)
+
+    # A command that runs something names its paths as arguments, inside a sentence as on a line.
+    assert q("What did `python repro.py` print last time?") is None
+    assert q("The fix is in. Running `cd /testbed && pytest tests/test_core.py -q` again.") is None
+    # A reader in backticks shows its file; a file name or a program named alone is prose.
+    assert q("Let me look at `sed -n '40,60p' pkg/core.py` once more") == (("pkg/core.py",), (40, 60))
+    assert q("What does `repro.py` do?") == (("repro.py",), None)
+    assert q("Is `pytest` installed? See pkg/core.py") == (("pkg/core.py",), None)
+    assert query_lines("What did `python repro.py` print?\n$ git diff\n\n") == [
+        "python repro.py",
+        "What did   print?",
+        "git diff",
+    ]
+    # A line that is a command keeps its backticks: they are the shell's.
+    assert query_lines("echo `date` > stamp.txt") == ["echo `date` > stamp.txt"]
 
 
 def test_the_symbols_a_query_names():

@@ -1,7 +1,7 @@
 """A command stored alone and its output stored with the `$ cmd` line: asked for the command
 again, the output comes first, since it holds the command and what it printed (ISSUE 40): ahead
 of the command stored alone (the echo demotion) and of notes that talk about running it (the
-re-run lift, for a query that names the command on a line of its own)."""
+re-run lift, for a query that names the command on a line of its own or in backticks)."""
 
 from __future__ import annotations
 
@@ -136,6 +136,29 @@ def test_a_command_named_inside_a_line_lifts_nothing(store: Store):
     assert ranked.index(note) < ranked.index(output)
 
 
+# The command in backticks inside a sentence, as agents and people write one: asked that way,
+# the heredoc that wrote the script (a view of reproduce_issue.py) came first and the output second.
+TICKED = (
+    f"Now I run the reproduction script again: `{RUN}`",
+    f"What did `{RUN}` print last time?",
+    f"The fix is in.\nRunning `cd /testbed && {RUN}` again.",
+)
+
+
+@pytest.mark.parametrize("query", TICKED)
+def test_a_command_in_backticks_inside_a_sentence_asks_for_its_output(store: Store, query: str):
+    output, _ = _fill_rerun(store)
+    ranked = [h.item.id for h in store.query(query=query, limit=10)]
+    assert ranked[0] == output, [store.get(i).content[:40] for i in ranked[:3]]
+
+
+def test_the_ticked_command_output_comes_first_over_the_protocol():
+    for query in TICKED:
+        with _tuned() as fresh:
+            ids, ranked = anyio.run(_over_protocol, fresh, (OUTPUT, *AROUND, NOTE), query)
+            assert ranked[0] == ids[0], query
+
+
 def test_the_rerun_output_comes_first_over_the_protocol(store: Store):
     ids, ranked = anyio.run(_over_protocol, store, (OUTPUT, *AROUND, NOTE), ASKED)
     assert ranked[:2] == [ids[0], ids[-1]]
@@ -150,3 +173,5 @@ def test_the_rerun_output_comes_first_over_stdio(tmp_path: Path):
         note = srv.ok("store", content=NOTE)["id"]
         ranked = [h["id"] for h in srv.ok("query", query=ASKED)["items"]]
         assert ranked[:2] == [output, note]
+        for query in TICKED:
+            assert srv.ok("query", query=query)["items"][0]["id"] == output, query
