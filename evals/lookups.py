@@ -112,18 +112,20 @@ def strict_relevant(query: str, relevant: Iterable[int], content_of: Mapping[int
 
 # How a revisit may be asked (`evals.replay --fast --ask`): the derivation's own form, or the
 # command in backticks inside prose, as people and agents write a command in a sentence.
-ASK_SHAPES = ("lines", "ticked", "question")
+ASK_SHAPES = ("lines", "ticked", "question", "said")
 
 
 def asked_as(shape: str, query: str, command: str) -> str:
     """A revisit's query asked another way. "lines" is the derivation's own: the thought, then
     the command on a line of its own. "ticked": the thought, then the command in backticks inside
     a sentence ("... Running `python repro.py` again."). "question": the command in backticks in
-    a question, and nothing else ("What did `python repro.py` print last time?"). A command of
-    several lines, or holding a backtick, is asked as derived."""
+    a question, and nothing else ("What did `python repro.py` print last time?"). "said": as
+    "ticked", without the backticks ("... Running python repro.py again."). A command of several
+    lines, or holding a backtick, is asked as derived."""
     command = command.strip()
     if shape == "lines" or not command or "\n" in command or "`" in command or not query.endswith(command):
         return query
-    if shape == "ticked":
-        return f"{query[: -len(command)].strip()} Running `{command}` again.".lstrip()
-    return f"What did `{command}` print last time?"
+    if shape == "question":
+        return f"What did `{command}` print last time?"
+    tick = "`" if shape == "ticked" else ""
+    return f"{query[: -len(command)].strip()} Running {tick}{command}{tick} again.".lstrip()

@@ -524,7 +524,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=ASK_SHAPES,
         default="lines",
         help="with --fast: how each revisit names its command: on a line of its own (as derived), in"
-        " backticks after the thought, or in backticks in a question alone (evals/lookups.py)",
+        " backticks after the thought, in backticks in a question alone, or inside a sentence as"
+        " written (evals/lookups.py)",
     )
     args = parser.parse_args(argv)
     if args.set and not args.fast:

@@ -59,6 +59,9 @@ def test_a_revisit_asked_with_its_command_in_backticks():
         "The fix is in. Let me run it again. Running `python repro.py --fast` again."
     )
     assert asked_as("question", query, "python repro.py --fast") == "What did `python repro.py --fast` print last time?"
+    assert asked_as("said", query, "python repro.py --fast") == (
+        "The fix is in. Let me run it again. Running python repro.py --fast again."
+    )
     # What backticks cannot hold, or a query that does not end with the command, stays as derived.
     heredoc = "Write it.\ncat <<'EOF' > a.py\nprint(1)\nEOF"
     assert asked_as("ticked", heredoc, "cat <<'EOF' > a.py\nprint(1)\nEOF") == heredoc
