@@ -609,6 +609,20 @@ def query_lines(text: str) -> list[str]:
     return out
 
 
+def tick_commands(text: str, commands: Iterable[str]) -> str:
+    """`text` with each of `commands` that a line of prose names put in backticks (spaces as in
+    the command), so `parse_query` reads it as the command it is."""
+    wanted = [c for c in dict.fromkeys(commands) if c]
+    out: list[str] = []
+    for line in text.split("\n"):
+        flat = " ".join(line.split())
+        named = [] if _is_command(flat) else [c for c in wanted if c in flat and f"`{c}`" not in flat]
+        for cmd in named:
+            flat = flat.replace(cmd, f"`{cmd}`")
+        out.append(flat if named else line)
+    return "\n".join(out)
+
+
 def parse_query(text: str, known: Container[str] | None = None) -> ViewQuery | None:
     """The paths a query names and the lines it asks for. When the query holds a command line,
     only its reader commands name files to show: a line that runs something (`python x.py`,

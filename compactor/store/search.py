@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -14,7 +15,7 @@ from ..errors import WriteLockTimeoutError
 from ..models import Item
 from ..search import scoring
 from ..search.analyze import is_prose
-from ..search.views import covers, overlaps, parse_query, query_lines
+from ..search.views import covers, overlaps, parse_query, query_lines, tick_commands
 from .journaled import _Journaled
 from .records import Hit
 from .state import scope_key
@@ -40,6 +41,28 @@ def _command_of(line: str) -> str:
     """A command line as written, its `$ ` prompt and spacing aside: what an echo and a re-run
     compare."""
     return " ".join(line.removeprefix("$ ").split())
+
+
+# A `cd DIR && ` opening a command line: a sentence names the command after it.
+_CD_PREFIX = re.compile(r"^cd \S+ && ")
+
+
+def _mentions(flat: str, cmd: str) -> bool:
+    """Whether `flat` (a query, its spaces made single) names the command line `cmd`, a leading
+    `cd DIR && ` aside, as a whole: not inside a longer word or path. A program alone ("ls") is
+    a word of prose, not a command to find."""
+    core = _CD_PREFIX.sub("", cmd)
+    if " " not in core:
+        return False
+    start = flat.find(core)
+    while start >= 0:
+        end = start + len(core)
+        before = flat[start - 1] if start else " "
+        after = flat[end] if end < len(flat) else " "
+        if not (before.isalnum() or before in "_/.-") and not (after.isalnum() or after in "_/-"):
+            return True
+        start = flat.find(core, start + 1)
+    return False
 
 
 class _Search(_Journaled):
@@ -94,9 +117,12 @@ class _Search(_Journaled):
             weights=weights,
             terms_out=weighed,
         )
-        lifts = self._view_lifts(text) if len(s.views) else {}
-        if tuning.rerun_lift != 1.0:
-            self._lift_reruns(text, raw, lifts, tuning.rerun_lift)
+        lifts: dict[str, float] = {}
+        mentioned = self._lift_reruns(text, raw, lifts, tuning.rerun_lift) if tuning.rerun_lift != 1.0 else []
+        if len(s.views):
+            asked = tick_commands(text, mentioned) if mentioned else text
+            for item_id, factor in self._view_lifts(asked).items():
+                lifts[item_id] = max(lifts.get(item_id, 1.0), factor)
         if lifts:
             # Views of the named file are candidates even when BM25 alone ranks them deeper.
             have = {h.doc_id for h in raw}
@@ -175,14 +201,17 @@ class _Search(_Journaled):
                 heapq.heapreplace(best, entry)
         return [Hit(s.items[i], score, ()) for score, _, i in sorted(best, reverse=True)]
 
-    def _lift_reruns(self, text: str, raw: list[Any], lifts: dict[str, float], lift: float) -> None:
+    def _lift_reruns(self, text: str, raw: list[Any], lifts: dict[str, float], lift: float) -> list[str]:
         """Lift the candidates that are the output of a command the query names on a line of
-        its own or in backticks: an output stored with its `$ cmd` line opens with it. Only the
-        candidates already fetched are looked at (no index of first lines)."""
+        its own, in backticks, or (`rerun_in_prose`) as written inside a sentence: an output
+        stored with its `$ cmd` line opens with it. Only the candidates already fetched are
+        looked at (no index of first lines). Returns the commands found inside sentences."""
         commands = {_command_of(line) for line in query_lines(text)}
         commands = {c for c in commands if len(c) <= ECHO_MAX_CHARS}
-        if not commands:
-            return
+        flat = " ".join(text.split()) if self._tuning.rerun_in_prose else ""
+        mentioned: list[str] = []
+        if not commands and not flat:
+            return mentioned
         items = self._s.items
         for h in raw:
             it = items[h.doc_id]
@@ -193,8 +222,13 @@ class _Search(_Journaled):
             if not head.startswith("$ "):
                 continue
             cut = head.find("\n", 0, ECHO_MAX_CHARS + 3)
-            if _command_of(head[: cut if cut >= 0 else len(head)]) in commands:
+            cmd = _command_of(head[: cut if cut >= 0 else len(head)])
+            if cmd in commands:
                 lifts[it.id] = max(lifts.get(it.id, 1.0), lift)
+            elif flat and _mentions(flat, cmd):
+                lifts[it.id] = max(lifts.get(it.id, 1.0), lift)
+                mentioned.append(_CD_PREFIX.sub("", cmd))
+        return mentioned
 
     def _echoes(self, scored: list[tuple[float, Item]], limit: int) -> set[str]:
         """The one-line items of the top `limit` whose line opens another candidate: a command

@@ -41,6 +41,9 @@ class Tuning:
     # The earlier output of a command the query names as a line of its own (an output stored
     # with its `$ cmd` line): what a re-run goes back for, ahead of notes that talk about it.
     rerun_lift: float = 3.0
+    # The same for a command a sentence of the query names as written ("Running python repro.py
+    # again"), when a stored output opens with it: 1 on, 0 off (evals/KNOBS.md).
+    rerun_in_prose: float = 1.0
     # A query of words alone (no path, name, number or code) asks about a matter, not about the
     # last steps: the recency prior for it (evals/KNOBS.md; code lookups keep RECENCY_PRIOR).
     prose_recency_prior: float = 0.0

@@ -15,7 +15,16 @@ from mcp import Client
 from compactor.mcp import build_server
 from compactor.models import Item
 from compactor.report import item_report
-from compactor.search.views import FileView, ViewIndex, covers, detect, overlaps, parse_query, query_lines
+from compactor.search.views import (
+    FileView,
+    ViewIndex,
+    covers,
+    detect,
+    overlaps,
+    parse_query,
+    query_lines,
+    tick_commands,
+)
 from compactor.store import Store
 from tests.support.stdio_client import StdioServer
 
@@ -187,6 +196,16 @@ def test_a_command_in_backticks_inside_prose_is_asked_as_a_command_line():
     ]
     # A line that is a command keeps its backticks: they are the shell's.
     assert query_lines("echo `date` > stamp.txt") == ["echo `date` > stamp.txt"]
+
+
+def test_a_command_a_sentence_names_is_ticked_for_the_parse():
+    text = "Running  python repro.py again to see the failure.\ncat repro.py"
+    assert tick_commands(text, ["python repro.py"]) == (
+        "Running `python repro.py` again to see the failure.\ncat repro.py"
+    )
+    assert parse_query(tick_commands("Running python repro.py again.", ["python repro.py"])) is None
+    assert parse_query("Running python repro.py again.") is not None  # repro.py, named in prose
+    assert tick_commands("grep 'python repro.py' log.txt", ["python repro.py"]) == "grep 'python repro.py' log.txt"
 
 
 def test_the_symbols_a_query_names():

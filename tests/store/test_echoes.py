@@ -129,16 +129,38 @@ def test_without_the_rerun_lift_the_note_would_win():
         assert s.query(query=ASKED, limit=10)[0].item.id == note
 
 
-def test_a_command_named_inside_a_line_lifts_nothing(store: Store):
-    """Only a line of the query that is the command: a sentence that mentions it is prose."""
+SAID = f"Now I run the reproduction script again: {RUN}"
+
+
+def test_a_command_a_sentence_names_as_written_asks_for_its_output(store: Store):
     output, note = _fill_rerun(store)
-    ranked = [h.item.id for h in store.query(query=f"Now I run the reproduction script again: {RUN}", limit=10)]
-    assert ranked.index(note) < ranked.index(output)
+    assert [h.item.id for h in store.query(query=SAID, limit=10)][:2] == [output, note]
+    assert store.query(query=f"Running {RUN} again, the fix is in.", limit=10)[0].item.id == output
+
+
+def test_without_the_rerun_in_prose_the_note_would_win():
+    with _tuned(RERUN_IN_PROSE="0") as s:
+        output, note = _fill_rerun(s)
+        ranked = [h.item.id for h in s.query(query=SAID, limit=10)]
+        assert ranked.index(note) < ranked.index(output)
+
+
+def test_a_sentence_naming_part_of_a_command_lifts_nothing(store: Store):
+    """The whole command line, not a word of it: "reproduce_issue.py" alone names a file, and
+    "python reproduce_issue.pyc" another one."""
+    output, note = _fill_rerun(store)
+    for query in (
+        "Now I run the reproduction script again: reproduce_issue.py",
+        "Now I run the reproduction script again: python reproduce_issue.pyc",
+    ):
+        ranked = [h.item.id for h in store.query(query=query, limit=10)]
+        assert ranked.index(note) < ranked.index(output), query
 
 
 # The command in backticks inside a sentence, as agents and people write one: asked that way,
 # the heredoc that wrote the script (a view of reproduce_issue.py) came first and the output second.
 TICKED = (
+    SAID,
     f"Now I run the reproduction script again: `{RUN}`",
     f"What did `{RUN}` print last time?",
     f"The fix is in.\nRunning `cd /testbed && {RUN}` again.",
