@@ -599,7 +599,7 @@ def query_lines(text: str) -> list[str]:
     for raw in text.split("\n"):
         line = raw.strip().removeprefix("$ ")
         if "`" in line and not _is_command(line):
-            for span in _TICKED_COMMAND.findall(line):
+            for span in dict.fromkeys(_TICKED_COMMAND.findall(line)):
                 if _is_command(span.strip()):
                     out.append(span.strip())
                     line = line.replace(f"`{span}`", " ")

@@ -198,6 +198,19 @@ def test_a_command_in_backticks_inside_prose_is_asked_as_a_command_line():
     assert query_lines("echo `date` > stamp.txt") == ["echo `date` > stamp.txt"]
 
 
+_QUERY_TEXT = st.lists(st.sampled_from([*"`$ \n-./_'\"|&;=()", "python", "cat", "a.py", "x", "sed -n"])).map("".join)
+
+
+@given(_QUERY_TEXT)
+def test_any_query_splits_into_lines_and_ticks_without_error(text: str):
+    lines = query_lines(text)
+    assert all(line and "\n" not in line and line == line.strip() for line in lines)
+    assert tick_commands(text, []) == text
+    ticked = tick_commands(text, ["python a.py"])
+    assert ticked.count("\n") == text.count("\n")
+    parse_query(ticked)
+
+
 def test_a_command_a_sentence_names_is_ticked_for_the_parse():
     text = "Running  python repro.py again to see the failure.\ncat repro.py"
     assert tick_commands(text, ["python repro.py"]) == (
