@@ -322,14 +322,14 @@ _CODE_SIGN: Final = re.compile(r"[`$={}\[\]<>|\\;]|\w\(|(?:^|\s)--?[A-Za-z]")
 
 def _prose_piece(piece: str) -> bool:
     """A word as prose writes it, in any script: letters in lower case, Capitalised or all in
-    capitals (an acronym), or a number; not camelCase, not letters and digits mixed (an
-    identifier such as "k8s" or "w12")."""
+    capitals (an acronym, "APIs" too), or a number; not camelCase, not letters and digits mixed
+    (an identifier such as "k8s" or "w12")."""
     if _PROSE_NUMBER.fullmatch(piece):
         return True
     if not piece.isalpha() and not all(c.isalpha() or unicodedata.category(c)[0] == "M" for c in piece):
         return False  # a digit or "_" among letters; a mark (a vowel sign) is part of its letter
     rest = piece[1:]
-    return rest == rest.lower() or piece == piece.upper()
+    return rest == rest.lower() or piece == piece.upper() or (piece[-1] == "s" and piece[:-1] == piece[:-1].upper())
 
 
 def is_prose(text: str) -> bool:

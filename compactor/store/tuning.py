@@ -44,8 +44,9 @@ class Tuning:
     # The same for a command a sentence of the query names as written ("Running python repro.py
     # again"), when a stored output opens with it: 1 on, 0 off (evals/KNOBS.md).
     rerun_in_prose: float = 1.0
-    # A query of words alone (no path, name, number or code) asks about a matter, not about the
-    # last steps: the recency prior for it (evals/KNOBS.md; code lookups keep RECENCY_PRIOR).
+    # A question in words (no path, identifier or code: `analyze.is_prose`) asks about a matter,
+    # not about the last steps: the recency prior for it (evals/KNOBS.md; code lookups keep
+    # RECENCY_PRIOR).
     prose_recency_prior: float = 0.0
     # Shares of recall's cap: the task group, then open errors, then recent work of what is left,
     # then decisions of what is left after it (tuned on the resume evaluation's tuning half).

@@ -45,6 +45,7 @@ QUESTIONS = (
     "डेटाबेस क्यों धीमा है",
     "migration 2024 failed on the orders table",
     "git status",
+    "which URLs and APIs did the PRs touch",
 )
 CODE_LOOKUPS = (
     "KeyError in parser",
@@ -61,6 +62,7 @@ CODE_LOOKUPS = (
     "echo $HOME",
     "grep `ERR` | wc",
     "k8s deploy",
+    "iPhone sync",
     "",
 )
 
