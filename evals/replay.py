@@ -523,7 +523,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--ask",
         choices=ASK_SHAPES,
         default="lines",
-        help="with --fast: how each revisit names its command: on a line of its own (as derived), in"
+        help="how each revisit names its command: on a line of its own (as derived), in"
         " backticks after the thought, in backticks in a question alone, or inside a sentence as"
         " written (evals/lookups.py)",
     )
@@ -548,6 +548,20 @@ def _chosen(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
     if args.budgets != "both":
         budgets = {args.budgets: budgets[args.budgets]}
     return budgets, list(DERIVATIONS) if args.derivation == "both" else [args.derivation]
+
+
+def ask_revisits(revisits: Sequence[Revisit], events: Sequence[Event], shape: str) -> list[Revisit]:
+    """The revisits with their queries asked in `shape` (evals/lookups.py `asked_as`), each with
+    the command of its own turn."""
+    if shape == "lines":
+        return list(revisits)
+    command_of: dict[tuple[str, int], str] = {}
+    for ev in events:
+        if ev.kind in COMMAND_KINDS:
+            command_of.setdefault((ev.traj, ev.step), ev.content)
+    return [
+        dataclasses.replace(r, query=asked_as(shape, r.query, command_of.get((r.traj, r.step), ""))) for r in revisits
+    ]
 
 
 def _bare(r: Revisit) -> Revisit:
@@ -584,15 +598,7 @@ def run_fast(args: argparse.Namespace) -> int:
                 }
                 if args.bare_lookups:
                     revisits = [_bare(r) for r in revisits] if derivation == "first" else revisits
-                if args.ask != "lines":
-                    command_of = {}
-                    for ev in events:
-                        if ev.kind in COMMAND_KINDS:
-                            command_of.setdefault(ev.step, ev.content)
-                    revisits = [
-                        dataclasses.replace(r, query=asked_as(args.ask, r.query, command_of.get(r.step, "")))
-                        for r in revisits
-                    ]
+                revisits = ask_revisits(revisits, events, args.ask)
                 pending = _queries_by_step(revisits)
                 store = Store(budget=budget, tuning=args.tuning)
                 seqs_of: dict[str, list[int]] = {}
@@ -642,7 +648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in derivations:
             tasks = build_tasks(
                 events,
-                revisits=derive_revisits(name, events, args.revisits),
+                revisits=ask_revisits(derive_revisits(name, events, args.revisits), events, args.ask),
                 argv=shlex.split(args.server),
                 cwd=args.server_cwd,
                 budgets=list(budgets.values()),
@@ -676,6 +682,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(cpu, 1),
         "importance_by_kind": dict(IMPORTANCE_BY_KIND),
+        "asked": args.ask,
         "halves": "tuning when the first byte of sha256(traj) is even, else test (evals/halves.py)",
         "derivations": {},
     }

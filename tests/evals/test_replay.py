@@ -15,6 +15,7 @@ from evals.replay import (
     Task,
     TrajInput,
     VerbatimCheck,
+    ask_revisits,
     mean_reciprocal_rank,
     rank_of_ids,
     recall_at,
@@ -110,6 +111,25 @@ def test_command_rerun_needs_earlier_output_and_ignores_whitespace() -> None:
     [revisit] = derive(events)  # the silent heredoc printed nothing, so its repeat is no revisit
     assert (revisit.type, revisit.seq, revisit.relevant) == ("command_rerun", 9, (5,))
     assert "OUTPUT" not in revisit.query
+
+
+def test_revisits_are_asked_with_the_command_of_their_own_turn() -> None:
+    events = traj(
+        TASK,
+        (1, "thought", "Run it.", []),
+        (1, "action", "python repro.py", ["repro.py"]),
+        (1, "observation", "$ python repro.py\nOUT", ["repro.py"]),
+        (2, "thought", "Run it again.", []),
+        (2, "action", "python repro.py", ["repro.py"]),
+        (2, "observation", "$ python repro.py\nOUT", ["repro.py"]),
+    )
+    revisits = derive(events)
+    assert ask_revisits(revisits, events, "lines") == revisits
+    [question] = ask_revisits(revisits, events, "question")
+    assert question.query == "What did `python repro.py` print last time?"
+    [said] = ask_revisits(revisits, events, "said")
+    assert said.query == "Run it again. Running python repro.py again."
+    assert (said.seq, said.relevant) == (revisits[0].seq, revisits[0].relevant)
 
 
 CRASH = "ValueError: bad value at "
