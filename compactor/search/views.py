@@ -591,10 +591,60 @@ def _is_command(line: str) -> bool:
     return program in READERS or program in _RUNNERS or program in {"git show", "perl"} or _runs_a_program(first)
 
 
+# A reader named inside a sentence ("Running sed -n '40,60p' pkg/core.py again"): its name as a
+# word of its own, then shell tokens (quotes kept) up to its last file operand.
+_PROSE_READER = re.compile(r"(?<![\w/.`'\"-])(cat|nl|head|tail|sed|awk|grep|egrep|fgrep|rg|bat)\s")
+_RAW_TOKEN = re.compile(r"""(?:[^\s'"]|'[^']*'|"[^"]*")+""")
+# Readers whose first operand is a script or a pattern, not a file.
+_SCRIPTED: Final = frozenset({"sed", "awk", "grep", "egrep", "fgrep", "rg"})
+_SENTENCE_END = ".,;:!?)"
+
+
+def _reader_in_prose(line: str) -> str | None:
+    """The first reader command a line of prose writes out with a file to read, as written; None
+    when none does ("the cat sat", "grep for the error" name no file)."""
+    for m in _PROSE_READER.finditer(line):
+        end = _reader_end(line, m.end(), m.group(1))
+        if end is not None:
+            return line[m.start() : end]
+    return None
+
+
+def _reader_end(line: str, at: int, program: str) -> int | None:
+    """Where the reader `program` written from `at` on ends: after its last file operand (or the
+    script of a reader piped after it), flags and their numbers and its script or pattern
+    taken in; None when a word that is none of these comes before any file. Token by token, so
+    a long sentence is read only as far as its command goes."""
+    tokens = _RAW_TOKEN.finditer(line, at)
+    script, end = False, None
+    token = next(tokens, None)
+    while token is not None:
+        word, after = token.group(), next(tokens, None)
+        bare = word.rstrip(_SENTENCE_END)
+        if word == "|" and after is not None and after.group() in READERS:
+            program, script, token = after.group(), False, next(tokens, None)
+            continue
+        if word.startswith("-") and len(word) > 1:
+            if after is not None and after.group().isdigit():
+                after = next(tokens, None)  # a flag's number (-n 20, -A 3)
+        elif program in _SCRIPTED and not script:
+            script = True
+            if end is not None:  # a script after a pipe: `nl -ba a.py | sed -n '1,5p'`
+                end = token.end()
+        elif _PATHLIKE.fullmatch(bare):
+            end = token.end() - (len(word) - len(bare))
+        else:
+            break
+        token = after
+    return end
+
+
 def query_lines(text: str) -> list[str]:
     """A query's lines, `$ ` prompts and blank lines aside, with each command in backticks inside
     a line of prose ("what did `python repro.py` print?") taken out as a line of its own: it
-    asks about that command, as a command line does, and its paths are arguments to it."""
+    asks about that command, as a command line does, and its paths are arguments to it. So is
+    the first reader a line of prose writes out with its file ("running sed -n '40,60p' a.py
+    again"): it names the lines or the pattern wanted."""
     out: list[str] = []
     for raw in text.split("\n"):
         line = raw.strip().removeprefix("$ ")
@@ -604,6 +654,11 @@ def query_lines(text: str) -> list[str]:
                     out.append(span.strip())
                     line = line.replace(f"`{span}`", " ")
             line = line.strip()
+        if line and not _is_command(line):
+            reader = _reader_in_prose(line)
+            if reader is not None:
+                out.append(reader)
+                line = line.replace(reader, " ").strip()
         if line:
             out.append(line)
     return out

@@ -211,6 +211,20 @@ def test_any_query_splits_into_lines_and_ticks_without_error(text: str):
     parse_query(ticked)
 
 
+def test_a_reader_a_sentence_writes_out_with_its_file_is_a_command_line():
+    said = "Running sed -n '40,60p' pkg/core.py again to see the loop."
+    assert query_lines(said) == ["sed -n '40,60p' pkg/core.py", "Running   again to see the loop."]
+    found = parse_query(said)
+    assert found is not None and (found.paths, found.lines) == (("pkg/core.py",), (40, 60))
+    piped = parse_query("Let me see nl -ba pkg/core.py | sed -n '5,9p' once more.")
+    assert piped is not None and piped.lines == (5, 9)
+    grep = parse_query('Check where grep -n "def apply" shop/cart.py finds it.')
+    assert grep is not None and grep.symbols == ("def apply",)
+    # English that happens to use a reader's name names no file after it.
+    for text in ("the cat sat on the mat", "grep for the error in the logs", "head -n 5 is fine", "tail of pkg"):
+        assert query_lines(text) == [text], text
+
+
 def test_a_command_a_sentence_names_is_ticked_for_the_parse():
     text = "Running  python repro.py again to see the failure.\ncat repro.py"
     assert tick_commands(text, ["python repro.py"]) == (
@@ -305,6 +319,46 @@ def test_the_newest_view_of_a_region_comes_first(store: Store):
     new = _put(store, f"$ sed -n '1,60p' shop/cart.py\n{_numbered(1, 60)}")
     top = _top(store, "shop/cart.py", 2)
     assert top == [new, old]
+
+
+SAID_RANGE = "Running sed -n '312,318p' shop/cart.py again to see the loop."
+# Two views of shop/cart.py and a note between: the first view shows lines 300-340, the newest
+# other lines. A sentence asking for lines 312-318 wants the first.
+_CODE = "".join(f"    total = total + item_{n}.price\n" for n in range(40))  # no line numbers in it
+CART = (
+    f"$ sed -n '300,340p' shop/cart.py\n{_CODE}",
+    "shop/cart.py is long; the loop is somewhere past line 300.",
+    f"$ sed -n '1,40p' shop/cart.py\n{_CODE}",
+)
+
+
+def test_a_reader_written_inside_a_sentence_asks_for_its_lines(store: Store):
+    late, _, newer = [_put(store, content) for content in CART]
+    assert _top(store, SAID_RANGE, 2) == [late, newer]
+    assert _top(store, "Running shop/cart.py again to see the loop.", 1) == [newer]  # no lines named
+
+
+def test_a_reader_written_inside_a_sentence_over_the_protocol(store: Store):
+    async def main() -> tuple[list[str], list[str]]:
+        async with Client(build_server(store), mode="legacy") as c:
+            ids = []
+            for content in CART:
+                res = await c.call_tool("store", {"content": content})
+                assert res.structured_content is not None
+                ids.append(str(res.structured_content["id"]))
+            hits = await c.call_tool("query", {"query": SAID_RANGE})
+            assert hits.structured_content is not None
+            return ids, [str(h["id"]) for h in hits.structured_content["items"]]
+
+    ids, ranked = anyio.run(main)
+    assert ranked[0] == ids[0]
+
+
+@pytest.mark.slow
+def test_a_reader_written_inside_a_sentence_over_stdio(tmp_path: Path):
+    with StdioServer("--state-dir", str(tmp_path / "state")) as srv:
+        ids = [srv.ok("store", content=content)["id"] for content in CART]
+        assert srv.ok("query", query=SAID_RANGE)["items"][0]["id"] == ids[0]
 
 
 def test_a_command_that_runs_a_file_finds_its_runs_not_the_file(store: Store):
