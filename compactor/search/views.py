@@ -672,8 +672,11 @@ def tick_commands(text: str, commands: Iterable[str]) -> str:
     for line in text.split("\n"):
         flat = " ".join(line.split())
         named = [] if _is_command(flat) else [c for c in wanted if c in flat and f"`{c}`" not in flat]
-        for cmd in named:
-            flat = flat.replace(cmd, f"`{cmd}`")
+        ticked: list[str] = []
+        for cmd in sorted(named, key=len, reverse=True):  # "python a.py -v" before "python a.py"
+            if not any(cmd in longer for longer in ticked):
+                flat = flat.replace(cmd, f"`{cmd}`")
+                ticked.append(cmd)
         out.append(flat if named else line)
     return "\n".join(out)
 

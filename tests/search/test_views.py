@@ -233,6 +233,9 @@ def test_a_command_a_sentence_names_is_ticked_for_the_parse():
     assert parse_query(tick_commands("Running python repro.py again.", ["python repro.py"])) is None
     assert parse_query("Running python repro.py again.") is not None  # repro.py, named in prose
     assert tick_commands("grep 'python repro.py' log.txt", ["python repro.py"]) == "grep 'python repro.py' log.txt"
+    # One command inside another is ticked once, as the longer.
+    both = tick_commands("Ran python repro.py -v twice.", ["python repro.py", "python repro.py -v"])
+    assert both == "Ran `python repro.py -v` twice."
 
 
 def test_the_symbols_a_query_names():
