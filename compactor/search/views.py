@@ -106,7 +106,7 @@ _LINES_PHRASE = re.compile(r"\blines?\s+(\d+)(?:\s*(?:-|\u2013|to|\.\.|through)\
 # A symbol named in prose: a name in backticks (a call's "()" aside), dotted or not.
 _TICKED = re.compile(r"`([^`\n]{1,100})`")
 # A command in backticks inside prose: as long as a command line an echo is compared on.
-_TICKED_COMMAND = re.compile(r"`([^`\n]{1,500})`")
+_TICKED_COMMAND: Final = re.compile(r"`([^`\n]{1,500})`")
 _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 # A name that is code written bare in prose: snake_case, camelCase or CapWords with an inner
 # capital, a dunder ("parse_headers", "getInlines", "QuerySet", "__init__").
@@ -593,11 +593,11 @@ def _is_command(line: str) -> bool:
 
 # A reader named inside a sentence ("Running sed -n '40,60p' pkg/core.py again"): its name as a
 # word of its own, then shell tokens (quotes kept) up to its last file operand.
-_PROSE_READER = re.compile(r"(?<![\w/.`'\"-])(cat|nl|head|tail|sed|awk|grep|egrep|fgrep|rg|bat)\s")
-_RAW_TOKEN = re.compile(r"""(?:[^\s'"]|'[^']*'|"[^"]*")+""")
+_PROSE_READER: Final = re.compile(r"(?<![\w/.`'\"-])(cat|nl|head|tail|sed|awk|grep|egrep|fgrep|rg|bat)\s")
+_RAW_TOKEN: Final = re.compile(r"""(?:[^\s'"]|'[^']*'|"[^"]*")+""")
 # Readers whose first operand is a script or a pattern, not a file.
 _SCRIPTED: Final = frozenset({"sed", "awk", "grep", "egrep", "fgrep", "rg"})
-_SENTENCE_END = ".,;:!?)"
+_SENTENCE_END: Final = ".,;:!?)"  # what ends a sentence after a file name
 
 
 def _reader_in_prose(line: str) -> str | None:
