@@ -26,6 +26,7 @@ from compactor.search.views import (
     tick_commands,
 )
 from compactor.store import Store
+from tests.support.sdk_calls import stored_and_ranked
 from tests.support.stdio_client import StdioServer
 
 
@@ -342,18 +343,7 @@ def test_a_reader_written_inside_a_sentence_asks_for_its_lines(store: Store):
 
 
 def test_a_reader_written_inside_a_sentence_over_the_protocol(store: Store):
-    async def main() -> tuple[list[str], list[str]]:
-        async with Client(build_server(store), mode="legacy") as c:
-            ids = []
-            for content in CART:
-                res = await c.call_tool("store", {"content": content})
-                assert res.structured_content is not None
-                ids.append(str(res.structured_content["id"]))
-            hits = await c.call_tool("query", {"query": SAID_RANGE})
-            assert hits.structured_content is not None
-            return ids, [str(h["id"]) for h in hits.structured_content["items"]]
-
-    ids, ranked = anyio.run(main)
+    ids, ranked = anyio.run(stored_and_ranked, store, CART, SAID_RANGE)
     assert ranked[0] == ids[0]
 
 

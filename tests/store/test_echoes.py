@@ -11,11 +11,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp import Client
 
-from compactor.mcp import build_server
 from compactor.store import Store
 from compactor.store.tuning import Tuning
+from tests.support.sdk_calls import stored_and_ranked
 from tests.support.stdio_client import StdioServer
 
 RUN = "python reproduce_issue.py"
@@ -67,22 +66,8 @@ def test_a_command_opening_only_its_own_text_is_not_an_echo(store: Store):
     assert [h.item.id for h in store.query(query=RUN, limit=10)] == [only]
 
 
-async def _over_protocol(store: Store, contents: tuple[str, ...], query: str) -> tuple[list[str], list[str]]:
-    """Store `contents` and ask `query` through the SDK client: the ids stored, the ids ranked."""
-    async with Client(build_server(store), mode="legacy") as c:
-        with anyio.fail_after(10):
-            ids = []
-            for content in contents:
-                res = await c.call_tool("store", {"content": content})
-                assert res.structured_content is not None
-                ids.append(str(res.structured_content["id"]))
-            hits = await c.call_tool("query", {"query": query})
-    assert hits.structured_content is not None
-    return ids, [str(h["id"]) for h in hits.structured_content["items"]]
-
-
 def test_the_output_comes_first_over_the_protocol(store: Store):
-    (command, output, _), ranked = anyio.run(_over_protocol, store, (RUN, OUTPUT, "Reading qdp.py next."), RUN)
+    (command, output, _), ranked = anyio.run(stored_and_ranked, store, (RUN, OUTPUT, "Reading qdp.py next."), RUN)
     assert ranked[:2] == [output, command]
 
 
@@ -177,12 +162,12 @@ def test_a_command_in_backticks_inside_a_sentence_asks_for_its_output(store: Sto
 def test_the_ticked_command_output_comes_first_over_the_protocol():
     for query in TICKED:
         with _tuned() as fresh:
-            ids, ranked = anyio.run(_over_protocol, fresh, (OUTPUT, *AROUND, NOTE), query)
+            ids, ranked = anyio.run(stored_and_ranked, fresh, (OUTPUT, *AROUND, NOTE), query)
             assert ranked[0] == ids[0], query
 
 
 def test_the_rerun_output_comes_first_over_the_protocol(store: Store):
-    ids, ranked = anyio.run(_over_protocol, store, (OUTPUT, *AROUND, NOTE), ASKED)
+    ids, ranked = anyio.run(stored_and_ranked, store, (OUTPUT, *AROUND, NOTE), ASKED)
     assert ranked[:2] == [ids[0], ids[-1]]
 
 
