@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import WriteLockTimeoutError
+from ..errors import WouldWaitError, WriteLockTimeoutError
 from ..models import Item, Op
 
 
@@ -46,7 +46,8 @@ class ReentrantLock:
     guest holds meanwhile (so the holder is parked until the guest leaves), and it is needed,
     because a write holding this lock waits for that call lock, which the read holds. A guest
     never joins a hold still being taken (the holder may not get it). Any other thread waits
-    for the hold to end, at most `lock_wait_s` when that is set, then WriteLockTimeoutError."""
+    for the hold to end, at most `lock_wait_s` when that is set, then WriteLockTimeoutError
+    (WouldWaitError when it was asked not to wait at all: `wait_s=0`)."""
 
     _lock_depth: int = 0  # the holder's nesting; 0 when nobody holds the lock
     _holder: int | None = None  # the thread that holds it, or is taking it
@@ -120,7 +121,7 @@ class ReentrantLock:
                 left = None if deadline is None or (guest and wait_s is None) else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     self._leave_line(line, ticket)
-                    raise WriteLockTimeoutError(
+                    raise (WouldWaitError if wait == 0 else WriteLockTimeoutError)(
                         f"Another call of this server held the writers' lock for more than {wait:g} s; "
                         "this call was not applied. Retry it in a moment."
                     )

@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import orjson
 
-from ..errors import PersistenceError, StateCorruptError, WriteLockTimeoutError
+from ..errors import PersistenceError, StateCorruptError, WouldWaitError
 from ..models import Item, Op
 from . import indexfile
 from .base import Loaded, ReentrantLock
@@ -161,7 +161,7 @@ class StateDir(ReentrantLock):
             try:
                 fcntl.flock(self._lock_fd, mode | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise WriteLockTimeoutError(
+                raise WouldWaitError(
                     "Another server holds the writers' lock; this call was not applied. Retry it in a moment."
                 ) from None
         else:

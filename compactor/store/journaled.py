@@ -26,7 +26,6 @@ from ..errors import (
     StateCorruptError,
     WouldWaitError,
     WriteConflictError,
-    WriteLockTimeoutError,
 )
 from ..models import Item, Op, Settings
 from ..persistence.base import Persistence
@@ -262,11 +261,6 @@ class _ReadGuard:
             self._cm = sd.reading(wait_s=0.0 if at_once else None)
             self._cm.__enter__()
             self._store._sync()
-        except WriteLockTimeoutError as exc:
-            self.__exit__(None, None, None)
-            if at_once and not isinstance(exc, WouldWaitError):
-                raise WouldWaitError(str(exc)) from exc
-            raise
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -564,11 +558,8 @@ class _Journaled(_StateOps):
                     yield
                 return
             held = contextlib.ExitStack()
-            if _AT_ONCE.get():
-                try:  # not waiting, so the call lock is kept: nobody could take it meanwhile
-                    held.enter_context(backend.locked(wait_s=0.0))
-                except WriteLockTimeoutError as exc:
-                    raise WouldWaitError(str(exc)) from exc
+            if _AT_ONCE.get():  # not waiting, so the call lock is kept: nobody could take it meanwhile
+                held.enter_context(backend.locked(wait_s=0.0))  # WouldWaitError if held elsewhere
             else:
                 with self._calls.suspended():
                     held.enter_context(backend.locked(wait_s=self.lock_wait_s if wait_s is None else wait_s))
