@@ -576,10 +576,10 @@ def _stem(name: str) -> str:
 
 
 def _first_words(line: str) -> list[str]:
-    """The words of a command line's first command, a leading `cd DIR &&` aside."""
+    """The words of a command line's first command, leading `cd DIR &&`s aside (a line of `cd`s
+    alone: its last)."""
     cmds = _commands(line) if "&&" in line else [[line.split()]]
-    while len(cmds) > 1 and cmds[0] and _program(cmds[0][0])[0] == "cd":
-        cmds = cmds[1:]
+    cmds = _after_cd(cmds)[1] or cmds[-1:]
     return cmds[0][0] if cmds and cmds[0] else []
 
 
