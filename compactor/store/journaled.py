@@ -255,10 +255,9 @@ class _ReadGuard:
         sd = self._store._backend
         if sd is None or not sd.is_open:  # closed: memory as it was last seen
             return
-        at_once = _AT_ONCE.get()
         try:
             # A guest of another thread's hold, if any (`ReentrantLock`); at once, not waiting.
-            self._cm = sd.reading(wait_s=0.0 if at_once else None)
+            self._cm = sd.reading(wait_s=0.0 if _AT_ONCE.get() else None)
             self._cm.__enter__()
             self._store._sync()
         except BaseException:
