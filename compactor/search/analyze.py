@@ -19,7 +19,8 @@ _MARKS: Final = (
     "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed"
     "\u0900-\u0963\u0966-\u0dff\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff"
 )
-# A word character, for a regex character class: \w and those marks (views.py's paths use it too).
+# A word character, for a regex character class: \w and those marks (the paths of commands.py
+# and view_query.py use it too).
 WORD_CHARS: Final = rf"\w{_MARKS}"
 # A compound: word characters joined by ``. / - _``, optionally led by ``/``, ``./``, ``../``
 # or ``~/`` so absolute and relative paths stay whole. It never ends on a separator, so the

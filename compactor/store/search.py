@@ -15,7 +15,8 @@ from ..errors import WriteLockTimeoutError
 from ..models import Item
 from ..search import scoring
 from ..search.analyze import is_prose
-from ..search.views import covers, overlaps, parse_query, query_lines, tick_commands
+from ..search.view_query import parse_query, query_lines, tick_commands
+from ..search.views import covers, overlaps
 from .journaled import _Journaled
 from .records import Hit
 from .state import scope_key

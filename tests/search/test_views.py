@@ -15,16 +15,8 @@ from mcp import Client
 from compactor.mcp import build_server
 from compactor.models import Item
 from compactor.report import item_report
-from compactor.search.views import (
-    FileView,
-    ViewIndex,
-    covers,
-    detect,
-    overlaps,
-    parse_query,
-    query_lines,
-    tick_commands,
-)
+from compactor.search.view_query import parse_query, query_lines, tick_commands
+from compactor.search.views import FileView, ViewIndex, covers, detect, overlaps
 from compactor.store import Store
 from tests.support.sdk_calls import stored_and_ranked
 from tests.support.stdio_client import StdioServer
