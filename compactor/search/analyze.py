@@ -12,6 +12,9 @@ from typing import Final
 
 import Stemmer
 
+from .irregular import IRREGULAR
+from .irregular import WORDS as IRREGULAR_WORDS
+
 # Combining marks: Python's \w leaves them out, so a Hindi, Bengali or Tamil word broke at each
 # vowel sign ("डेटाबेस" gave no term at all), and an accent typed as its own character split
 # its word. The marks of the scripts that write words with them count as word characters here.
@@ -57,7 +60,8 @@ _NEW_IN_2: Final = re.compile(f"[{_UNSPACED_CHARS}{_MARKS}]")
 # 3: before a word of prose was indexed by its Snowball stem too (`STEM_MARK`).
 # 4: before a field's length counted its words as written rather than its terms (the terms are
 # the same; the lengths, which the saved index holds, differ: `index_tokens`).
-TERMS_VERSION: Final = 5
+# 5: before an irregular form ("went", "children") was indexed by its base's stem too.
+TERMS_VERSION: Final = 6
 _MIN_LEN: Final = 2
 # Longer runs are blobs (base64, hex dumps, minified code): nobody searches for them whole, and
 # one would cost a vocabulary entry of its full size. Their parts are still indexed.
@@ -96,9 +100,10 @@ QUERY_STOPWORDS: Final = frozenset({
 # makes holds: "pooling" and "pools" are both indexed as "^pool" too, a term of its own, so that
 # a query scores a stem match apart from (and below) an exact one.
 STEM_MARK: Final = "^"
-# A word as prose writes it: lowercase or Capitalised letters, three or more. An identifier
-# (snake_case, camelCase, dotted, a path) is not stemmed: its parts are terms already.
-_STEMMABLE: Final = re.compile(r"[A-Za-z][a-z]{2,39}")
+# A word as prose writes it: lowercase or Capitalised letters, three or more (two for the base of
+# an irregular form: "go"). An identifier (snake_case, camelCase, dotted, a path) is not stemmed:
+# its parts are terms already.
+_STEMMABLE: Final = re.compile(r"[A-Za-z][a-z]{1,39}")
 # The C Snowball (PyStemmer) stems a word in ~0.13 us; snowballstemmer, its pure-Python twin,
 # in ~24 us, which would be most of the cost of indexing prose. Its own cache remembers words.
 _STEMMER: Final = Stemmer.Stemmer("english")
@@ -108,6 +113,15 @@ _stem_cache: dict[str, tuple[tuple[str, ...], int]] = {}
 def stem(word: str) -> str:
     """The Snowball English stem of a lowercase `word`."""
     return str(_STEMMER.stemWord(word))
+
+
+def _root(raw: str, word: str) -> str | None:
+    """The stem a word of prose (`raw` as written, `word` lowercased) is also found by: its
+    Snowball stem, or its base's for an irregular form ("went": "go"); None for a stop word or
+    anything that is not a word of prose."""
+    if word in QUERY_STOPWORDS or not _STEMMABLE.fullmatch(raw) or (len(word) < 3 and word not in IRREGULAR_WORDS):
+        return None
+    return stem(IRREGULAR.get(word, word))
 
 
 def _camel_parts(segment: str, out: dict[str, None]) -> None:
@@ -177,8 +191,12 @@ def unspaced_pair(term: str) -> bool:
 def terms_changed(version: int, text: str) -> bool:
     """Whether tokenizer `version` (older than TERMS_VERSION) made other terms of `text`, or
     gave it another length."""
-    if version not in (1, 2, 3, 4):
+    if version not in (1, 2, 3, 4, 5):
         raise ValueError(f"tokenizer version {version!r} is not one this one can bring up to date")
+    if any(word in IRREGULAR and _root(raw, word) is not None for raw in compounds(text) for word in (raw.lower(),)):
+        return True  # no version before 6 made an irregular form's base stem
+    if version == 5:
+        return False
     terms, extra = index_tokens(text)
     stems = sum(t.startswith(STEM_MARK) for t in terms)
     if extra > stems:  # a compound of parts: versions before 5 counted each part in the length
@@ -266,10 +284,9 @@ def index_tokens(text: str) -> tuple[list[str], int]:
         if found is None:
             terms = _cache.get(raw) or _expand(raw)
             word = raw.lower()
-            if _STEMMABLE.fullmatch(raw) and word not in QUERY_STOPWORDS:
-                root = stem(word)
-                if root != word:
-                    terms = (*terms, STEM_MARK + root)
+            root = _root(raw, word)
+            if root is not None and root != word:
+                terms = (*terms, STEM_MARK + root)
             words = (len(_unspaced_terms(raw, query=True)) if _unspaced(raw) else 1) if terms else 0
             found = (terms, len(terms) - words)
             if len(raw) <= _CACHE_KEY_MAX:
@@ -287,12 +304,9 @@ def query_stems(text: str) -> list[tuple[str, list[str]]]:
     ("pools": "^pool" for "pooling" or "pooled", and "pool")."""
     out: dict[str, list[str]] = {}
     for raw in compounds(text):
-        if not _STEMMABLE.fullmatch(raw):
-            continue
         word = raw.lower()
-        if word in out or word in QUERY_STOPWORDS:
+        if word in out or (root := _root(raw, word)) is None:
             continue
-        root = stem(word)
         out[word] = [STEM_MARK + root] if root == word or len(root) < _MIN_LEN else [STEM_MARK + root, root]
     return list(out.items())
 

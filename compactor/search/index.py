@@ -90,7 +90,7 @@ _DENSE_MIN_POSTINGS: Final = 1_000
 # 4: the vocabulary as flat arrays).
 _STATE_FORMAT: Final = 4
 # Tokenizer versions whose saved index a load takes (see analyze.terms_changed).
-_KNOWN_TERMS: Final = (1, 2, 3, 4, TERMS_VERSION)
+_KNOWN_TERMS: Final = (1, 2, 3, 4, 5, TERMS_VERSION)
 _DOC_LIMIT: Final = 1 << (32 - _TF_BITS)
 _DEAD: Final = -1.0
 

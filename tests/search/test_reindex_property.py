@@ -31,6 +31,7 @@ WORDS = ["quokka", "wombat", "numbat", "bilby", "dingo", "emu", "koala", "possum
 WORDS += ["连接池", "トークン", "데이터", "डेटाबेस", "ฐานข้อมูล"]  # what tokenizer version 1 made other terms of
 WORDS += ["cafe\u0301", "Re\u0301sume\u0301", "\u1100\u1161\u11ab"]  # and version 2: decomposed (NFD) text
 WORDS += ["Running", "src/pools.py", "pool_sizes"]  # version 3 made no stem terms; 4 counted a compound's parts
+WORDS += ["went", "Children"]  # and version 5 no base stem for an irregular form
 text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
 
 
@@ -96,12 +97,13 @@ class Reindexing(RuleBasedStateMachine):
         self.store.close()
         self.store = Store(state_dir=self.dir)
 
-    @rule(background_first=st.booleans(), version=st.sampled_from([1, 2, 3, 4]))
+    @rule(background_first=st.booleans(), version=st.sampled_from([1, 2, 3, 4, 5]))
     def start_after_an_older_tokenizer(self, background_first: bool, version: int) -> None:
         """The state dir as an older compactor left it, its saved index made by tokenizer
-        version 1 (CJK runs as whole terms), 2 (decomposed accents as typed), 3 (no stem terms)
-        or 4 (a field's length counted a compound's parts): a start re-indexes the items this
-        version tokenizes or measures otherwise on top of it, or rebuilds the index."""
+        version 1 (CJK runs as whole terms), 2 (decomposed accents as typed), 3 (no stem terms),
+        4 (a field's length counted a compound's parts) or 5 (no base stem for "went"): a start
+        re-indexes the items this version tokenizes or measures otherwise on top of it, or
+        rebuilds the index."""
         self.store.close()
         with tokenizer_version(version):
             old = Store(state_dir=self.dir)

@@ -2,7 +2,8 @@
 words were runs of \\w (a combining mark split them), a CJK or Thai run was one term, and a
 saved index did not record its version. Version 2: text was tokenized as it was typed, not in
 its composed form (NFC). Version 3: words were not indexed by their stems. Version 4: a field's
-length counted its terms (a path's parts, an unspaced run's characters), not its words."""
+length counted its terms (a path's parts, an unspaced run's characters), not its words. Version
+5: an irregular form ("went") was not indexed by its base's stem ("^go")."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from compactor.search.index import BM25Index
 
 @contextlib.contextmanager
 def tokenizer_version(version: int) -> Iterator[None]:
-    """Terms, lengths and saved indexes as `version` (1 to 4) made them, inside the block (this
+    """Terms, lengths and saved indexes as `version` (1 to 5) made them, inside the block (this
     process only)."""
     made_now = BM25Index.to_state
     tokens_now = analyze.index_tokens
@@ -39,7 +40,9 @@ def tokenizer_version(version: int) -> Iterator[None]:
     analyze._stem_cache.clear()
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(patch.object(index_module, "index_tokens", counted_as_terms))
+            stack.enter_context(patch.object(analyze, "IRREGULAR", {}))
+            if version < 5:
+                stack.enter_context(patch.object(index_module, "index_tokens", counted_as_terms))
             if version < 4:
                 stack.enter_context(patch.object(analyze, "stem", lambda word: word))  # no stem terms
             if version < 3:
