@@ -11,9 +11,7 @@ import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mcp import Client
 
-from compactor.mcp import build_server
 from compactor.search import index as index_module
 from compactor.search.analyze import QUERY_STOPWORDS, STEM_MARK, index_tokens, query_stems, stem, terms_changed
 from compactor.search.index import BM25Index
@@ -21,6 +19,7 @@ from compactor.search.irregular import IRREGULAR
 from compactor.store import Store
 from tests.conftest import cli_json
 from tests.support.old_tokenizer import tokenizer_version
+from tests.support.sdk_calls import stored_and_asked
 from tests.support.stdio_client import StdioServer
 
 NOTES = {
@@ -82,16 +81,10 @@ def test_a_text_is_indexed_as_an_older_version_did_unless_terms_changed_says_oth
 
 
 def test_the_in_memory_client_answers_each_question_with_its_note() -> None:
-    async def go() -> None:
-        async with Client(build_server(Store()), mode="legacy") as c:
-            ids = {}
-            for name, note in NOTES.items():
-                ids[name] = (await c.call_tool("store", {"content": note})).structured_content["id"]  # type: ignore[index]
-            for question, name in QUESTIONS.items():
-                hits = (await c.call_tool("query", {"query": question})).structured_content["items"]  # type: ignore[index]
-                assert hits[0]["id"] == ids[name], question
-
-    anyio.run(go)
+    ids, ranked = anyio.run(stored_and_asked, Store(), list(NOTES.values()), list(QUESTIONS))
+    by_name = dict(zip(NOTES, ids, strict=True))
+    for (question, name), hits in zip(QUESTIONS.items(), ranked, strict=True):
+        assert hits[:1] == [by_name[name]], question
 
 
 @pytest.mark.slow

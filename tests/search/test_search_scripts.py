@@ -25,6 +25,7 @@ from compactor.search.index import BM25Index
 from compactor.store import Store
 from tests.conftest import cli_json
 from tests.support.old_tokenizer import tokenizer_version
+from tests.support.sdk_calls import stored_and_asked
 from tests.support.stdio_client import StdioServer
 
 NOTES = {
@@ -56,18 +57,12 @@ QUERIES = {
 
 
 def test_the_in_memory_client_finds_each_note_by_a_word_inside_it() -> None:
-    async def go() -> None:
-        async with Client(build_server(Store()), mode="legacy") as c:
-            ids = {}
-            for name, text in NOTES.items():
-                ids[name] = (await c.call_tool("store", {"content": text})).structured_content["id"]  # type: ignore[index]
-            for query, name in QUERIES.items():
-                hits = (await c.call_tool("query", {"query": query})).structured_content["items"]  # type: ignore[index]
-                assert hits and hits[0]["id"] == ids[name], query
-            hits = (await c.call_tool("query", {"query": "connection pool"})).structured_content["items"]  # type: ignore[index]
-            assert [h["id"] for h in hits] == [ids["english"]]
-
-    anyio.run(go)
+    queries = [*QUERIES, "connection pool"]
+    ids, ranked = anyio.run(stored_and_asked, Store(), list(NOTES.values()), queries)
+    by_name = dict(zip(NOTES, ids, strict=True))
+    for (query, name), hits in zip(QUERIES.items(), ranked[:-1], strict=True):
+        assert hits[:1] == [by_name[name]], query
+    assert ranked[-1] == [by_name["english"]]  # "connection pool": the one English note, nothing else
 
 
 @pytest.mark.slow
