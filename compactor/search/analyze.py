@@ -193,8 +193,10 @@ def terms_changed(version: int, text: str) -> bool:
     gave it another length."""
     if version not in (1, 2, 3, 4, 5):
         raise ValueError(f"tokenizer version {version!r} is not one this one can bring up to date")
-    if any(word in IRREGULAR and _root(raw, word) is not None for raw in compounds(text) for word in (raw.lower(),)):
-        return True  # no version before 6 made an irregular form's base stem
+    for raw in compounds(text):
+        word = raw.lower()
+        if word in IRREGULAR and _root(raw, word) is not None:
+            return True  # no version before 6 made an irregular form's base stem
     if version == 5:
         return False
     terms, extra = index_tokens(text)
