@@ -122,7 +122,7 @@ def query_lines(text: str) -> list[str]:
     again"): it names the lines or the pattern wanted."""
     out: list[str] = []
     for raw in text.split("\n"):
-        line = raw.strip().removeprefix("$ ")
+        line = raw.strip().removeprefix("$ ").strip()
         if "`" in line and not _is_command(line):
             for span in dict.fromkeys(_TICKED_COMMAND.findall(line)):
                 if _is_command(span.strip()):
