@@ -115,6 +115,8 @@ def program_of(seg: list[str]) -> tuple[str, list[str]]:
 
 
 def clean_path(path: str, cwd: str) -> str:
+    """`path` as the command meant it after its leading `cd`s (`cwd`), normalised; "" for the
+    current, root or parent directory, which name no file."""
     if cwd and not path.startswith(("/", "~")):
         path = posixpath.join(cwd, path)
     path = posixpath.normpath(path) if path else path
@@ -122,6 +124,8 @@ def clean_path(path: str, cwd: str) -> str:
 
 
 def file_operand(word: str, strict: bool) -> bool:
+    """Whether a reader's operand is a file: no flag, glob, redirect or /dev/null; `strict`
+    (a command not known to be echoed with its output) also wants it to look like a path."""
     if not word or word.startswith("-") or _GLOB.search(word) or word in _REDIRECTS or word == "/dev/null":
         return False
     return bool(PATHLIKE.fullmatch(word)) if strict else "\n" not in word
