@@ -139,6 +139,28 @@ def query_lines(text: str) -> list[str]:
     return out
 
 
+# A `cd DIR && ` opening a command line: a sentence names the command after it.
+_CD_PREFIX: Final = re.compile(r"^cd \S+ && ")
+
+
+def named_command(flat: str, cmd: str) -> str | None:
+    """The command line `cmd` as `flat` (a query, its spaces made single) names it, a leading
+    `cd DIR && ` aside, when it names it whole: not inside a longer word or path; None when it
+    does not. A program alone ("ls") is a word of prose, not a command to find."""
+    core = _CD_PREFIX.sub("", cmd)
+    if " " not in core:
+        return None
+    start = flat.find(core)
+    while start >= 0:
+        end = start + len(core)
+        before = flat[start - 1] if start else " "
+        after = flat[end] if end < len(flat) else " "
+        if not (before.isalnum() or before in "_/.-") and not (after.isalnum() or after in "_/-"):
+            return core
+        start = flat.find(core, start + 1)
+    return None
+
+
 def tick_commands(text: str, commands: Iterable[str]) -> str:
     """`text` with each of `commands` that a line of prose names put in backticks (spaces as in
     the command), so `parse_query` reads it as the command it is."""

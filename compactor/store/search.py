@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
-import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -15,7 +14,7 @@ from ..errors import WriteLockTimeoutError
 from ..models import Item
 from ..search import scoring
 from ..search.analyze import is_prose
-from ..search.view_query import parse_query, query_lines, tick_commands
+from ..search.view_query import named_command, parse_query, query_lines, tick_commands
 from ..search.views import covers, overlaps
 from .journaled import _Journaled
 from .records import Hit
@@ -42,28 +41,6 @@ def _command_of(line: str) -> str:
     """A command line as written, its `$ ` prompt and spacing aside: what an echo and a re-run
     compare."""
     return " ".join(line.removeprefix("$ ").split())
-
-
-# A `cd DIR && ` opening a command line: a sentence names the command after it.
-_CD_PREFIX = re.compile(r"^cd \S+ && ")
-
-
-def _mentions(flat: str, cmd: str) -> bool:
-    """Whether `flat` (a query, its spaces made single) names the command line `cmd`, a leading
-    `cd DIR && ` aside, as a whole: not inside a longer word or path. A program alone ("ls") is
-    a word of prose, not a command to find."""
-    core = _CD_PREFIX.sub("", cmd)
-    if " " not in core:
-        return False
-    start = flat.find(core)
-    while start >= 0:
-        end = start + len(core)
-        before = flat[start - 1] if start else " "
-        after = flat[end] if end < len(flat) else " "
-        if not (before.isalnum() or before in "_/.-") and not (after.isalnum() or after in "_/-"):
-            return True
-        start = flat.find(core, start + 1)
-    return False
 
 
 class _Search(_Journaled):
@@ -224,11 +201,12 @@ class _Search(_Journaled):
                 continue
             cut = head.find("\n", 0, ECHO_MAX_CHARS + 3)
             cmd = _command_of(head[: cut if cut >= 0 else len(head)])
-            if cmd in commands:
-                lifts[it.id] = max(lifts.get(it.id, 1.0), lift)
-            elif flat and _mentions(flat, cmd):
-                lifts[it.id] = max(lifts.get(it.id, 1.0), lift)
-                mentioned.append(_CD_PREFIX.sub("", cmd))
+            named = None if cmd in commands or not flat else named_command(flat, cmd)
+            if cmd not in commands and named is None:
+                continue
+            lifts[it.id] = max(lifts.get(it.id, 1.0), lift)
+            if named is not None:
+                mentioned.append(named)
         return mentioned
 
     def _echoes(self, scored: list[tuple[float, Item]], limit: int) -> set[str]:
