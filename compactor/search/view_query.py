@@ -68,10 +68,10 @@ def _is_command(line: str) -> bool:
 
 # A reader named inside a sentence ("Running sed -n '40,60p' pkg/core.py again"): its name as a
 # word of its own, then shell tokens (quotes kept) up to its last file operand.
-_PROSE_READER: Final = re.compile(r"(?<![\w/.`'\"-])(cat|nl|head|tail|sed|awk|grep|egrep|fgrep|rg|bat)\s")
+_PROSE_READER: Final = re.compile(rf"(?<![\w/.`'\"-])({'|'.join(sorted(READERS))})\s")
 _RAW_TOKEN: Final = re.compile(r"""(?:[^\s'"]|'[^']*'|"[^"]*")+""")
 # Readers whose first operand is a script or a pattern, not a file.
-_SCRIPTED: Final = frozenset({"sed", "awk", "grep", "egrep", "fgrep", "rg"})
+_SCRIPTED: Final = GREPS | {"sed", "awk"}
 _SENTENCE_END: Final = ".,;:!?)"  # what ends a sentence after a file name
 
 
