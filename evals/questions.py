@@ -219,28 +219,39 @@ def ask(
 _TEXTBOOK_WORD = re.compile(r"[a-z0-9]+")
 
 
-def ask_textbook(events: Sequence[Event], questions: Sequence[Question]) -> list[tuple[str, int | None]]:
-    """As `ask`, of a textbook BM25 instead of compactor: Okapi (k1 1.2, b 0.75) over each
-    event's lowercased words and numbers, Snowball-stemmed, compactor's query stop words left
-    out of both (the lexical baseline of issue 40's table)."""
+def textbook_ranker(texts: Sequence[str], stemmed: bool = True) -> Callable[[str], list[int]]:
+    """A textbook BM25 over `texts`: Okapi (k1 1.2, b 0.75) over each text's lowercased words and
+    numbers, Snowball-stemmed with compactor's query stop words left out of both (`stemmed`), or
+    the words alone (a plain BM25). Returns a function from a question to the indexes of its
+    QUERY_LIMIT best texts, best first (the lexical baselines of issue 40's table)."""
     import Stemmer
     from rank_bm25 import BM25Okapi
 
     stem = Stemmer.Stemmer("english").stemWord
 
     def terms(text: str) -> list[str]:
-        return [stem(w) for w in _TEXTBOOK_WORD.findall(text.lower()) if w not in QUERY_STOPWORDS]
+        words = _TEXTBOOK_WORD.findall(text.lower())
+        return [stem(w) for w in words if w not in QUERY_STOPWORDS] if stemmed else words
 
+    bm25 = BM25Okapi([terms(t) or ["-"] for t in texts], k1=1.2, b=0.75)
+
+    def top(question: str) -> list[int]:
+        scores = bm25.get_scores(terms(question))
+        return sorted(range(len(texts)), key=lambda i: (-scores[i], i))[:QUERY_LIMIT]
+
+    return top
+
+
+def ask_textbook(events: Sequence[Event], questions: Sequence[Question]) -> list[tuple[str, int | None]]:
+    """As `ask`, of the textbook BM25 (`textbook_ranker`) instead of compactor."""
     left_out = {q.asked_seq for q in questions}
     docs = [ev for ev in events if ev.seq not in left_out]
-    bm25 = BM25Okapi([terms(ev.content) or ["-"] for ev in docs], k1=1.2, b=0.75)
+    top = textbook_ranker([ev.content for ev in docs])
     answer_text = {ev.seq: ev.content for ev in events}
     out: list[tuple[str, int | None]] = []
     for q in questions:
-        scores = bm25.get_scores(terms(q.text))
-        top = sorted(range(len(docs)), key=lambda i: (-scores[i], i))[:QUERY_LIMIT]
         want = answer_text[q.answer_seq]
-        out.append((q.kind, next((r + 1 for r, i in enumerate(top) if docs[i].content == want), None)))
+        out.append((q.kind, next((r + 1 for r, i in enumerate(top(q.text)) if docs[i].content == want), None)))
     return out
 
 

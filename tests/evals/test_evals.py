@@ -6,6 +6,7 @@ Everything here runs on trajectories written in the test; nothing reads ../share
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import sys
 from collections.abc import Sequence
@@ -334,3 +335,58 @@ def test_questions_as_written_keep_acronyms_numbers_and_case_and_ask_about_the_s
     assert back.text.startswith("The HTTP retry test fails because 3 retries")
     assert "HTTPS" in next(q.text for q in written if q.answer_seq == 4).split()
     assert "https" not in " ".join(q.text for q in plain).lower().split()
+
+
+def _conversation_file(tmp_path: Path, name: str, questions: list[dict[str, object]]) -> Path:
+    sessions = [
+        {
+            "session": 1,
+            "date": "1:14 pm on 8 May, 2023",
+            "turns": [
+                {"id": "s1t1", "speaker": "Jon", "text": "I bought a red kite for my daughter's birthday on Friday."},
+                {"id": "s1t2", "speaker": "Mia", "text": "Haha that's awesome! How was your weekend?"},
+            ],
+        },
+        {
+            "session": 2,
+            "date": "9:02 am on 20 May, 2023",
+            "turns": [
+                {"id": "s2t1", "speaker": "Mia", "text": "I quit the choir because rehearsals moved to Sundays."},
+                {"id": "s2t2", "speaker": "Jon", "text": "Sorry to hear that. We went to the lake with the dogs."},
+            ],
+        },
+    ]
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"speakers": ["Jon", "Mia"], "sessions": sessions, "questions": questions}), "utf-8")
+    return path
+
+
+def test_a_conversation_is_stored_turn_by_turn_and_each_question_ranked_by_its_best_evidence(tmp_path: Path) -> None:
+    from evals.conversations import ask, ask_baseline, half_of, load, run, shaped
+
+    questions = [
+        {"q": "What did Jon buy for his daughter?", "evidence": ["s1t1"], "kind": "single", "answer": "a kite"},
+        {"q": "Why did Mia leave the choir?", "evidence": ["s2t1"], "kind": "single", "answer": "Sundays"},
+        {"q": "Where did Jon go with his dogs?", "evidence": ["s2t2", "s1t1"], "kind": "multi", "answer": "lake"},
+    ]
+    conv = load(_conversation_file(tmp_path, "conv03", questions))
+    assert [t.id for t in conv.turns] == ["s1t1", "s1t2", "s2t1", "s2t2"]
+    assert shaped(conv.turns[2], "said") == "Mia: I quit the choir because rehearsals moved to Sundays."
+    assert shaped(conv.turns[2], "dated").startswith("[9:02 am on 20 May, 2023] Mia: I quit")
+    assert shaped(conv.turns[2], "bare") == "I quit the choir because rehearsals moved to Sundays."
+    assert (half_of("conv03"), half_of("conv08")) == ("tuning", "test")
+    for got in (ask(conv), ask_baseline(conv), ask_baseline(conv, stemmed=False)):
+        assert [found[0] for _q, found in got][:2] == ["s1t1", "s2t1"]
+    # "go" meets "went" through compactor's irregular forms, which a plain BM25 does not know.
+    assert ask(conv)[2][1][0] == "s2t2"
+    result, answered = run([conv])
+    assert result["overall"] == (1.0, 1.0, 3) and result["multi"] == (1.0, 1.0, 1)
+    assert len(answered) == 3
+
+
+def test_a_conversation_whose_evidence_names_no_turn_is_refused(tmp_path: Path) -> None:
+    from evals.conversations import load
+
+    bad = [{"q": "What did Jon buy?", "evidence": ["s9t9"], "kind": "single", "answer": "a kite"}]
+    with pytest.raises(ValueError, match="s9t9"):
+        load(_conversation_file(tmp_path, "conv01", bad))

@@ -46,6 +46,8 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
         (("evals.questions", "--half", "all"), "reworded recall@5"),
         (("evals.questions", "--half", "all", "--textbook"), "(textbook BM25): refers back recall@5"),
         (("evals.questions", "--half", "all", "--as-written", "--budget", "4000"), "reworded recall@5"),
+        (("evals.conversations", "--half", "all"), "(compactor, 8 conversations): single recall@5"),
+        (("evals.conversations", "--half", "test", "--baseline", "textbook", "--misses", "1"), "want s"),
         (("evals.redaction", SLICE), "credential shapes:"),
         (("evals.redact_corpus", SLICE), "events redacted"),
         (("evals.classify_corpus", SLICE), "detect_type"),
