@@ -10,10 +10,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+from ..content.classify import ContentType
 from ..errors import WriteLockTimeoutError
 from ..models import Item
 from ..search import scoring
 from ..search.analyze import is_prose
+from ..search.index import IndexHit
+from ..search.topk import Weights
 from ..search.view_query import named_command, parse_query, query_lines, tick_commands
 from ..search.views import covers, overlaps
 from .journaled import _Journaled
@@ -30,6 +33,12 @@ VIEW_LIFT_MAX: Final = 16
 # A one-line item longer than this is a note, not a command line another item can open with.
 ECHO_MAX_CHARS: Final = 500
 
+# What a conversation's turns are: words, not code, a tool's output or an error (a question an
+# agent asks itself before running a command is followed by the command, not an answer).
+_WORDS: Final = frozenset({ContentType.PROSE, ContentType.DECISION})
+# The end of an item looked at for its question mark: contents run to megabytes.
+_TAIL_CHARS: Final = 64
+
 log = logging.getLogger(__name__)
 
 # How long a query waits for the writers' lock to record its access before leaving it to the
@@ -41,6 +50,11 @@ def _command_of(line: str) -> str:
     """A command line as written, its `$ ` prompt and spacing aside: what an echo and a re-run
     compare."""
     return " ".join(line.removeprefix("$ ").split())
+
+
+def _is_question(item: Item) -> bool:
+    """Words ending in a question: a turn that hands the word to the other speaker."""
+    return not item.depth and item.content_type in _WORDS and item.content[-_TAIL_CHARS:].rstrip().endswith("?")
 
 
 class _Search(_Journaled):
@@ -95,6 +109,8 @@ class _Search(_Journaled):
             weights=weights,
             terms_out=weighed,
         )
+        if tuning.reply_weight and raw and is_prose(text):
+            raw = self._with_replies(text, raw, None if accepts_all else accept, weights)
         lifts: dict[str, float] = {}
         mentioned = self._lift_reruns(text, raw, lifts, tuning.rerun_lift) if tuning.rerun_lift != 1.0 else []
         if len(s.views):
@@ -178,6 +194,37 @@ class _Search(_Journaled):
             elif entry > best[0]:
                 heapq.heapreplace(best, entry)
         return [Hit(s.items[i], score, ()) for score, _, i in sorted(best, reverse=True)]
+
+    def _with_replies(
+        self, text: str, raw: list[IndexHit], accept: Callable[[str], bool] | None, weights: Weights
+    ) -> list[IndexHit]:
+        """`raw` with each reply to a question among its best `reply_sources` matches gaining
+        that question's score times `reply_weight`: in a conversation the answer is the turn
+        after the question ("How did the home visit go?" - "Bernadette came round ..."), and
+        shares few words with it. A question is words (not code, output or an error) ending in
+        "?"; its reply the next item of the same project, words too, neither a summary node.
+        A reply the query did not reach is scored and added."""
+        s, tuning = self._s, self._tuning
+        items, by_seq = s.items, s.by_seq
+        lent: dict[str, float] = {}
+        for h in raw[: int(tuning.reply_sources)]:
+            question = items[h.doc_id]
+            if not _is_question(question):
+                continue
+            reply_id = by_seq.get(question.seq + 1)
+            reply = items.get(reply_id) if reply_id is not None else None
+            if reply is None or reply.depth or reply.content_type not in _WORDS or reply.scope != question.scope:
+                continue
+            lent[reply.id] = max(lent.get(reply.id, 0.0), h.score * tuning.reply_weight)
+        if not lent:
+            return raw
+        have = {h.doc_id for h in raw}
+        missing = sorted(i for i in lent if i not in have and (accept is None or accept(i)))
+        own = {h.doc_id: h.score for h in s.index.score_docs(text, missing, accept, weights=weights)} if missing else {}
+        out = [h._replace(score=h.score + lent[h.doc_id]) if h.doc_id in lent else h for h in raw]
+        out += [IndexHit(i, own.get(i, 0.0) + lent[i], ()) for i in missing]
+        out.sort(key=lambda h: -h.score)
+        return out
 
     def _lift_reruns(self, text: str, raw: list[Any], lifts: dict[str, float], lift: float) -> list[str]:
         """Lift the candidates that are the output of a command the query names on a line of

@@ -48,6 +48,12 @@ class Tuning:
     # not about the last steps: the recency prior for it (evals/KNOBS.md; code lookups keep
     # RECENCY_PRIOR).
     prose_recency_prior: float = 0.0
+    # For a question in words, a reply (words right after words that end in a question, same
+    # project) is found by the question it answers: it gains that question's score times this
+    # (evals/KNOBS.md; 1: the question's words count as the reply's own).
+    reply_weight: float = 1.0
+    # The questions among the query's best this many matches that lend their reply their score.
+    reply_sources: float = 20.0
     # Shares of recall's cap: the task group, then open errors, then recent work of what is left,
     # then decisions of what is left after it (tuned on the resume evaluation's tuning half).
     recall_task_share: float = 0.5

@@ -1,0 +1,155 @@
+"""A reply is found by the question it answers (ISSUE 40): for a question in words, a turn right
+after a turn ending in "?" (both words, the same project) gains that question's score, so "who
+came to the home visit" finds "Bernadette came round ..." after "How did the home visit go?".
+An agent's question to itself followed by a command or its output lends nothing, nor does a
+code lookup. Checked on the Store, as a property over arbitrary conversations, through the
+in-memory client, a stdio server and the CLI."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor.store import Store
+from compactor.store.state import ALL_SCOPES
+from compactor.store.tuning import Tuning
+from tests.conftest import cli_json
+from tests.support.sdk_calls import stored_and_asked
+from tests.support.stdio_client import StdioServer
+
+TURNS = [
+    "Mia: Hey Jon! How did the home visit for the rescue dog go?",
+    "Jon: Bernadette came round for the visit, checked the garden and asked about my night shifts.",
+    "Mia: My choir starts again on Sunday, rehearsals in the old church hall.",
+    "Jon: The rescue will ring about the dog next week, fingers crossed.",
+    "Mia: Good luck with the home visit result, you deserve that dog!",
+]
+QUESTION, REPLY = 0, 1
+ASKED = "What happened at the home visit for the rescue dog?"
+
+
+def _pair() -> tuple[Store, Store]:
+    """Two stores that differ in the lift alone, on clocks that tick alike."""
+    clocks = (itertools.count(1_000.0), itertools.count(1_000.0))
+    lifted = Store(clock=lambda: float(next(clocks[0])))
+    plain = Store(clock=lambda: float(next(clocks[1])), tuning=Tuning(reply_weight=0.0))
+    return lifted, plain
+
+
+def _stored(s: Store, turns: list[str], scopes: list[str] | None = None) -> list[str]:
+    return [s.store(t, scope=scopes[i] if scopes else None).item.id for i, t in enumerate(turns)]
+
+
+def _ranked(s: Store, query: str) -> list[str]:
+    return [h.item.id for h in s.query(query=query, limit=10)]
+
+
+def test_a_reply_ranks_first_by_the_question_it_answers_and_not_without_the_lift() -> None:
+    lifted, plain = _pair()
+    ids = _stored(lifted, TURNS)
+    assert _ranked(lifted, ASKED)[0] == ids[REPLY]
+    ids = _stored(plain, TURNS)
+    ranked = _ranked(plain, ASKED)
+    assert ranked[0] == ids[QUESTION] and ranked.index(ids[REPLY]) > 1
+
+
+def test_a_reply_the_query_did_not_reach_is_added() -> None:
+    turns = ["Mia: How was the pottery class on Tuesday?", "Jon: Honestly a disaster, the clay collapsed twice."]
+    lifted, plain = _pair()
+    ids = _stored(lifted, turns)
+    assert _ranked(lifted, "What happened in the pottery class?") == [ids[1], ids[0]]
+    ids = _stored(plain, turns)
+    assert _ranked(plain, "What happened in the pottery class?") == [ids[0]]
+
+
+def _scores(s: Store, query: str) -> dict[str, float]:
+    return {h.item.id: h.score for h in s.query(query=query, limit=10)}
+
+
+@pytest.mark.parametrize(
+    ("turns", "query"),
+    [
+        # An agent's question to itself, then the command it runs and the output: no reply.
+        (
+            [
+                "Why does the parser fail on empty input?",
+                "$ pytest tests/test_parser.py\nFAILED test_empty - IndexError: list index out of range",
+            ],
+            "why does the parser fail on empty input",
+        ),
+        # A code lookup (a path) is no question in words.
+        (
+            ["How does the parser read src/parser.py lines?", "It reads the parser lines lazily."],
+            "parser src/parser.py",
+        ),
+        # A statement is no question.
+        (["The parser fails on empty input.", "It fails on blank lines too."], "why does the parser fail"),
+    ],
+    ids=["tool-output", "code-lookup", "no-question"],
+)
+def test_nothing_lends_where_there_is_no_question_in_words_and_reply_in_words(turns: list[str], query: str) -> None:
+    lifted, plain = _pair()
+    _stored(lifted, turns)
+    _stored(plain, turns)
+    got, expected = _scores(lifted, query), _scores(plain, query)
+    assert len(got) == len(turns)
+    assert list(got.values()) == pytest.approx(list(expected.values()))
+
+
+def test_a_turn_of_another_project_is_no_reply() -> None:
+    scopes = ["/work/a", "/work/b", "/work/a", "/work/a", "/work/a"]
+    lifted, plain = _pair()
+    ids = _stored(lifted, TURNS, scopes)
+    _stored(plain, TURNS, scopes)
+    lifted_scores, plain_scores = (
+        {h.item.content: h.score for h in s.query(query=ASKED, scope=ALL_SCOPES)} for s in (lifted, plain)
+    )
+    assert TURNS[REPLY] in lifted_scores
+    assert lifted_scores == pytest.approx(plain_scores)
+    assert ids[REPLY] not in _ranked(lifted, ASKED)  # the store's own scope holds none of them
+
+
+_VOCAB = ["dog", "visit", "garden", "choir", "pottery", "clay", "bike", "trip", "Spain", "shift", "cake", "oven"]
+_turn = st.tuples(st.lists(st.sampled_from(_VOCAB), min_size=1, max_size=6), st.booleans()).map(
+    lambda t: " ".join(t[0]) + ("?" if t[1] else ".")
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_turn, min_size=1, max_size=14, unique=True), st.lists(st.sampled_from(_VOCAB), min_size=1, max_size=3))
+def test_the_lift_only_adds_replies_and_keeps_every_other_hit_in_order(turns: list[str], words: list[str]) -> None:
+    """With the lift, the hits that are no reply to a question are the first of the hits without
+    it, in the same order: a reply can only rise, nothing else can. (Turns differ: a turn stored
+    twice in a row is a retry, kept once.)"""
+    query = "what about the " + " ".join(words)
+    lifted, plain = _pair()
+    replies = {i + 1 for i, t in enumerate(turns[:-1]) if t.endswith("?")}
+    with_lift, without = (_positions(s, turns, query) for s in (lifted, plain))
+    others = [i for i in with_lift if i not in replies]
+    assert others == [i for i in without if i not in replies][: len(others)]
+    assert set(with_lift) - set(without) <= replies
+
+
+def _positions(s: Store, turns: list[str], query: str) -> list[int]:
+    """Where in `turns` each hit of `query` was stored."""
+    position = {item_id: i for i, item_id in enumerate(_stored(s, turns))}
+    return [position[h.item.id] for h in s.query(query=query, limit=5)]
+
+
+def test_the_in_memory_client_finds_the_reply_first() -> None:
+    ids, (ranked,) = anyio.run(stored_and_asked, Store(), TURNS, [ASKED])
+    assert ranked[0] == ids[REPLY]
+
+
+@pytest.mark.slow
+def test_a_stdio_server_and_the_cli_find_the_reply_first(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    with StdioServer("--state-dir", state) as server:
+        ids = [server.ok("store", content=turn)["id"] for turn in TURNS]
+        assert server.ok("query", query=ASKED)["items"][0]["id"] == ids[REPLY]
+    assert cli_json("query", ASKED, "--state-dir", state)["items"][0]["id"] == ids[REPLY]
