@@ -4,6 +4,7 @@ a hit left out, and the access updates a query makes.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import logging
@@ -202,18 +203,17 @@ class _Search(_Journaled):
         that question's score times `reply_weight`: in a conversation the answer is the turn
         after the question ("How did the home visit go?" - "Bernadette came round ..."), and
         shares few words with it. A question is words (not code, output or an error) ending in
-        "?"; its reply the next item of the same project, words too, neither a summary node.
+        "?"; its reply the next item stored in its project, words too, neither a summary node.
         A reply the query did not reach is scored and added."""
         s, tuning = self._s, self._tuning
-        items, by_seq = s.items, s.by_seq
+        items = s.items
         lent: dict[str, float] = {}
         for h in raw[: int(tuning.reply_sources)]:
             question = items[h.doc_id]
             if not _is_question(question):
                 continue
-            reply_id = by_seq.get(question.seq + 1)
-            reply = items.get(reply_id) if reply_id is not None else None
-            if reply is None or reply.depth or reply.content_type not in _WORDS or reply.scope != question.scope:
+            reply = self._next_in_scope(question)
+            if reply is None or reply.depth or reply.content_type not in _WORDS:
                 continue
             lent[reply.id] = max(lent.get(reply.id, 0.0), h.score * tuning.reply_weight)
         if not lent:
@@ -225,6 +225,14 @@ class _Search(_Journaled):
         out += [IndexHit(i, own.get(i, 0.0) + lent[i], ()) for i in missing]
         out.sort(key=lambda h: -h.score)
         return out
+
+    def _next_in_scope(self, item: Item) -> Item | None:
+        """The item stored next in `item`'s project, active or archived: on a server that many
+        projects share, the next item stored at all may be another project's."""
+        s = self._s
+        per = s.scope_order.get(scope_key(item.scope), {})
+        after = [seqs[i] for seqs in per.values() if (i := bisect.bisect_right(seqs, item.seq)) < len(seqs)]
+        return s.items[s.by_seq[min(after)]] if after else None
 
     def _lift_reruns(self, text: str, raw: list[Any], lifts: dict[str, float], lift: float) -> list[str]:
         """Lift the candidates that are the output of a command the query names on a line of
