@@ -11,9 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from ..content.classify import ContentType
 from ..errors import WriteLockTimeoutError
-from ..models import Item
+from ..models import ContentType, Item
 from ..search import scoring
 from ..search.analyze import is_prose
 from ..search.index import IndexHit
@@ -36,7 +35,7 @@ ECHO_MAX_CHARS: Final = 500
 
 # What a conversation's turns are: words, not code, a tool's output or an error (a question an
 # agent asks itself before running a command is followed by the command, not an answer).
-_WORDS: Final = frozenset({ContentType.PROSE, ContentType.DECISION})
+_WORDS: Final[frozenset[ContentType]] = frozenset({"prose", "decision"})
 # The end of an item looked at for its question mark: contents run to megabytes.
 _TAIL_CHARS: Final = 64
 
