@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor.store import Store
+from compactor.store.inputs import StoreInput
 from compactor.store.state import ALL_SCOPES
 from compactor.store.tuning import Tuning
 from tests.conftest import cli_json
@@ -56,6 +57,12 @@ def test_a_reply_ranks_first_by_the_question_it_answers_and_not_without_the_lift
     ids = _stored(plain, TURNS)
     ranked = _ranked(plain, ASKED)
     assert ranked[0] == ids[QUESTION] and ranked.index(ids[REPLY]) > 1
+
+
+def test_turns_stored_in_one_bulk_call_keep_their_order_and_their_replies() -> None:
+    s = Store()
+    ids = [it.id for it in s.bulk_store([StoreInput(turn) for turn in TURNS]).items]
+    assert _ranked(s, ASKED)[:2] == [ids[REPLY], ids[QUESTION]]
 
 
 def test_a_reply_the_query_did_not_reach_is_added() -> None:
