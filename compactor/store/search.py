@@ -8,6 +8,7 @@ import bisect
 import dataclasses
 import heapq
 import logging
+import unicodedata
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -38,6 +39,10 @@ ECHO_MAX_CHARS: Final = 500
 _WORDS: Final[frozenset[ContentType]] = frozenset({"prose", "decision"})
 # The end of an item looked at for its question mark: contents run to megabytes.
 _TAIL_CHARS: Final = 64
+# What a chat writes after a question mark: closing quotes and brackets, a smiley's signs, and
+# (by Unicode category: other symbols, modifiers, format characters) emoji and their joiners.
+_AFTER_A_QUESTION: Final = frozenset("\"')]}:;-=^")
+_SYMBOLS: Final = frozenset({"So", "Sk", "Cf", "Pe", "Pf", "Mn"})
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +58,15 @@ def _command_of(line: str) -> str:
 
 
 def _is_question(item: Item) -> bool:
-    """Words ending in a question: a turn that hands the word to the other speaker."""
-    return not item.depth and item.content_type in _WORDS and item.content[-_TAIL_CHARS:].rstrip().endswith("?")
+    """Words ending in a question: a turn that hands the word to the other speaker. What may
+    follow the question mark: a closing quote or bracket, an emoji or other symbol ("How was
+    Paris? :)", 'She asked "why?"')."""
+    if item.depth or item.content_type not in _WORDS:
+        return False
+    tail = item.content[-_TAIL_CHARS:].rstrip()
+    while tail and (tail[-1] in _AFTER_A_QUESTION or unicodedata.category(tail[-1]) in _SYMBOLS):
+        tail = tail[:-1].rstrip()
+    return tail.endswith("?")
 
 
 class _Search(_Journaled):

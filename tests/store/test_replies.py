@@ -59,6 +59,18 @@ def test_a_reply_ranks_first_by_the_question_it_answers_and_not_without_the_lift
     assert ranked[0] == ids[QUESTION] and ranked.index(ids[REPLY]) > 1
 
 
+@pytest.mark.parametrize(
+    ("ending", "lends"),
+    [(" :)", True), (" \U0001f60a", True), (" \U0001f44d\U0001f3fd", True), (")", True), (" ;-)", True), ("!", False)],
+    ids=["smiley", "emoji", "emoji-with-skin-tone", "bracket", "wink", "exclamation"],
+)
+def test_a_question_may_end_in_a_smiley_an_emoji_or_a_bracket(ending: str, lends: bool) -> None:
+    question = TURNS[QUESTION].removesuffix("?") + ("?" if lends else "") + ending
+    lifted, _ = _pair()
+    ids = _stored(lifted, [question, *TURNS[1:]])
+    assert (_ranked(lifted, ASKED)[0] == ids[REPLY]) is lends
+
+
 def test_turns_stored_in_one_bulk_call_keep_their_order_and_their_replies() -> None:
     s = Store()
     ids = [it.id for it in s.bulk_store([StoreInput(turn) for turn in TURNS]).items]
