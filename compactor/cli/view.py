@@ -227,6 +227,7 @@ def cmd_query(args: argparse.Namespace, out: Out) -> int:
                         "score": round(h.score, 4),
                         "matched": list(h.matched),
                         "covered_by": cover,
+                        "reply_to": h.reply_to,
                     }
                     for h, cover in zip(hits, covers, strict=True)
                 ],
@@ -251,6 +252,9 @@ def cmd_query(args: argparse.Namespace, out: Out) -> int:
             f"A = archived ({len(archived)}), read with `show ID`"
             + (f"; covered by summaries: {covered}" if covered else "")
         )
+    answers = [f"{h.item.id} answers {h.reply_to}" for h in hits if h.reply_to]
+    if answers:
+        out.line("Found by the question they answer: " + ", ".join(answers))
     if note:
         out.line(out.paint(note, "dim"))
     return EXIT_OK

@@ -1,7 +1,7 @@
 """The tools' output schemas as the server publishes them: what the SDK derives from each tool's
 reply model (schemas.py), without titles and descriptions (contract.lean_output). Deriving them
 took ~14 ms of every start, so they are kept here. Written by scripts/write_output_schemas.py;
-tests/test_contract.py checks that they are still exactly what the models give."""
+tests/mcp/test_contract.py checks that they are still exactly what the models give."""
 
 from typing import Any
 
@@ -34,6 +34,7 @@ DEFS: dict[str, dict[str, Any]] = {
             "archived": {"default": False, "type": "boolean"},
             "path": {"items": {"type": "string"}, "type": "array"},
             "covered_by": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+            "reply_to": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
         },
         "required": [
             "id",

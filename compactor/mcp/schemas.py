@@ -60,6 +60,7 @@ class ScoredItem(ItemBrief):
     archived: bool = False
     path: list[str] = Field(default_factory=list, description="ids from this item up to its active ancestor")
     covered_by: str | None = Field(default=None, description="the active summary covering an archived hit")
+    reply_to: str | None = Field(default=None, description="the question this hit answers, whose words also found it")
 
 
 class Redacted(_Reply):
@@ -308,6 +309,7 @@ def scored_record(
     matched: tuple[str, ...] = (),
     path: list[str] | None = None,
     preview_text: str | None = None,
+    reply_to: str | None = None,
 ) -> dict[str, Any]:
     """A ScoredItem as the JSON record it dumps to, built directly: a query result has ten of
     these, and validating them into models only to dump them again was a third of the tool's
@@ -318,6 +320,7 @@ def scored_record(
     record["archived"] = item.tier == "archived"
     record["path"] = list(path or [])
     record["covered_by"] = path[-1] if path else None
+    record["reply_to"] = reply_to
     return record
 
 

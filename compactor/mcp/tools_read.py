@@ -77,9 +77,13 @@ def register(kit: ToolKit) -> None:
                 extra = f"  (matched: {', '.join(h.matched)})" if h.matched else ""
                 if path:
                     extra += f"  [covered by active summary {path[-1]}]"
+                if h.reply_to:
+                    extra += f"  [answers {h.reply_to}]"
                 body = item_preview(h.item)
                 lines.append(item_line(h.item, score=h.score, extra=extra, body=body))
-                items.append(S.scored_record(h.item, h.score, h.matched, path=path, preview_text=body))
+                items.append(
+                    S.scored_record(h.item, h.score, h.matched, path=path, preview_text=body, reply_to=h.reply_to)
+                )
             none = "No matches. Try other words" + ("." if include_archived else ", or include_archived=true.")
             text = "\n".join(lines) if lines else none
             return result(text, {"items": items, "count": len(hits)})

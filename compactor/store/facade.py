@@ -749,7 +749,7 @@ class Store(_Recall, _Compaction, _Ledger):
             # writers (`_touch`).
             self._touch([h.item.id for h in hits])
         items = self._s.items
-        return [Hit(items.get(h.item.id, h.item), h.score, h.matched) for h in hits]
+        return [Hit(items.get(h.item.id, h.item), h.score, h.matched, h.reply_to) for h in hits]
 
     def status(self) -> Status:
         with self._read():

@@ -49,6 +49,8 @@ class Hit:
     item: Item
     score: float
     matched: tuple[str, ...]
+    # The question this hit replies to, whose score it gained (a question in words; search.py).
+    reply_to: str | None = None
 
 
 @dataclass(slots=True)

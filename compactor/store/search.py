@@ -121,8 +121,9 @@ class _Search(_Journaled):
             weights=weights,
             terms_out=weighed,
         )
+        replies: dict[str, str] = {}  # reply id -> the question it gained from
         if tuning.reply_weight and raw and is_prose(text):
-            raw = self._with_replies(text, raw, None if accepts_all else accept, weights)
+            raw = self._with_replies(text, raw, None if accepts_all else accept, weights, replies)
         lifts: dict[str, float] = {}
         mentioned = self._lift_reruns(text, raw, lifts, tuning.rerun_lift) if tuning.rerun_lift != 1.0 else []
         if len(s.views):
@@ -184,7 +185,7 @@ class _Search(_Journaled):
         matched = s.index.matched_terms(
             [it.id for _, it in top], text, None if accepts_all else accept, weights=weights, terms=weighed
         )
-        return [Hit(it, final, terms) for (final, it), terms in zip(top, matched, strict=True)]
+        return [Hit(it, final, terms, replies.get(it.id)) for (final, it), terms in zip(top, matched, strict=True)]
 
     def _by_tags(self, tag_list: list[str], limit: int, accept: Callable[[str], bool], now: float) -> list[Hit]:
         """A query by tags alone: the `limit` items of those tags with the best rank score (the
@@ -208,14 +209,20 @@ class _Search(_Journaled):
         return [Hit(s.items[i], score, ()) for score, _, i in sorted(best, reverse=True)]
 
     def _with_replies(
-        self, text: str, raw: list[IndexHit], accept: Callable[[str], bool] | None, weights: Weights
+        self,
+        text: str,
+        raw: list[IndexHit],
+        accept: Callable[[str], bool] | None,
+        weights: Weights,
+        replies: dict[str, str],
     ) -> list[IndexHit]:
         """`raw` with each reply to a question among its best `reply_sources` matches gaining
         that question's score times `reply_weight`: in a conversation the answer is the turn
         after the question ("How did the home visit go?" - "Bernadette came round ..."), and
         shares few words with it. A question is words (not code, output or an error) ending in
         "?"; its reply the next item stored in its project, words too, neither a summary node.
-        A reply the query did not reach is scored and added."""
+        A reply the query did not reach is scored and added. `replies` receives each reply's
+        question (the best-scoring one, when two lend to one reply: never, in practice)."""
         s, tuning = self._s, self._tuning
         items = s.items
         lent: dict[str, float] = {}
@@ -226,7 +233,9 @@ class _Search(_Journaled):
             reply = self._next_in_scope(question)
             if reply is None or reply.depth or reply.content_type not in _WORDS:
                 continue
-            lent[reply.id] = max(lent.get(reply.id, 0.0), h.score * tuning.reply_weight)
+            if h.score * tuning.reply_weight > lent.get(reply.id, 0.0):
+                lent[reply.id] = h.score * tuning.reply_weight
+                replies[reply.id] = question.id
         if not lent:
             return raw
         have = {h.doc_id for h in raw}

@@ -371,7 +371,7 @@ def search_page(
             fill(
                 """<li class="hit"><div class="hit-head">{link} <span class="kind">{kind}</span>
 <span class="tier">{tier}</span> {flags} <span class="score">score {score}</span></div>
-<p class="text">{text}</p><p class="muted small">{matched}{cover}</p></li>""",
+<p class="text">{text}</p><p class="muted small">{matched}{cover}{answers}</p></li>""",
                 link=item_link(h.item.id),
                 score=f"{h.score:.2f}",
                 tier=h.item.tier,
@@ -380,6 +380,7 @@ def search_page(
                 text=highlight(preview(h.item.summary or h.item.content, 320), h.matched),
                 matched=fill("matched: {m}", m=", ".join(h.matched)) if h.matched else "",
                 cover=fill(" · covered by summary {c}", c=item_link(cover)) if cover else "",
+                answers=fill(" · answers {q}", q=item_link(h.reply_to)) if h.reply_to else "",
             )
             for h, cover in hits
         )

@@ -3,23 +3,28 @@ after a turn ending in "?" (both words, the same project) gains that question's 
 came to the home visit" finds "Bernadette came round ..." after "How did the home visit go?".
 An agent's question to itself followed by a command or its output lends nothing, nor does a
 code lookup. Checked on the Store, as a property over arbitrary conversations, through the
-in-memory client, a stdio server and the CLI."""
+in-memory client, a stdio server and the CLI; such a hit names its question (`reply_to`)."""
 
 from __future__ import annotations
 
 import itertools
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mcp import Client
+from mcp.types import TextContent
 
+from compactor.mcp import build_server
 from compactor.store import Store
 from compactor.store.inputs import StoreInput
 from compactor.store.state import ALL_SCOPES
 from compactor.store.tuning import Tuning
-from tests.conftest import cli_json
+from tests.conftest import cli_json, server_command, server_env
 from tests.support.sdk_calls import stored_and_asked
 from tests.support.stdio_client import StdioServer
 
@@ -53,10 +58,15 @@ def _ranked(s: Store, query: str) -> list[str]:
 def test_a_reply_ranks_first_by_the_question_it_answers_and_not_without_the_lift() -> None:
     lifted, plain = _pair()
     ids = _stored(lifted, TURNS)
-    assert _ranked(lifted, ASKED)[0] == ids[REPLY]
+    hits = lifted.query(query=ASKED)
+    assert hits[0].item.id == ids[REPLY]
+    # The hit names the question whose words found it; no other hit names one.
+    assert [h.reply_to for h in hits] == [ids[QUESTION]] + [None] * (len(hits) - 1)
     ids = _stored(plain, TURNS)
-    ranked = _ranked(plain, ASKED)
+    hits = plain.query(query=ASKED)
+    ranked = [h.item.id for h in hits]
     assert ranked[0] == ids[QUESTION] and ranked.index(ids[REPLY]) > 1
+    assert not [h for h in hits if h.reply_to]
 
 
 @pytest.mark.parametrize(
@@ -149,21 +159,39 @@ def test_the_lift_only_adds_replies_and_keeps_every_other_hit_in_order(turns: li
     query = "what about the " + " ".join(words)
     lifted, plain = _pair()
     replies = {i + 1 for i, t in enumerate(turns[:-1]) if t.endswith("?")}
-    with_lift, without = (_positions(s, turns, query) for s in (lifted, plain))
+    named, plain_named = (_positions(s, turns, query) for s in (lifted, plain))
+    with_lift, without = [i for i, _ in named], [i for i, _ in plain_named]
     others = [i for i in with_lift if i not in replies]
     assert others == [i for i in without if i not in replies][: len(others)]
     assert set(with_lift) - set(without) <= replies
+    # A hit names the question it answers, the turn before it, and only a reply does.
+    assert all(q is None or (i in replies and q == i - 1) for i, q in named)
+    assert all(q is None for _, q in plain_named)
 
 
-def _positions(s: Store, turns: list[str], query: str) -> list[int]:
-    """Where in `turns` each hit of `query` was stored."""
+def _positions(s: Store, turns: list[str], query: str) -> list[tuple[int, int | None]]:
+    """Where in `turns` each hit of `query` was stored, and the question it names, if any."""
     position = {item_id: i for i, item_id in enumerate(_stored(s, turns))}
-    return [position[h.item.id] for h in s.query(query=query, limit=5)]
+    hits = s.query(query=query, limit=5)
+    return [(position[h.item.id], position[h.reply_to] if h.reply_to else None) for h in hits]
 
 
-def test_the_in_memory_client_finds_the_reply_first() -> None:
+def test_the_in_memory_client_finds_the_reply_first_and_names_its_question() -> None:
     ids, (ranked,) = anyio.run(stored_and_asked, Store(), TURNS, [ASKED])
     assert ranked[0] == ids[REPLY]
+
+    async def asked() -> tuple[Any, str]:
+        async with Client(build_server(store), mode="legacy") as c:
+            with anyio.fail_after(10):
+                res = await c.call_tool("query", {"query": ASKED})
+        text = res.content[0].text if isinstance(res.content[0], TextContent) else ""
+        return res.structured_content, text
+
+    store = Store()
+    ids = _stored(store, TURNS)
+    structured, text = anyio.run(asked)
+    assert [h["reply_to"] for h in structured["items"]][:2] == [ids[QUESTION], None]
+    assert f"[answers {ids[QUESTION]}]" in text.splitlines()[0]
 
 
 @pytest.mark.slow
@@ -171,5 +199,15 @@ def test_a_stdio_server_and_the_cli_find_the_reply_first(tmp_path: Path) -> None
     state = str(tmp_path / "state")
     with StdioServer("--state-dir", state) as server:
         ids = [server.ok("store", content=turn)["id"] for turn in TURNS]
-        assert server.ok("query", query=ASKED)["items"][0]["id"] == ids[REPLY]
-    assert cli_json("query", ASKED, "--state-dir", state)["items"][0]["id"] == ids[REPLY]
+        first = server.ok("query", query=ASKED)["items"][0]
+        assert (first["id"], first["reply_to"]) == (ids[REPLY], ids[QUESTION])
+    first = cli_json("query", ASKED, "--state-dir", state)["items"][0]
+    assert (first["id"], first["reply_to"]) == (ids[REPLY], ids[QUESTION])
+    text = subprocess.run(
+        server_command("query", ASKED, "--state-dir", state),
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"{ids[REPLY]} answers {ids[QUESTION]}" in text

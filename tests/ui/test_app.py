@@ -347,3 +347,12 @@ def test_the_ledger_says_who_forgot_where_a_person_did(client: TestClient, mem: 
     assert "<th scope=col>by</th>" in page
     assert f'<code class="id">{mine.id}</code>' in page and "<td>alice</td>" in page
     assert "<td>\u2014</td>" in page
+
+
+def test_a_hit_found_by_its_question_links_to_it(client: TestClient, mem: Store):
+    question = mem.store("Mia: How did the home visit for the rescue dog go?").item
+    reply = mem.store("Jon: Bernadette came round for the visit and checked the garden.").item
+    page = client.get("/search", params={"q": "what happened at the home visit for the dog"}).text
+    first = page.index(f"/item/{reply.id}")
+    assert first < page.index(f"/item/{question.id}")
+    assert f'answers <a class="id" href="/item/{question.id}"' in page[first:]
