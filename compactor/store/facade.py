@@ -11,6 +11,7 @@ made of, one module each.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -749,7 +750,7 @@ class Store(_Recall, _Compaction, _Ledger):
             # writers (`_touch`).
             self._touch([h.item.id for h in hits])
         items = self._s.items
-        return [Hit(items.get(h.item.id, h.item), h.score, h.matched, h.reply_to) for h in hits]
+        return [dataclasses.replace(h, item=items.get(h.item.id, h.item)) for h in hits]
 
     def status(self) -> Status:
         with self._read():

@@ -41,7 +41,7 @@ _WORDS: Final[frozenset[ContentType]] = frozenset({"prose", "decision"})
 _TAIL_CHARS: Final = 64
 # What a chat writes after a question mark: closing quotes and brackets, a smiley's signs, and
 # (by Unicode category: other symbols, modifiers, format characters) emoji and their joiners.
-_AFTER_A_QUESTION: Final = frozenset("\"')]}:;-=^")
+_AFTER_A_QUESTION: Final = frozenset("\"':;-=^")  # closing brackets are category Pe
 _SYMBOLS: Final = frozenset({"So", "Sk", "Cf", "Pe", "Pf", "Mn"})
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,16 @@ def _command_of(line: str) -> str:
     return " ".join(line.removeprefix("$ ").split())
 
 
+def _is_words(item: Item) -> bool:
+    """An item of words a person wrote (not a summary node, code, a tool's output or an error)."""
+    return not item.depth and item.content_type in _WORDS
+
+
 def _is_question(item: Item) -> bool:
     """Words ending in a question: a turn that hands the word to the other speaker. What may
     follow the question mark: a closing quote or bracket, an emoji or other symbol ("How was
     Paris? :)", 'She asked "why?"')."""
-    if item.depth or item.content_type not in _WORDS:
+    if not _is_words(item):
         return False
     tail = item.content[-_TAIL_CHARS:].rstrip()
     while tail and (tail[-1] in _AFTER_A_QUESTION or unicodedata.category(tail[-1]) in _SYMBOLS):
@@ -80,7 +85,8 @@ class _Search(_Journaled):
     ) -> list[Hit]:
         s, tuning = self._s, self._tuning
         rank, weights = tuning.rank, tuning.bm25
-        if tuning.prose_recency_prior != rank.recency_prior and text and is_prose(text):
+        prose = bool(text) and is_prose(text)  # a question in words (the recency prior, replies)
+        if prose and tuning.prose_recency_prior != rank.recency_prior:
             rank = dataclasses.replace(rank, recency_prior=tuning.prose_recency_prior)
         now = self._clock()
         allowed: set[str] | None = None
@@ -122,7 +128,7 @@ class _Search(_Journaled):
             terms_out=weighed,
         )
         replies: dict[str, str] = {}  # reply id -> the question it gained from
-        if tuning.reply_weight and raw and is_prose(text):
+        if prose and tuning.reply_weight and raw:
             raw = self._with_replies(text, raw, None if accepts_all else accept, weights, replies)
         lifts: dict[str, float] = {}
         mentioned = self._lift_reruns(text, raw, lifts, tuning.rerun_lift) if tuning.rerun_lift != 1.0 else []
@@ -231,7 +237,7 @@ class _Search(_Journaled):
             if not _is_question(question):
                 continue
             reply = self._next_in_scope(question)
-            if reply is None or reply.depth or reply.content_type not in _WORDS:
+            if reply is None or not _is_words(reply):
                 continue
             if h.score * tuning.reply_weight > lent.get(reply.id, 0.0):
                 lent[reply.id] = h.score * tuning.reply_weight
