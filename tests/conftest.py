@@ -94,12 +94,16 @@ def server_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "compactor", *args]
 
 
+def cli_text(*args: str) -> str:
+    """What `compactor ARGS` prints; the command must succeed."""
+    return subprocess.run(
+        server_command(*args), env=server_env(), capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+
+
 def cli_json(*args: str) -> Any:
     """What `compactor ARGS --json` prints, parsed; the command must succeed."""
-    out = subprocess.run(
-        server_command(*args, "--json"), env=server_env(), capture_output=True, text=True, timeout=60, check=True
-    ).stdout
-    return json.loads(out)
+    return json.loads(cli_text(*args, "--json"))
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ in-memory client, a stdio server and the CLI; such a hit names its question (`re
 from __future__ import annotations
 
 import itertools
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from compactor.store import Store
 from compactor.store.inputs import StoreInput
 from compactor.store.state import ALL_SCOPES
 from compactor.store.tuning import Tuning
-from tests.conftest import cli_json, server_command, server_env
+from tests.conftest import cli_json, cli_text
 from tests.support.sdk_calls import stored_and_asked
 from tests.support.stdio_client import StdioServer
 
@@ -203,11 +202,5 @@ def test_a_stdio_server_and_the_cli_find_the_reply_first(tmp_path: Path) -> None
         assert (first["id"], first["reply_to"]) == (ids[REPLY], ids[QUESTION])
     first = cli_json("query", ASKED, "--state-dir", state)["items"][0]
     assert (first["id"], first["reply_to"]) == (ids[REPLY], ids[QUESTION])
-    text = subprocess.run(
-        server_command("query", ASKED, "--state-dir", state),
-        env=server_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    text = cli_text("query", ASKED, "--state-dir", state)
     assert f"{ids[REPLY]} answers {ids[QUESTION]}" in text
